@@ -1,0 +1,43 @@
+"""The registry of convolution variants, in ladder order."""
+
+from ..errors import ConvlabError
+from .base import TANH_POOL, Op, Support, Variant
+from .constant import Constant
+from .cpu import Cpu
+from .cudnn import Cudnn, CudnnTF32
+from .fused import Fused
+from .im2col import Im2col
+from .implicit_gemm import ImplicitGemm
+from .naive import Naive
+from .register_tiled import RegisterTiled
+from .tensorcore import TensorCore
+from .tensorcore_3xtf32 import TensorCore3xTF32
+from .tiled import Tiled
+from .unrolled import Unrolled
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Cpu(), Naive(), Tiled(), Constant(), Unrolled(), RegisterTiled(), Im2col(),
+        ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Fused(), Cudnn(), CudnnTF32(),
+    )
+}
+
+REFERENCE_VARIANTS = ("cudnn", "cudnn-tf32")
+
+
+def get_variant(name: str) -> Variant:
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise ConvlabError(
+            f"unknown kernel '{name}'; choose one of: {', '.join(VARIANTS)}") from None
+
+
+def kernel_variants() -> list[Variant]:
+    """The variants with CUDA source of their own (everything but cpu and the cuDNN rows)."""
+    return [v for v in VARIANTS.values() if v.source]
+
+
+__all__ = ["TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS",
+           "get_variant", "kernel_variants"]

@@ -1,0 +1,86 @@
+"""constant: the tiled kernel with its filters in __constant__ memory."""
+
+SOURCE = r"""
+// constant: changes from tiled -- the filters live in __constant__ memory instead of being
+// copied into shared memory per block and channel. All threads of a block use the same filter
+// element at the same time, which is exactly the broadcast the constant cache serves in one
+// transaction; the filter copy and its share of shared-memory traffic disappear.
+// Compile-time: TILE, K, KC_SIZE (= M*C*K*K floats, at most 16384 = 64 KB).
+#define X_TILE (TILE + K - 1)
+
+__constant__ float kc[KC_SIZE];
+
+extern "C" __global__ void conv_forward(const float* x, float* y,
+                                        int C, int H, int W, int M, int tiles_w)
+{
+    __shared__ float xs[X_TILE][X_TILE];
+    const int Ho = H - K + 1;
+    const int Wo = W - K + 1;
+    const long long b = blockIdx.x;
+    const int m = blockIdx.y;
+    const int h0 = (blockIdx.z / tiles_w) * TILE;
+    const int w0 = (blockIdx.z % tiles_w) * TILE;
+    const int ty = threadIdx.y, tx = threadIdx.x;
+    float acc = 0.0f;
+    for (int c = 0; c < C; ++c) {
+        const float* xc = x + (b * C + c) * H * W;
+        for (int i = ty; i < X_TILE; i += TILE)
+            for (int j = tx; j < X_TILE; j += TILE) {
+                const int hi = h0 + i, wj = w0 + j;
+                xs[i][j] = (hi < H && wj < W) ? xc[hi * W + wj] : 0.0f;
+            }
+        __syncthreads();
+        const float* kmc = kc + (m * C + c) * K * K;
+        for (int p = 0; p < K; ++p)
+            for (int q = 0; q < K; ++q)
+                acc += xs[ty + p][tx + q] * kmc[p * K + q];
+        __syncthreads();
+    }
+    const int h = h0 + ty, w = w0 + tx;
+    if (h < Ho && w < Wo)
+        y[((b * M + m) * Ho + h) * Wo + w] = acc;
+}
+"""
+
+import numpy as np
+
+from .base import ConstantWeights, Op, Support, check_epilogue
+from .tiled import Tiled, pick_tile
+
+CONSTANT_FLOATS = 16384  # the 64 KB __constant__ bank a module may use
+
+
+def fits_constant(shape) -> Support:
+    floats = shape.M * shape.C * shape.K * shape.K
+    if floats > CONSTANT_FLOATS:
+        return Support(False, f"weights need {4 * floats} bytes; __constant__ memory holds "
+                              f"{4 * CONSTANT_FLOATS}")
+    return Support(True)
+
+
+class Constant(Tiled):
+    name = "constant"
+    summary = "tiled, with the filters in __constant__ memory"
+    source = SOURCE
+
+    def supports(self, shape):
+        base = super().supports(shape)
+        return base if not base else fits_constant(shape)
+
+    def defines(self, shape, epilogue=None):
+        return {"TILE": pick_tile(shape.Ho, shape.Wo), "K": shape.K,
+                "KC_SIZE": shape.M * shape.C * shape.K * shape.K}
+
+    def prepare(self, shape, weights, epilogue=None):
+        check_epilogue(self, epilogue)
+        compiled = self.compile(shape)
+        kernel = compiled.module.get_function("conv_forward")
+        constants = ConstantWeights(compiled.module, "kc", weights)
+        grid, block, tiles_w = self.launch_geometry(shape)
+        sizes = tuple(np.int32(v) for v in (shape.C, shape.H, shape.W, shape.M, tiles_w))
+
+        def launch(x, y):
+            constants.ensure()
+            kernel(grid, block, (x, y) + sizes)
+
+        return Op(launch, shape.output_shape, compiled.seconds)

@@ -1,0 +1,80 @@
+"""fused: register-tiled convolution with tanh and 2x2 max-pool applied before the store."""
+
+from .register_tiled import SOURCE as REGISTER_TILED_SOURCE
+
+SOURCE = r"""
+// fused: changes from register-tiled -- where a conv layer is followed by tanh and a 2x2/2
+// max-pool (the ECE408 block), the kernel applies both to its accumulators and writes only the
+// pooled map: a quarter of the bytes the conv alone writes, and no second and third pass over
+// the full-size map. tanh is monotonic, so max-then-tanh equals tanh-then-max and costs one
+// tanhf per pooled output. A thread's strip covers an even number of rows (TH even), so it pools
+// vertically in registers; the horizontal partner column is the neighbouring lane, reached with
+// one shuffle. Threads walk an even width (WOE), which keeps partners in the same warp.
+// Where no tanh + pool follows, the plain register-tiled conv_forward included below runs
+// (the pooling kernel is compiled only when WOE is defined).
+""" + REGISTER_TILED_SOURCE + r"""
+#ifdef WOE
+#define HP (HO / 2)
+#define WP (WO / 2)
+
+extern "C" __global__ void __launch_bounds__(BLOCK, MINB)
+conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
+               int B)
+{
+    const int m0 = blockIdx.y * MT;
+    load_filters(k, m0);
+    // No early exit: every lane must take part in the shuffle. Lanes past the batch compute a
+    // clamped image and store nothing.
+    const long long t = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    const int col = (int)(t % WOE);
+    const int h0 = (int)((t / WOE) % NSTRIP) * TH;
+    const long long b = t / (WOE * NSTRIP);
+    const bool live = b < B;
+    float acc[MT][TH];
+    conv_strip(x + (live ? b : B - 1) * (C * H * W), h0, min(col, WO - 1), acc);
+    const bool writer = live && (col & 1) == 0 && col / 2 < WP;
+    float* yb = y + ((live ? b : 0) * M + m0) * (HP * WP) + (h0 / 2) * WP + col / 2;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < TH; r += 2) {
+            float v = fmaxf(acc[m][r], acc[m][r + 1]);
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+            if (writer && h0 / 2 + r / 2 < HP) yb[m * (HP * WP) + (r / 2) * WP] = tanhf(v);
+        }
+}
+#endif
+"""
+
+from .base import TANH_POOL, blocks, check_epilogue  # noqa: E402
+from .register_tiled import RegisterTiled, pick_tiling  # noqa: E402
+
+
+class Fused(RegisterTiled):
+    name = "fused"
+    summary = "conv + tanh + 2x2 max-pool in one kernel, writing the pooled map only"
+    source = SOURCE
+    epilogues = (TANH_POOL,)
+    fuses_in_network = True
+
+    def tiling(self, shape, epilogue=None):
+        if epilogue != TANH_POOL:
+            return super().tiling(shape)
+        th, mt = pick_tiling(shape, even_rows=True, rows_needed=2 * (shape.Ho // 2))
+        return self.th or th, self.mt or mt
+
+    def defines(self, shape, epilogue=None):
+        defines = super().defines(shape, epilogue)
+        if epilogue == TANH_POOL:
+            th = defines["TH"]
+            defines["NSTRIP"] = blocks(2 * (shape.Ho // 2), th)
+            defines["WOE"] = shape.Wo + (shape.Wo & 1)
+        return defines
+
+    def prepare(self, shape, weights, epilogue=None):
+        check_epilogue(self, epilogue)
+        if epilogue != TANH_POOL:
+            return super().prepare(shape, weights)
+        defines = self.defines(shape, epilogue)
+        return self._prepare(shape, weights, epilogue, "conv_tanh_pool",
+                             columns=defines["WOE"], strips=defines["NSTRIP"])

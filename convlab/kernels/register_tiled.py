@@ -1,0 +1,176 @@
+"""register-tiled: each thread computes a column strip of outputs for several channels."""
+
+SOURCE = r"""
+// register-tiled: changes from unrolled -- a thread no longer computes one output but a strip
+// of TH outputs down one column for MT output channels (MT x TH accumulators in registers).
+// Each input value it loads feeds MT FMAs, and each filter tap feeds TH FMAs, instead of one
+// each. The block's MT filters are staged in shared memory transposed to [c][p][q][m] and
+// padded to a multiple of 4 channels, so one 16-byte broadcast load fetches a tap of four
+// channels for the whole warp. Consecutive threads take consecutive columns: input loads and
+// output stores stay coalesced. Grid: x over (image, strip, column), y over channel groups.
+// Compile-time: C, H, W, M, K, TH, MT, MT4 (MT rounded up to 4), NSTRIP, BLOCK, MINB (the
+// blocks per SM the register allocation must leave room for).
+#define HO (H - K + 1)
+#define WO (W - K + 1)
+#define KK (K * K)
+
+extern __shared__ float4 filters_smem[];  // C*K*K taps x MT4/4 float4
+
+__device__ __forceinline__ void load_filters(const float* __restrict__ k, int m0)
+{
+    float* ws = reinterpret_cast<float*>(filters_smem);
+    for (int i = threadIdx.x; i < C * KK * MT4; i += BLOCK) {
+        const int mm = i % MT4, tap = i / MT4;
+        ws[i] = (mm < MT) ? k[(m0 + mm) * (C * KK) + tap] : 0.0f;
+    }
+    __syncthreads();
+}
+
+// acc[m][r] = sum_{c,p,q} x[c][h0+r+p][col+q] * k[m0+m][c][p][q] for the image at xb. Rows past
+// the output (the last strip of an image whose height TH does not divide) are clamped to a
+// valid row so nothing reads out of bounds; callers do not store them.
+__device__ __forceinline__ void conv_strip(const float* __restrict__ xb, int h0, int col,
+                                           float (&acc)[MT][TH])
+{
+    int roff[TH];
+#pragma unroll
+    for (int r = 0; r < TH; ++r) roff[r] = min(h0 + r, HO - 1) * W + col;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < TH; ++r) acc[m][r] = 0.0f;
+#pragma unroll 1
+    for (int c = 0; c < C; ++c) {
+#pragma unroll 1
+        for (int p = 0; p < K; ++p) {
+            const float* xr = xb + c * (H * W) + p * W;
+            const float4* wp = filters_smem + (c * KK + p * K) * (MT4 / 4);
+#pragma unroll
+            for (int q = 0; q < K; ++q) {
+                float in[TH];
+#pragma unroll
+                for (int r = 0; r < TH; ++r) in[r] = __ldg(xr + roff[r] + q);
+#pragma unroll
+                for (int m4 = 0; m4 < MT4 / 4; ++m4) {
+                    const float4 wv = wp[q * (MT4 / 4) + m4];
+                    const float tap[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        if (m4 * 4 + e < MT) {
+#pragma unroll
+                            for (int r = 0; r < TH; ++r)
+                                acc[m4 * 4 + e][r] = fmaf(in[r], tap[e], acc[m4 * 4 + e][r]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK, MINB)
+conv_forward(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y, int B)
+{
+    const int m0 = blockIdx.y * MT;
+    load_filters(k, m0);
+    const long long t = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (t >= (long long)B * NSTRIP * WO) return;
+    const int col = (int)(t % WO);
+    const int h0 = (int)((t / WO) % NSTRIP) * TH;
+    const long long b = t / (WO * NSTRIP);
+    float acc[MT][TH];
+    conv_strip(x + b * (C * H * W), h0, col, acc);
+    float* yb = y + (b * M + m0) * (HO * WO) + h0 * WO + col;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < TH; ++r)
+            if (h0 + r < HO) yb[m * (HO * WO) + r * WO] = acc[m][r];
+}
+"""
+
+import numpy as np
+
+from .base import Op, Support, Variant, blocks, check_epilogue, device_weights
+
+ACCUMULATORS = 128  # MT*TH registers per thread; more starts to spill on sm_90
+MAX_FILTER_SMEM = 160 * 1024
+
+
+def _round4(n: int) -> int:
+    return (n + 3) // 4 * 4
+
+
+def pick_tiling(shape, even_rows: bool = False, rows_needed: int | None = None) -> tuple[int, int]:
+    """Rows per thread (TH) and channels per thread (MT, a divisor of M) for this shape.
+
+    Per filter tap a thread issues TH loads and MT4/4 shared loads to feed MT*TH FMAs; the
+    score is that ratio, discounted by the rows computed past the output's height.
+    """
+    rows_needed = rows_needed or shape.Ho
+    best, best_score = (1, 1), -1.0
+    for th in range(2 if even_rows else 1, 9, 2 if even_rows else 1):
+        for mt in range(1, min(shape.M, 32) + 1):
+            if shape.M % mt or mt * th > ACCUMULATORS:
+                continue
+            if 4 * shape.C * shape.K * shape.K * _round4(mt) > MAX_FILTER_SMEM:
+                continue
+            waste = blocks(rows_needed, th) * th / rows_needed
+            score = mt * th / (th + _round4(mt) / 4) / waste
+            if score > best_score:
+                best, best_score = (th, mt), score
+    return best
+
+
+def filter_smem_bytes(shape, mt: int) -> int:
+    return 4 * shape.C * shape.K * shape.K * _round4(mt)
+
+
+class RegisterTiled(Variant):
+    name = "register-tiled"
+    summary = "MT channels x TH rows per thread in registers; filters as shared float4 broadcasts"
+    source = SOURCE
+
+    def __init__(self, th: int | None = None, mt: int | None = None, block: int = 128,
+                 min_blocks: int = 1):
+        """th/mt fix the tiling instead of the heuristic (used by scripts/sweep.py)."""
+        self.th, self.mt, self.block, self.min_blocks = th, mt, block, min_blocks
+
+    def supports(self, shape):
+        base = super().supports(shape)
+        if not base:
+            return base
+        if filter_smem_bytes(shape, 1) > MAX_FILTER_SMEM:
+            return Support(False, f"one channel's filters need {filter_smem_bytes(shape, 1)} bytes "
+                                  f"of shared memory; the limit used is {MAX_FILTER_SMEM}")
+        return Support(True)
+
+    def tiling(self, shape, epilogue=None):
+        th, mt = pick_tiling(shape)
+        return self.th or th, self.mt or mt
+
+    def defines(self, shape, epilogue=None):
+        th, mt = self.tiling(shape, epilogue)
+        return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
+                "TH": th, "MT": mt, "MT4": _round4(mt), "NSTRIP": blocks(shape.Ho, th),
+                "BLOCK": self.block, "MINB": self.min_blocks}
+
+    def prepare(self, shape, weights, epilogue=None):
+        check_epilogue(self, epilogue)
+        return self._prepare(shape, weights, epilogue, "conv_forward",
+                             columns=shape.Wo, strips=blocks(shape.Ho, self.tiling(shape)[0]))
+
+    def _prepare(self, shape, weights, epilogue, kernel_name, columns, strips):
+        compiled = self.compile(shape, epilogue, (kernel_name,))
+        kernel = compiled.module.get_function(kernel_name)
+        _, mt = self.tiling(shape, epilogue)
+        smem = filter_smem_bytes(shape, mt)
+        kernel.max_dynamic_shared_size_bytes = smem
+        w = device_weights(weights)
+        grid = (blocks(shape.B * strips * columns, self.block), shape.M // mt)
+        batch = np.int32(shape.B)
+
+        def launch(x, y):
+            kernel(grid, (self.block,), (x, w, y, batch), shared_mem=smem)
+
+        return Op(launch, self.output_shape(shape, epilogue), compiled.seconds, epilogue)

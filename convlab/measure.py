@@ -1,0 +1,321 @@
+"""Timing, its statistics, and the device ceilings that turn times into a roofline floor.
+
+Rules (DESIGN.md): device work is timed with CUDA events around the op after warm-up, so JIT
+compilation, module load and allocation never land in a sample; runs repeat until the median is
+known to about 1% (relative standard error) or a time budget is spent; reports give the median
+with the minimum and a spread figure, and the number of runs behind them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .shapes import FLOAT_BYTES, ConvShape
+
+# One sample's cost is unknown up front: the rule stops on precision, a run cap or a time budget.
+DEFAULT_MIN_RUNS = 10
+DEFAULT_MAX_RUNS = 2000
+DEFAULT_TARGET_RSE = 0.01
+DEFAULT_BUDGET_S = 2.0
+DEFAULT_WARMUP = 3
+
+
+def median_rse(samples) -> float:
+    """Relative standard error of the median: 1.2533 * sigma / sqrt(n) / median, with sigma
+    estimated robustly from the median absolute deviation (one outlier barely moves it)."""
+    n = len(samples)
+    if n < 2:
+        return math.inf
+    a = np.asarray(samples, dtype=np.float64)
+    med = float(np.median(a))
+    if med <= 0:
+        return math.inf
+    sigma = 1.4826 * float(np.median(np.abs(a - med)))
+    return 1.2533 * sigma / math.sqrt(n) / med
+
+
+def stop_reason(samples, elapsed_s: float, *, min_runs: int = DEFAULT_MIN_RUNS,
+                max_runs: int = DEFAULT_MAX_RUNS, target_rse: float = DEFAULT_TARGET_RSE,
+                budget_s: float = DEFAULT_BUDGET_S) -> str | None:
+    """Why to stop now ("converged", "max-runs", "budget"), or None to take another sample."""
+    n = len(samples)
+    if n < min_runs:
+        return None
+    if median_rse(samples) <= target_rse:
+        return "converged"
+    if n >= max_runs:
+        return "max-runs"
+    if elapsed_s >= budget_s:
+        return "budget"
+    return None
+
+
+@dataclass
+class Timing:
+    samples_ms: list[float]
+    stop: str = "converged"
+    cold: bool = False
+    clock: str = "cuda-events"
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.samples_ms))
+
+    @property
+    def min_ms(self) -> float:
+        return float(np.min(self.samples_ms))
+
+    @property
+    def spread_pct(self) -> float:
+        """Interquartile range as a percentage of the median."""
+        q1, q3 = np.percentile(self.samples_ms, [25, 75])
+        return float((q3 - q1) / self.median_ms * 100) if self.median_ms > 0 else 0.0
+
+    @property
+    def rse(self) -> float:
+        return median_rse(self.samples_ms)
+
+    def as_dict(self) -> dict:
+        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "spread_pct": self.spread_pct,
+                "rse": self.rse, "n": self.n, "stop": self.stop, "cold": self.cold,
+                "clock": self.clock, "samples_ms": list(map(float, self.samples_ms))}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Timing":
+        return cls(list(d["samples_ms"]), d.get("stop", "converged"), d.get("cold", False),
+                   d.get("clock", "cuda-events"))
+
+
+@dataclass
+class TimingPolicy:
+    warmup: int = DEFAULT_WARMUP
+    min_runs: int = DEFAULT_MIN_RUNS
+    max_runs: int = DEFAULT_MAX_RUNS
+    target_rse: float = DEFAULT_TARGET_RSE
+    budget_s: float = DEFAULT_BUDGET_S
+    cold: bool = False  # flush the L2 cache before every sample
+
+    def stop(self, samples, elapsed_s: float) -> str | None:
+        return stop_reason(samples, elapsed_s, min_runs=self.min_runs, max_runs=self.max_runs,
+                           target_rse=self.target_rse, budget_s=self.budget_s)
+
+
+class L2Flusher:
+    """Writes a buffer twice the L2's size, evicting whatever an op left in the cache."""
+
+    def __init__(self):
+        import cupy
+
+        device = cupy.cuda.Device()
+        l2 = cupy.cuda.runtime.getDeviceProperties(device.id)["l2CacheSize"]
+        self.buffer = cupy.empty(max(2 * l2, 1 << 20) // 4, dtype=cupy.float32)
+
+    def __call__(self) -> None:
+        self.buffer.fill(1.0)
+
+
+def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None) -> Timing:
+    """Median-of-many CUDA-event timing of `fn` (which launches device work)."""
+    import cupy
+
+    policy = policy or TimingPolicy()
+    flush = L2Flusher() if policy.cold else None
+    for _ in range(policy.warmup):
+        fn()
+    cupy.cuda.Device().synchronize()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    samples: list[float] = []
+    t0 = time.perf_counter()
+    while True:
+        if flush:
+            flush()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(cupy.cuda.get_elapsed_time(start, end))
+        reason = policy.stop(samples, time.perf_counter() - t0)
+        if reason:
+            return Timing(samples, reason, policy.cold)
+
+
+def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None) -> Timing:
+    """The same rule with the host clock, for the CPU variant."""
+    policy = policy or TimingPolicy()
+    for _ in range(min(policy.warmup, 1)):
+        fn()
+    samples: list[float] = []
+    t0 = time.perf_counter()
+    while True:
+        s = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - s) * 1e3)
+        reason = policy.stop(samples, time.perf_counter() - t0)
+        if reason:
+            return Timing(samples, reason, False, "host")
+
+
+# --- what the times mean --------------------------------------------------------------------
+
+def traffic_bytes(shape: ConvShape, epilogue: str | None = None) -> int:
+    """Fewest bytes through device memory: inputs, weights and the output written, once each."""
+    if epilogue is None:
+        return shape.min_bytes
+    pooled = shape.B * shape.M * (shape.Ho // 2) * (shape.Wo // 2)
+    return shape.min_bytes - FLOAT_BYTES * (shape.B * shape.M * shape.Ho * shape.Wo - pooled)
+
+
+def gflops(shape: ConvShape, ms: float) -> float:
+    return shape.flops / (ms * 1e-3) / 1e9
+
+
+def gbps(shape: ConvShape, ms: float, epilogue: str | None = None) -> float:
+    return traffic_bytes(shape, epilogue) / (ms * 1e-3) / 1e9
+
+
+# --- device ceilings ------------------------------------------------------------------------
+
+MMA_PEAK_SOURCE = r"""
+// Tensor-core ceiling for the instruction the tensorcore variants use: every warp issues
+// independent mma.sync.m16n8k8 TF32 operations on register fragments, nothing else.
+extern "C" __global__ void mma_peak(float* out, int iters, float seed)
+{
+    unsigned int a[4], b[2];
+    for (int i = 0; i < 4; ++i) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(a[i]) : "f"(seed + i));
+    for (int i = 0; i < 2; ++i) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(b[i]) : "f"(seed - i));
+    float d[8][4] = {};
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                         : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+    float s = 0.0f;
+    for (int j = 0; j < 8; ++j) s += d[j][0] + d[j][1] + d[j][2] + d[j][3];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+"""
+
+
+@dataclass
+class Ceilings:
+    device: str
+    copy_gbps: float  # device-to-device copy, bytes read + written per second
+    fp32_gflops: float  # cuBLAS SGEMM 8192^3, FP32 (no TF32)
+    tf32_gflops: float  # mma.sync m16n8k8 TF32 issue rate
+    measured_at: str = ""
+    details: dict = field(default_factory=dict)
+
+    def rate(self, precision: str) -> float:
+        return self.tf32_gflops if precision in ("tf32", "fp16") else self.fp32_gflops
+
+    def floor_ms(self, shape: ConvShape, precision: str = "fp32",
+                 epilogue: str | None = None) -> tuple[float, str]:
+        """max(bytes / copy bandwidth, FLOPs / rate) and which of the two binds."""
+        mem = traffic_bytes(shape, epilogue) / (self.copy_gbps * 1e9) * 1e3
+        compute = shape.flops / (self.rate(precision) * 1e9) * 1e3
+        return (mem, "memory") if mem >= compute else (compute, "compute")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _time_once(fn, repeats: int = 10) -> float:
+    return time_device(fn, TimingPolicy(warmup=2, min_runs=repeats, max_runs=repeats)).median_ms
+
+
+def measure_ceilings() -> Ceilings:
+    import cupy
+
+    from .jit import load_module
+
+    device = device_info()["name"]
+    n = 256 * 1024 * 1024  # 1 GiB of float32, far past the L2
+    src = cupy.random.random(n, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    ms = _time_once(lambda: cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes,
+                                                          3, 0))
+    copy_gbps = 2 * src.nbytes / (ms * 1e-3) / 1e9
+    del src, dst
+
+    size = 8192
+    a = cupy.random.random((size, size), dtype=cupy.float32)
+    b = cupy.random.random((size, size), dtype=cupy.float32)
+    c = cupy.empty_like(a)
+    ms = _time_once(lambda: cupy.matmul(a, b, out=c))
+    fp32 = 2 * size**3 / (ms * 1e-3) / 1e9
+    del a, b, c
+
+    kernel = load_module("ceiling:mma", MMA_PEAK_SOURCE, ("-std=c++17",), ("mma_peak",)).module \
+        .get_function("mma_peak")
+    sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
+    blocks_, threads, iters = sms * 8, 256, 4096
+    out = cupy.empty(blocks_ * threads, dtype=cupy.float32)
+    ms = _time_once(lambda: kernel((blocks_,), (threads,), (out, np.int32(iters), np.float32(1.5))))
+    tf32 = blocks_ * threads / 32 * iters * 8 * (2 * 16 * 8 * 8) / (ms * 1e-3) / 1e9
+    return Ceilings(device, round(copy_gbps, 1), round(fp32, 1), round(tf32, 1),
+                    time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    {"copy_bytes": 2 * n * 4, "sgemm_size": size, "mma_blocks": blocks_})
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab"))
+
+
+def ceilings(refresh: bool = False) -> Ceilings:
+    """The current device's ceilings, measured once and cached on disk per device and driver."""
+    info = device_info()
+    key = "".join(ch if ch.isalnum() else "-" for ch in
+                  f"{info['name']}-{info['pci_bus_id']}-{info['driver']}")
+    path = _cache_dir() / f"ceilings-{key}.json"
+    if not refresh and path.exists():
+        try:
+            return Ceilings(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass  # an unreadable cache is measured again and overwritten
+    result = measure_ceilings()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.as_dict(), indent=2))
+    tmp.replace(path)
+    return result
+
+
+def device_info() -> dict:
+    """Name, compute capability, memory and software versions of the current GPU."""
+    import cupy
+
+    from .gpu import require_cupy
+
+    require_cupy("this command")
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    def version(v):
+        return f"{v // 1000}.{v % 1000 // 10}"
+    return {
+        "name": name,
+        "compute_capability": f"{props['major']}.{props['minor']}",
+        "multiprocessors": props["multiProcessorCount"],
+        "memory_gib": round(props["totalGlobalMem"] / 2**30, 1),
+        "l2_mib": round(props["l2CacheSize"] / 2**20, 1),
+        "pci_bus_id": dev.pci_bus_id,
+        "driver": version(cupy.cuda.runtime.driverGetVersion()),
+        "cuda_runtime": version(cupy.cuda.runtime.runtimeGetVersion()),
+        "cupy": cupy.__version__,
+    }

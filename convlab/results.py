@@ -1,0 +1,138 @@
+"""Comparison records on disk: JSON with a schema version, a markdown table beside it, and the
+diff of a new record against a baseline."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .compare import Comparison, Row
+from .errors import DataError
+
+SCHEMA_VERSION = 1
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def to_record(comparison: Comparison, command: str = "") -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "convlab_version": __version__,
+        "git_commit": _git_commit(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": command,
+        "model": comparison.model,
+        "batches": comparison.batches,
+        "kernels": comparison.kernels,
+        "device": comparison.device,
+        "ceilings": comparison.ceilings,
+        "policy": comparison.policy,
+        "rows": [row.as_dict() for row in comparison.rows],
+    }
+
+
+def from_record(record: dict) -> Comparison:
+    comparison = Comparison(record.get("model"), record["batches"], record["kernels"],
+                            [Row.from_dict(r) for r in record["rows"]], record.get("ceilings"),
+                            record.get("device"), record.get("policy"))
+    return comparison
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder and rename: readers see all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load_record(path: Path) -> dict:
+    try:
+        record = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable convlab record ({exc})") from None
+    if not isinstance(record, dict) or "schema_version" not in record:
+        raise DataError(f"{path}: not a convlab compare record (no schema_version)")
+    if record["schema_version"] != SCHEMA_VERSION:
+        raise DataError(f"{path}: record schema version {record['schema_version']}; this convlab "
+                        f"reads version {SCHEMA_VERSION}")
+    try:
+        from_record(record)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{path}: malformed record ({type(exc).__name__}: {exc})") from None
+    return record
+
+
+def record_name(record: dict) -> str:
+    subject = record["model"] or "layer"
+    stamp = record["timestamp"][:19].replace(":", "").replace("-", "")
+    return f"compare-{subject}-{stamp}"
+
+
+def save(record: dict, folder: Path, markdown: str) -> tuple[Path, Path]:
+    base = Path(folder) / record_name(record)
+    json_path, md_path = base.with_suffix(".json"), base.with_suffix(".md")
+    atomic_write(json_path, json.dumps(record, indent=1) + "\n")
+    atomic_write(md_path, markdown)
+    return json_path, md_path
+
+
+@dataclass
+class Delta:
+    key: tuple
+    label: str
+    old_ms: float | None
+    new_ms: float | None
+    ratio: float | None  # new / old: above 1 is slower
+    noise: float | None
+    verdict: str  # "faster", "slower", "same", "new", "missing", "not comparable"
+
+
+def row_noise(row: Row) -> float:
+    return row.timing.rse if row.timing is not None else math.inf
+
+
+def diff(new: Comparison, old: Comparison, floor: float = 0.02, sigmas: float = 3.0) -> list[Delta]:
+    """Each row's time against the same row of a baseline. A change counts only beyond
+    `sigmas` combined standard errors of the two medians, and never below `floor` (2%)."""
+    old_rows = {r.key: r for r in old.rows}
+    deltas = []
+    for row in new.rows:
+        base = old_rows.pop(row.key, None)
+        if base is None:
+            deltas.append(Delta(row.key, row.label, None, row.median_ms, None, None, "new"))
+            continue
+        if not (row.valid and base.valid):
+            deltas.append(Delta(row.key, row.label, base.median_ms, row.median_ms, None, None,
+                                "not comparable"))
+            continue
+        ratio = row.median_ms / base.median_ms
+        noise = max(floor, sigmas * math.hypot(row_noise(row), row_noise(base)))
+        verdict = "slower" if ratio > 1 + noise else "faster" if ratio < 1 - noise else "same"
+        deltas.append(Delta(row.key, row.label, base.median_ms, row.median_ms, ratio, noise, verdict))
+    for key, base in old_rows.items():
+        deltas.append(Delta(key, base.label, base.median_ms, None, None, None, "missing"))
+    return deltas

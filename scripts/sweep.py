@@ -1,0 +1,67 @@
+"""Sweep register-tiled / fused tilings on the ECE408 layers at batch 10000 (GPU only).
+
+Every configuration is verified (last timed output against float64) before its time counts.
+Usage: python scripts/sweep.py [--out FILE.json]
+"""
+
+import argparse
+import itertools
+import json
+
+from convlab import lab, measure
+from convlab.kernels import TANH_POOL
+from convlab.kernels.fused import Fused
+from convlab.kernels.register_tiled import RegisterTiled
+from convlab.shapes import ConvShape
+
+# layer: (shape, rows per thread to try, channels per thread to try)
+LAYERS = {
+    "ece408-high conv": (ConvShape(10000, 1, 28, 28, 50, 5), (2, 3, 4, 6, 8), (5, 10, 25)),
+    "ece408 conv1": (ConvShape(10000, 1, 48, 48, 12, 7), (2, 3, 4, 6, 7, 8), (3, 4, 6, 12)),
+    "ece408 conv2": (ConvShape(10000, 12, 21, 21, 24, 7), (1, 3, 5), (4, 6, 8, 12, 24)),
+}
+
+
+def configs(ths, mts, even_rows):
+    ths = [th for th in ths if th % 2 == 0] if even_rows else ths
+    for th, mt, minb in itertools.product(ths, mts, (1, 2, 4)):
+        regs = mt * th + 4 * ((mt + 3) // 4) + 2 * th + 24
+        if mt * th > 160 or regs * 128 * minb > 65536 * 1.1:
+            continue
+        yield th, mt, minb
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    policy = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=20, budget_s=0.3)
+    results = []
+    for (name, (shape, ths, mts)), (cls, epilogue) in itertools.product(
+            LAYERS.items(), ((RegisterTiled, None), (Fused, TANH_POOL))):
+        if epilogue and shape.C > 1:
+            continue
+        rows = []
+        for th, mt, minb in configs(ths, mts, epilogue is not None):
+            variant = cls(th=th, mt=mt, min_blocks=minb)
+            try:
+                r = lab.run_layer(shape, variant, policy, epilogue)
+            except Exception as exc:  # noqa: BLE001 - a config that fails to build is reported
+                print(f"{name} {cls.name} th={th} mt={mt} minb={minb}: {type(exc).__name__}: {exc}")
+                continue
+            rows.append({"layer": name, "variant": cls.name, "th": th, "mt": mt, "minb": minb,
+                         "ms": r.timing.median_ms, "ok": r.check.passed})
+        rows.sort(key=lambda r: (not r["ok"], r["ms"]))
+        default = cls().tiling(shape, epilogue)
+        print(f"\n{name} / {cls.name}: {len(rows)} configs; heuristic picks th,mt={default}")
+        for r in rows[:6]:
+            print(f"  th={r['th']} mt={r['mt']:>2} minb={r['minb']}  {r['ms']:.4f} ms  "
+                  f"{'PASS' if r['ok'] else 'FAIL'}")
+        results += rows
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

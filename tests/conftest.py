@@ -1,0 +1,23 @@
+import secrets
+
+import numpy as np
+import pytest
+
+from convlab.gpu import gpu_available, unavailable_reason
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason=f"no usable GPU: {unavailable_reason()}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random inputs on every run; the seed is printed so a failure can be replayed."""
+    seed = secrets.randbits(32)
+    print(f"{request.node.nodeid}: numpy seed {seed}")
+    return np.random.default_rng(seed)

@@ -1,0 +1,106 @@
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from convlab import data, reference
+from convlab.errors import ConvlabError, DataError
+from convlab.models import ACCURACY_BATCHES, MODELS, get_model, load_weights, save_weights, weights_path
+from convlab.shapes import ConvShape
+
+
+def test_model_specs_match_the_course():
+    high = get_model("ece408-high")
+    assert high.conv_shapes(10000) == {"conv": ConvShape(10000, 1, 28, 28, 50, 5)}
+    assert high.parameter_shapes()["fc1.weight"] == (500, 7200)
+    spring = get_model("ece408")
+    assert spring.conv_shapes(7) == {"conv1": ConvShape(7, 1, 48, 48, 12, 7),
+                                     "conv2": ConvShape(7, 12, 21, 21, 24, 7)}
+    assert spring.parameter_shapes()["fc1.weight"] == (160, 5400)
+
+
+def test_unknown_model_lists_valid_names():
+    with pytest.raises(ConvlabError, match="ece408-high, ece408-low, ece408"):
+        get_model("alexnet")
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_weights_load_with_metadata(name):
+    weights = load_weights(name)
+    for key, shape in weights.spec.parameter_shapes().items():
+        assert weights.arrays[key].shape == shape and weights.arrays[key].dtype == np.float32
+    assert set(weights.expected_accuracy) == set(ACCURACY_BATCHES)
+    assert weights.meta["recipe"]["seed"] == 408
+    assert weights.meta["layers"] == weights.spec.describe()
+
+
+def test_trained_accuracy_targets():
+    acc = {name: load_weights(name).expected_accuracy[10000] for name in MODELS}
+    assert acc["ece408-high"] >= 0.88
+    assert acc["ece408"] >= 0.87
+    assert acc["ece408-low"] < acc["ece408-high"] - 0.15
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_cpu_reference_reproduces_stored_accuracy(name):
+    """The float32 forward pass, run at each batch size, gives exactly the stored accuracies."""
+    weights = load_weights(name)
+    images, labels = data.load_test_set()
+    x = data.prepare_input(images, weights.spec.input_size)
+    for n in ACCURACY_BATCHES:
+        predictions = reference.predict(weights, x[:n])
+        np.testing.assert_array_equal(predictions, weights.reference_predictions[:n])
+        assert float((predictions == labels[:n]).mean()) == weights.expected_accuracy[n]
+
+
+def _copy_with(tmp_path, name, mutate):
+    weights = load_weights(name)
+    arrays = dict(weights.arrays)
+    meta = {k: v for k, v in weights.meta.items() if k not in ("format", "model")}
+    mutate(arrays, meta)
+    path = tmp_path / f"{name}.npz"
+    save_weights(path, weights.spec, arrays, meta)
+    return path
+
+
+def test_weights_with_wrong_shape_are_rejected(tmp_path):
+    path = _copy_with(tmp_path, "ece408", lambda a, m: a.update({"fc2.bias": np.zeros(9, np.float32)}))
+    with pytest.raises(DataError, match=r"'fc2.bias' has shape \(9,\), expected \(10,\)"):
+        load_weights("ece408", path)
+
+
+def test_weights_with_missing_array_are_rejected(tmp_path):
+    path = _copy_with(tmp_path, "ece408", lambda a, m: a.pop("conv2.weight"))
+    with pytest.raises(DataError, match="missing array 'conv2.weight'"):
+        load_weights("ece408", path)
+
+
+def test_weights_with_nan_are_rejected(tmp_path):
+    def poison(arrays, meta):
+        w = arrays["fc1.weight"].copy()
+        w[0, 0] = np.nan
+        arrays["fc1.weight"] = w
+    with pytest.raises(DataError, match="non-finite"):
+        load_weights("ece408", _copy_with(tmp_path, "ece408", poison))
+
+
+def test_corrupt_weights_file(tmp_path):
+    path = tmp_path / "ece408.npz"
+    path.write_bytes(weights_path("ece408").read_bytes()[:5000])
+    with pytest.raises(DataError, match="corrupt weights file"):
+        load_weights("ece408", path)
+
+
+def test_weights_for_another_model_are_rejected(tmp_path):
+    path = tmp_path / "x.npz"
+    path.write_bytes(weights_path("ece408-low").read_bytes())
+    with pytest.raises(DataError, match="model 'ece408-low', expected format 1 model 'ece408-high'"):
+        load_weights("ece408-high", path)
+
+
+def test_weights_file_round_trips_metadata(tmp_path):
+    path = _copy_with(tmp_path, "ece408-low", lambda a, m: m.update({"note": "x"}))
+    with zipfile.ZipFile(path) as z:
+        assert "meta.npy" in z.namelist()
+    assert json.loads(json.dumps(load_weights("ece408-low", path).meta))["note"] == "x"
