@@ -26,8 +26,9 @@ for step in "${steps[@]}"; do
       for model in ece408-high ece408; do
         COLUMNS=250 convlab compare --kernels "${KERNELS:-all}" --model "$model" \
           --batch "${BATCHES:-10,100,1000,10000}" --save "$work/records" \
-          --plot "$work/records/compare-$model.png" 2>&1 | tee "$work/logs/compare-$model.log"
-      done ;;
+          --plot "$work/records/compare-$model.png" > "$work/logs/compare-$model.log" 2>&1
+      done
+      python3 scripts/summarize.py "$work/records" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
