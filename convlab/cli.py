@@ -17,8 +17,15 @@ from .gpu import gpu_available, unavailable_reason
 from .kernels import VARIANTS, get_variant
 from .models import MODELS, get_model, load_weights
 
-console = Console()
-err_console = Console(stderr=True)
+
+
+def console() -> Console:
+    """A console for this call: rich reads the terminal width (or COLUMNS) when it is made."""
+    return Console()
+
+
+def err_console() -> Console:
+    return Console(stderr=True)
 
 
 class ConvlabGroup(click.Group):
@@ -53,7 +60,7 @@ def list_variants(as_json):
                                 "gpu": v.on_gpu, "epilogues": list(v.epilogues)}
                                for v in variants], indent=2))
     else:
-        console.print(report.variants_table(variants))
+        console().print(report.variants_table(variants))
 
 
 @main.command()
@@ -67,7 +74,7 @@ def show(name, raw):
     if raw:
         click.echo(variant.source.strip("\n"))
     else:
-        console.print(Syntax(variant.source.strip("\n"), "cuda", line_numbers=True))
+        console().print(Syntax(variant.source.strip("\n"), "cuda", line_numbers=True))
 
 
 @main.command()
@@ -96,7 +103,7 @@ def run(kernel, model, batch, repeat, cold, as_json):
     on_gpu = get_variant(kernel).on_gpu
     policy = measure.TimingPolicy(min_runs=repeat or (10 if on_gpu else 3), cold=cold)
     if note and not as_json:
-        console.print(f"[yellow]{escape(note)}[/yellow]")
+        console().print(f"[yellow]{escape(note)}[/yellow]")
 
     def on_event(name, payload=None):
         if as_json:
@@ -121,10 +128,10 @@ def run(kernel, model, batch, repeat, cold, as_json):
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
-        console.print(report.run_table(result))
+        console().print(report.run_table(result))
         for line in report.failure_lines(result):
-            console.print(f"[bold red]FAIL[/bold red] {escape(line)}")
-        console.print(report.run_summary(result))
+            console().print(f"[bold red]FAIL[/bold red] {escape(line)}")
+        console().print(report.run_summary(result))
     if not result.passed:
         raise SystemExit(1)
 
@@ -138,7 +145,7 @@ def models():
             rows.append((spec, load_weights(name), None))
         except ConvlabError as exc:
             rows.append((spec, None, str(exc)))
-    console.print(report.models_table(rows))
+    console().print(report.models_table(rows))
 
 
 @main.command()
@@ -177,7 +184,7 @@ def device(ceilings, refresh, as_json):
     if as_json:
         click.echo(json.dumps({"gpu": info, "ceilings": ceil.as_dict() if ceil else None}, indent=2))
     else:
-        console.print(report.device_table(info, ceil))
+        console().print(report.device_table(info, ceil))
 
 
 @main.command("compare")
@@ -212,7 +219,7 @@ def compare_cmd(kernels, model, layer, batches, cold, budget, save_dir, baseline
         _pyplot()  # a missing matplotlib is reported before minutes of timing, not after
     policy = measure.TimingPolicy(cold=cold, budget_s=budget)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True,
+                  TimeElapsedColumn(), console=err_console(), transient=True,
                   disable=as_json) as progress:
         task = progress.add_task("compare", total=None)
 
@@ -226,20 +233,20 @@ def compare_cmd(kernels, model, layer, batches, cold, budget, save_dir, baseline
     else:
         _print_comparison(comparison)
     if base is not None:
-        console.print(report.diff_table(results.diff(comparison, base)))
+        console().print(report.diff_table(results.diff(comparison, base)))
     if save_dir is not None:
         paths = results.save(record, save_dir, report.compare_markdown(comparison))
-        err_console.print(f"saved {paths[0]} and {paths[1]}")
+        err_console().print(f"saved {paths[0]} and {paths[1]}")
     if plot_path is not None:
         from .plot import plot_comparison
 
-        err_console.print(f"plot written to {plot_comparison(comparison, plot_path)}")
+        err_console().print(f"plot written to {plot_comparison(comparison, plot_path)}")
 
 
 def _print_comparison(comparison):
-    console.print(escape(report.compare_header(comparison)))
+    console().print(escape(report.compare_header(comparison)))
     for table in report.compare_tables(comparison):
-        console.print(table)
+        console().print(table)
 
 
 @main.group(cls=ConvlabGroup)

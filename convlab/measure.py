@@ -126,14 +126,21 @@ class L2Flusher:
         self.buffer.fill(1.0)
 
 
-def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None) -> Timing:
-    """Median-of-many CUDA-event timing of `fn` (which launches device work)."""
+def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
+                after_warmup: Callable[[], None] | None = None) -> Timing:
+    """Median-of-many CUDA-event timing of `fn` (which launches device work).
+
+    `after_warmup` runs between warm-up and the timed runs: the lab poisons the output there,
+    so what is verified afterwards was written by a timed run, not left over from warm-up.
+    """
     import cupy
 
     policy = policy or TimingPolicy()
     flush = L2Flusher() if policy.cold else None
     for _ in range(policy.warmup):
         fn()
+    if after_warmup:
+        after_warmup()
     cupy.cuda.Device().synchronize()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     samples: list[float] = []
@@ -151,11 +158,14 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None) -> T
             return Timing(samples, reason, policy.cold)
 
 
-def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None) -> Timing:
+def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,
+              after_warmup: Callable[[], None] | None = None) -> Timing:
     """The same rule with the host clock, for the CPU variant."""
     policy = policy or TimingPolicy()
     for _ in range(min(policy.warmup, 1)):
         fn()
+    if after_warmup:
+        after_warmup()
     samples: list[float] = []
     t0 = time.perf_counter()
     while True:

@@ -69,7 +69,7 @@ def test_tanh_pool_epilogue_matches_reference(variant, shape, rng):
     assert check.passed, check.reason
 
 
-@pytest.mark.parametrize("name", ["constant", "unrolled"])
+@pytest.mark.parametrize("name", ["constant", "unrolled", "register-tiled", "fused"])
 def test_constant_memory_ops_of_one_shape_keep_their_own_weights(name, rng):
     """Two models with the same conv shape share one compiled module (and constant bank)."""
     import cupy
@@ -124,3 +124,89 @@ def test_device_info_and_ceilings(tmp_path, monkeypatch):
     assert first.copy_gbps > 100 and first.fp32_gflops > 1000 and first.tf32_gflops > first.fp32_gflops
     assert measure.ceilings() == first  # cached on disk
     assert list(tmp_path.glob("ceilings-*.json"))
+
+
+# --- convlab compare on the GPU, with deliberately broken test-only variants ----------------
+
+from convlab import compare as compare_mod  # noqa: E402
+from convlab.kernels.base import Op  # noqa: E402
+from convlab.kernels.naive import Naive  # noqa: E402
+
+
+class SkipsLastTap(Naive):
+    name = "test-wrong"
+    source = Naive.source.replace("q < K; ++q", "q < K - 1; ++q")
+
+
+class SkipsLastColumn(Naive):
+    name = "test-unwritten"
+    source = Naive.source.replace("    y[i] = acc;", "    if (w != Wo - 1) y[i] = acc;")
+
+
+class FirstCallOnly(Naive):
+    """Computes on its first call and does nothing afterwards: a cheat of the timer."""
+
+    name = "test-first-call-only"
+
+    def prepare(self, shape, weights, epilogue=None):
+        real = super().prepare(shape, weights, epilogue)
+        calls = []
+
+        def launch(x, y):
+            if not calls:
+                real(x, y)
+            calls.append(1)
+
+        return Op(launch, real.output_shape, real.compile_seconds)
+
+
+@pytest.fixture
+def broken_variants(monkeypatch):
+    for cls in (SkipsLastTap, SkipsLastColumn, FirstCallOnly):
+        monkeypatch.setitem(VARIANTS, cls.name, cls())
+    return [cls.name for cls in (SkipsLastTap, SkipsLastColumn, FirstCallOnly)]
+
+
+def test_compare_passes_real_variants_and_catches_broken_ones(broken_variants):
+    fp32 = [v.name for v in GPU_VARIANTS if v.precision == "fp32" and not v.name.startswith("cudnn")]
+    plan = compare_mod.plan(",".join(fp32 + broken_variants), "ece408", None, "10,100")
+    policy = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.2)
+    result = compare_mod.execute(plan, policy)
+    rows = {(r.variant, r.batch, r.layer): r for r in result.rows}
+    for name in fp32:
+        for batch in (10, 100):
+            for layer in ("conv1", "conv2"):
+                row = rows[(name, batch, layer)]
+                assert row.status == "PASS", (name, batch, layer, row.reason)
+                assert row.median_ms > 0 and row.accuracy is not None
+    wrong = rows[("test-wrong", 10, "conv1")]
+    assert wrong.status == "FAIL" and "random inputs" in wrong.reason
+    assert "max relative error" in wrong.reason and wrong.median_ms is None and wrong.gflops is None
+    unwritten = rows[("test-unwritten", 10, "conv1")]
+    assert unwritten.status == "FAIL" and "not written" in unwritten.reason
+    cheat = rows[("test-first-call-only", 100, "conv1")]
+    assert cheat.status == "FAIL" and cheat.reason.startswith("after timing:")
+    assert "not written" in cheat.reason
+    for r in result.rows:
+        if r.status != "PASS":
+            assert r.median_ms is None and r.pct_floor is None and not r.best
+    best = [r for r in result.rows if r.best]
+    assert {(r.batch, r.layer, r.epilogue) for r in best} == {
+        (r.batch, r.layer, r.epilogue) for r in result.rows if r.valid}
+
+
+def test_cli_compare_saves_and_rerenders(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("COLUMNS", "250")
+    from convlab.cli import main
+
+    runner = CliRunner()
+    out = runner.invoke(main, ["compare", "--kernels", "naive,register-tiled", "--batch", "10",
+                               "--budget", "0.2", "--save", str(tmp_path)], terminal_width=250)
+    assert out.exit_code == 0, out.output
+    record = next(tmp_path.glob("compare-*.json"))
+    assert record.with_suffix(".md").exists()
+    shown = runner.invoke(main, ["results", "show", str(record)], terminal_width=250)
+    assert shown.exit_code == 0
+    assert shown.output.strip() in out.output

@@ -17,7 +17,7 @@ SOURCE = r"""
 #define HP (HO / 2)
 #define WP (WO / 2)
 
-extern "C" __global__ void __launch_bounds__(BLOCK, MINB)
+extern "C" __global__ void BOUNDS
 conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
                int B)
 {
@@ -47,7 +47,7 @@ conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* 
 """
 
 from .base import TANH_POOL, blocks, check_epilogue  # noqa: E402
-from .register_tiled import RegisterTiled, pick_tiling  # noqa: E402
+from .register_tiled import ACCUMULATORS, RegisterTiled, pick_tiling  # noqa: E402
 
 
 class Fused(RegisterTiled):
@@ -60,6 +60,8 @@ class Fused(RegisterTiled):
     def tiling(self, shape, epilogue=None):
         if epilogue != TANH_POOL:
             return super().tiling(shape)
+        if self.constant_filters(shape):
+            return self.th or 2 * max(1, min(4, ACCUMULATORS // (2 * shape.M))), shape.M
         th, mt = pick_tiling(shape, even_rows=True, rows_needed=2 * (shape.Ho // 2))
         return self.th or th, self.mt or mt
 

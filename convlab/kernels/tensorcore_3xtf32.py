@@ -8,28 +8,30 @@ COMMENT = r"""
 // big*big (small terms first). Only small*small, about 2^-22 of the product, is dropped, so the
 // result matches FP32 arithmetic (checked at 1e-5 like the FP32 variants) while still running on
 // the tensor cores: three mma instructions per k-step instead of one, a trade that pays where
-// FP32 FMAs are the bottleneck (CUTLASS calls this 3xTF32). Tiling and pipelining as tensorcore.
+// FP32 FMAs are the bottleneck (CUTLASS calls this 3xTF32). The host splits the filters into
+// their two parts; the inputs are staged unrounded and split in registers. Tiling as tensorcore.
 """
 
 MMA_STEP = r"""
-__device__ __forceinline__ void split_tf32(float f, unsigned int& big, unsigned int& small)
-{
-    big = to_tf32(f);
-    small = to_tf32(f - __uint_as_float(big));
-}
+#define A_PARTS 2
+#define STAGE(v) (v)
 
-__device__ __forceinline__ void mma_step(float (&acc)[MF][NF][4], const float (&a)[MF][4],
+__device__ __forceinline__ void mma_step(float (&acc)[MF][NF][4], const float4 (&a)[A_PARTS][MF],
                                          const float (&b)[NF][2])
 {
     unsigned int ah[MF][4], al[MF][4], bh[NF][2], bl[NF][2];
 #pragma unroll
-    for (int i = 0; i < MF; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) split_tf32(a[i][e], ah[i][e], al[i][e]);
+    for (int i = 0; i < MF; ++i) {
+        as_bits(a[0][i], ah[i]);
+        as_bits(a[1][i], al[i]);
+    }
 #pragma unroll
     for (int j = 0; j < NF; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) split_tf32(b[j][e], bh[j][e], bl[j][e]);
+        for (int e = 0; e < 2; ++e) {
+            bh[j][e] = to_tf32(b[j][e]);
+            bl[j][e] = to_tf32(b[j][e] - __uint_as_float(bh[j][e]));
+        }
 #pragma unroll
     for (int i = 0; i < MF; ++i)
 #pragma unroll
@@ -43,7 +45,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[MF][NF][4], const float (&
 
 SOURCE = COMMENT + HEADER + MMA_STEP + BODY
 
-from .tensorcore import TensorCore  # noqa: E402
+from .tensorcore import TensorCore, round_tf32  # noqa: E402
 
 
 class TensorCore3xTF32(TensorCore):
@@ -51,3 +53,7 @@ class TensorCore3xTF32(TensorCore):
     summary = "tensorcore with split TF32 operands (3 MMAs per step): FP32-level accuracy"
     precision = "fp32"
     source = SOURCE
+
+    def filter_parts(self, weights):
+        big = round_tf32(weights)
+        return [big, round_tf32(weights - big)]

@@ -1,0 +1,74 @@
+import math
+
+import numpy as np
+import pytest
+
+from convlab import measure
+from convlab.kernels import TANH_POOL
+from convlab.shapes import ConvShape
+
+
+def test_median_rse_of_constant_samples_is_zero():
+    assert measure.median_rse([2.0] * 10) == 0.0
+
+
+def test_median_rse_shrinks_with_more_samples(rng):
+    few = rng.normal(1.0, 0.05, 10)
+    many = np.concatenate([few, rng.normal(1.0, 0.05, 990)])
+    assert measure.median_rse(many) < measure.median_rse(few) / 5
+
+
+def test_median_rse_ignores_one_outlier():
+    base = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0]
+    assert measure.median_rse(base + [50.0]) < 0.01
+
+
+def test_median_rse_needs_two_samples():
+    assert measure.median_rse([1.0]) == math.inf
+
+
+def test_stop_rule():
+    quiet = [1.0, 1.001] * 5
+    assert measure.stop_reason(quiet[:9], 0.0) is None  # fewer than min_runs
+    assert measure.stop_reason(quiet, 0.0) == "converged"
+    noisy = [1.0, 2.0, 0.5, 3.0, 1.5, 0.7, 2.5, 1.1, 0.9, 2.2]
+    assert measure.stop_reason(noisy, 0.1) is None
+    assert measure.stop_reason(noisy, 5.0) == "budget"
+    assert measure.stop_reason(noisy * 200, 0.1, max_runs=2000) in ("max-runs", "converged")
+    assert measure.stop_reason(noisy, 0.1, max_runs=10) == "max-runs"
+
+
+def test_timing_statistics():
+    t = measure.Timing([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert t.median_ms == 3.0 and t.min_ms == 1.0 and t.n == 5
+    assert t.spread_pct == pytest.approx((4.0 - 2.0) / 3.0 * 100)
+    again = measure.Timing.from_dict(t.as_dict())
+    assert again.samples_ms == t.samples_ms and again.stop == t.stop
+
+
+def test_host_timing_follows_the_policy():
+    calls = []
+    timing = measure.time_host(lambda: calls.append(1), measure.TimingPolicy(min_runs=4, max_runs=4))
+    assert timing.n == 4 and timing.clock == "host" and len(calls) == 5  # one warm-up
+
+
+def test_traffic_and_rates():
+    shape = ConvShape(10000, 1, 28, 28, 50, 5)
+    assert shape.flops == 2 * 10000 * 50 * 24 * 24 * 25
+    assert measure.traffic_bytes(shape) == 4 * (10000 * 784 + 1250 + 10000 * 50 * 576)
+    pooled = measure.traffic_bytes(shape, TANH_POOL)
+    assert pooled == 4 * (10000 * 784 + 1250 + 10000 * 50 * 144)
+    assert measure.gflops(shape, 1.0) == pytest.approx(shape.flops / 1e-3 / 1e9)
+    assert measure.gbps(shape, 2.0, TANH_POOL) == pytest.approx(pooled / 2e-3 / 1e9)
+
+
+def test_floor_picks_the_binding_ceiling():
+    c = measure.Ceilings("test", copy_gbps=3000.0, fp32_gflops=50000.0, tf32_gflops=300000.0)
+    high = ConvShape(10000, 1, 28, 28, 50, 5)  # writes 1.15 GB: memory-bound
+    ms, bound = c.floor_ms(high)
+    assert bound == "memory" and ms == pytest.approx(high.min_bytes / 3000e9 * 1e3)
+    conv2 = ConvShape(10000, 12, 21, 21, 24, 7)  # 63.5 GFLOP: FMA-bound in fp32
+    ms, bound = c.floor_ms(conv2)
+    assert bound == "compute" and ms == pytest.approx(conv2.flops / 50000e9 * 1e3)
+    ms_tf32, bound_tf32 = c.floor_ms(conv2, "tf32")
+    assert bound_tf32 == "compute" and ms_tf32 == pytest.approx(conv2.flops / 300000e9 * 1e3)

@@ -1,0 +1,179 @@
+"""Comparison records without a GPU: arithmetic, JSON round trip, diffs, rendering, the CLI."""
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from convlab import compare, measure, report, results
+from convlab.cli import main
+from convlab.errors import ConvlabError, DataError
+from convlab.kernels import TANH_POOL
+from convlab.shapes import ConvShape
+
+SHAPE = ConvShape(100, 1, 28, 28, 50, 5)
+CEILINGS = measure.Ceilings("Test GPU", copy_gbps=3000.0, fp32_gflops=50000.0, tf32_gflops=300000.0)
+
+
+def row(variant, ms, status="PASS", batch=100, layer="conv", epilogue=None, precision="fp32", reason=""):
+    timing = measure.Timing([ms * f for f in (0.99, 1.0, 1.01, 1.0, 1.0)]) if ms else None
+    return compare.Row(variant, precision, batch, layer, layer, SHAPE, epilogue, status, reason,
+                       timing, 1e-7 if ms else None, 0.9 if ms else None, 0 if ms else None)
+
+
+def sample():
+    rows = [row("naive", 4.0), row("tiled", 2.0), row("register-tiled", 0.5),
+            row("broken", None, "FAIL", reason="max relative error 1 > 1e-05"),
+            row("cudnn", 1.0), row("cudnn-tf32", None, "SKIP", precision="tf32", reason="needs PyTorch"),
+            row("fused", 0.4, epilogue=TANH_POOL), row("cudnn", 1.6, epilogue=TANH_POOL)]
+    compare.finish(rows, CEILINGS)
+    return compare.Comparison("ece408-high", [100], ["naive", "tiled"], rows, CEILINGS.as_dict(),
+                              {"name": "Test GPU", "compute_capability": "9.0", "cuda_runtime": "13.0",
+                               "cupy": "14"}, vars(measure.TimingPolicy()))
+
+
+def test_speedups_floor_and_best():
+    rows = {(r.variant, r.epilogue): r for r in sample().rows}
+    fast = rows[("register-tiled", None)]
+    assert fast.speedup_naive == pytest.approx(8.0) and fast.speedup_cudnn == pytest.approx(2.0)
+    floor, bound = CEILINGS.floor_ms(SHAPE)
+    assert fast.pct_floor == pytest.approx(100 * floor / 0.5) and fast.floor_bound == bound
+    assert fast.best and not rows[("tiled", None)].best
+    fused = rows[("fused", TANH_POOL)]
+    assert fused.best and fused.speedup_cudnn == pytest.approx(4.0) and fused.speedup_naive is None
+
+
+def test_fail_and_skip_rows_show_no_speed():
+    rows = {r.variant: r for r in sample().rows if r.epilogue is None}
+    for name in ("broken", "cudnn-tf32"):
+        r = rows[name]
+        assert r.median_ms is None and r.gflops is None and r.pct_floor is None
+        assert r.speedup_cudnn is None and not r.best
+        cells = report.compare_cells(r)
+        assert cells[4:13] == ["-"] * 9
+        assert cells[3].startswith(r.status + ": ")
+
+
+def test_record_round_trip(tmp_path):
+    comparison = sample()
+    record = results.to_record(comparison, "convlab compare --test")
+    assert record["schema_version"] == results.SCHEMA_VERSION
+    json_path, md_path = results.save(record, tmp_path, report.compare_markdown(comparison))
+    loaded = results.load_record(json_path)
+    assert loaded == json.loads(json.dumps(record))
+    again = results.from_record(loaded)
+    assert [r.as_dict() for r in again.rows] == [r.as_dict() for r in comparison.rows]
+    assert "| 100 | register-tiled | fp32 | PASS | **0.5000**" in md_path.read_text()
+
+
+def test_schema_version_is_checked(tmp_path):
+    record = results.to_record(sample())
+    record["schema_version"] = 99
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(DataError, match="schema version 99"):
+        results.load_record(path)
+    path.write_text("{not json")
+    with pytest.raises(DataError, match="not a readable convlab record"):
+        results.load_record(path)
+    path.write_text(json.dumps({"rows": []}))
+    with pytest.raises(DataError, match="no schema_version"):
+        results.load_record(path)
+
+
+def test_diff_flags_changes_beyond_noise_and_missing_rows():
+    old = sample()
+    new = sample()
+    by = {(r.variant, r.epilogue): r for r in new.rows}
+    by[("tiled", None)].timing = measure.Timing([3.0] * 5)  # 2.0 -> 3.0 ms: slower
+    by[("naive", None)].timing = measure.Timing([4.02] * 5)  # +0.5%: noise
+    by[("register-tiled", None)].timing = measure.Timing([0.25] * 5)  # faster
+    new.rows = [r for r in new.rows if r.variant != "fused"]
+    new.rows.append(row("unrolled", 1.5))
+    verdicts = {(d.key[0], d.key[3]): d.verdict for d in results.diff(new, old)}
+    assert verdicts[("tiled", None)] == "slower"
+    assert verdicts[("naive", None)] == "same"
+    assert verdicts[("register-tiled", None)] == "faster"
+    assert verdicts[("fused", TANH_POOL)] == "missing"
+    assert verdicts[("unrolled", None)] == "new"
+    assert verdicts[("broken", None)] == "not comparable"
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    target = tmp_path / "record.json"
+    target.write_text("old")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        results.atomic_write(target, "new contents")
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
+
+
+def test_results_show_renders_the_saved_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    comparison = sample()
+    record = results.to_record(comparison)
+    json_path, _ = results.save(record, tmp_path, report.compare_markdown(comparison))
+    runner = CliRunner()
+    out = runner.invoke(main, ["results", "show", str(json_path)])
+    assert out.exit_code == 0
+    assert "register-tiled" in out.output and "FAIL: max relative error" in out.output
+    md = runner.invoke(main, ["results", "show", "--markdown", str(json_path)])
+    assert md.output.strip() == report.compare_markdown(comparison).strip()
+
+
+def test_results_show_missing_file_is_a_clear_error(tmp_path):
+    out = CliRunner().invoke(main, ["results", "show", str(tmp_path / "nope.json")])
+    assert out.exit_code == 1 and "no such file" in out.output and "Traceback" not in out.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kernels", "nope"], "unknown kernel 'nope'"),
+    (["--kernels", ","], "at least one variant"),
+    (["--layer", "1,2,3"], "six integers"),
+    (["--layer", "a,b,c,d,e,f"], "six integers"),
+    (["--layer", "1,1,3,3,2,5"], "does not fit"),
+    (["--batch", ""], "at least one batch size"),
+    (["--batch", "10,x"], "comma-separated integers"),
+    (["--batch", "0"], "between 1 and 10000"),
+    (["--model", "lenet"], "unknown model"),
+    (["--model", "ece408", "--layer", "1,1,28,28,2,5"], "not both"),
+])
+def test_compare_argument_errors(args, message):
+    out = CliRunner().invoke(main, ["compare", *args])
+    assert out.exit_code != 0 and message in out.output and "Traceback" not in out.output
+
+
+def test_compare_without_gpu_says_so(monkeypatch):
+    from convlab import gpu
+
+    monkeypatch.setattr(gpu, "_probe", lambda: (None, "CuPy is not installed (test)"))
+    out = CliRunner().invoke(main, ["compare", "--batch", "10"])
+    assert out.exit_code == 1 and "needs a CUDA GPU" in out.output
+
+
+def test_plan_defaults():
+    p = compare.plan(None, None, None, "10,100")
+    assert p.model == "ece408-high" and p.batches == [10, 100]
+    assert "cudnn" in p.kernels and "cudnn-tf32" in p.kernels and "cpu" not in p.kernels
+    assert list(p.shapes_for(10)) == ["conv"]
+    with pytest.raises(ConvlabError):
+        compare.parse_layer("1,2")
+
+
+def test_plot_needs_matplotlib_or_writes_png(tmp_path):
+    from convlab import plot
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConvlabError, match="matplotlib"):
+            plot.plot_comparison(sample(), tmp_path / "p.png")
+        return
+    path = plot.plot_comparison(sample(), tmp_path / "p.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
