@@ -2,7 +2,7 @@
 # One session on a GPU machine: install convlab, run the GPU tests, the tiling sweep and the
 # benchmarks. Everything is written under $OUT (default ./gpu-out) and packed into
 # $OUT/session.tar.gz; a short summary is printed last.
-# Usage: scripts/gpu_session.sh [tests] [sweep] [bench]   (default: tests bench)
+# Usage: scripts/gpu_session.sh [tests] [sweep] [runs] [bench]   (default: tests bench)
 set -uo pipefail
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests bench)
@@ -21,6 +21,13 @@ for step in "${steps[@]}"; do
       summary+=("pytest -m gpu: $(tail -n 1 "$work/logs/pytest-gpu.log")") ;;
     sweep)
       python3 scripts/sweep.py --out "$work/records/sweep.json" 2>&1 | tee "$work/logs/sweep.log" ;;
+    runs)
+      for model in ece408-high ece408-low ece408; do
+        for kernel in ${RUN_KERNELS:-naive tiled}; do
+          COLUMNS=160 convlab run --kernel "$kernel" --model "$model" --batch 10000 2>&1 \
+            | tee "$work/logs/run-$model-$kernel.log" | grep -E "^(Op Time|Correctness)"
+        done
+      done ;;
     bench)
       convlab device | tee "$work/logs/device.txt"
       for model in ece408-high ece408; do

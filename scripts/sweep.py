@@ -19,23 +19,20 @@ LAYERS = {
     "ece408 conv1": ConvShape(10000, 1, 48, 48, 12, 7),
     "ece408 conv2": ConvShape(10000, 12, 21, 21, 24, 7),
 }
-# (rows per thread, channels per thread, min blocks per SM, filter source) to try per layer;
-# the shared-memory candidates are the best of earlier, wider sweeps (results/NOTES.md).
+# Rows per thread, channels per thread and register caps (min blocks per SM; 0 = none) to try.
 CANDIDATES = {
-    "ece408-high conv": [(th, 50, minb, "constant") for th in (1, 2) for minb in (0, 3, 4)]
-    + [(3, 25, 0, "shared"), (4, 25, 0, "shared"), (2, 10, 0, "shared"), (2, 25, 0, "shared")],
-    "ece408 conv1": [(th, 12, minb, "constant") for th in (2, 3, 4, 6, 8) for minb in (0, 2, 3)]
-    + [(3, 12, 0, "shared"), (2, 12, 0, "shared"), (6, 12, 4, "shared")],
-    "ece408 conv2": [(th, mt, minb, "shared") for th in (3, 4, 5) for mt in (12, 24)
-                     for minb in (0, 2, 3)],
+    "ece408-high conv": ((2, 3, 4, 6), (10, 25), (0, 2, 3, 4)),
+    "ece408 conv1": ((2, 3, 4, 6), (6, 12), (0, 2, 3, 4)),
+    "ece408 conv2": ((3, 4, 5), (12, 24), (0, 2, 3)),
 }
 
 
 def configs(name, even_rows):
-    for th, mt, minb, filters in CANDIDATES[name]:
+    ths, mts, caps = CANDIDATES[name]
+    for th, mt, minb in itertools.product(ths, mts, caps):
         if even_rows and th % 2:
             continue
-        yield th, mt, minb, filters
+        yield th, mt, minb
 
 
 def main():
@@ -49,21 +46,20 @@ def main():
         if epilogue and shape.C > 1:
             continue
         rows = []
-        for th, mt, minb, filters in configs(name, epilogue is not None):
-            variant = cls(th=th, mt=mt, min_blocks=minb, filters=filters)
+        for th, mt, minb in configs(name, epilogue is not None):
+            variant = cls(th=th, mt=mt, min_blocks=minb)
             try:
                 r = lab.run_layer(shape, variant, policy, epilogue)
             except Exception as exc:  # noqa: BLE001 - a config that fails to build is reported
                 print(f"{name} {cls.name} th={th} mt={mt} minb={minb}: {type(exc).__name__}: {exc}")
                 continue
             rows.append({"layer": name, "variant": cls.name, "th": th, "mt": mt, "minb": minb,
-                         "filters": filters, "ms": r.timing.median_ms, "ok": r.check.passed})
+                         "ms": r.timing.median_ms, "ok": r.check.passed})
         rows.sort(key=lambda r: (not r["ok"], r["ms"]))
-        default = cls()
-        print(f"\n{name} / {cls.name}: {len(rows)} configs; default th,mt={default.tiling(shape, epilogue)} "
-              f"constant filters={default.constant_filters(shape)}")
+        print(f"\n{name} / {cls.name}: {len(rows)} configs; convlab uses th,mt,minb="
+              f"{cls().choice(shape, epilogue)}")
         for r in rows[:6]:
-            print(f"  th={r['th']} mt={r['mt']:>2} minb={r['minb']} {r['filters']:8s} {r['ms']:.4f} ms  "
+            print(f"  th={r['th']} mt={r['mt']:>2} minb={r['minb']}  {r['ms']:.4f} ms  "
                   f"{'PASS' if r['ok'] else 'FAIL'}")
         results += rows
     if args.out:

@@ -47,7 +47,14 @@ conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* 
 """
 
 from .base import TANH_POOL, blocks, check_epilogue  # noqa: E402
-from .register_tiled import ACCUMULATORS, RegisterTiled, pick_tiling  # noqa: E402
+from .register_tiled import RegisterTiled, pick_tiling  # noqa: E402
+
+# (C, H, W, M, K) -> (TH, MT, MINB) for the pooling kernel (TH even), measured like
+# register_tiled.TUNED.
+TUNED_POOL = {
+    (1, 28, 28, 50, 5): (2, 10, 0),
+    (1, 48, 48, 12, 7): (2, 12, 0),
+}
 
 
 class Fused(RegisterTiled):
@@ -57,13 +64,13 @@ class Fused(RegisterTiled):
     epilogues = (TANH_POOL,)
     fuses_in_network = True
 
-    def tiling(self, shape, epilogue=None):
+    def choice(self, shape, epilogue=None):
         if epilogue != TANH_POOL:
-            return super().tiling(shape)
-        if self.constant_filters(shape):
-            return self.th or 2 * max(1, min(4, ACCUMULATORS // (2 * shape.M))), shape.M
-        th, mt = pick_tiling(shape, even_rows=True, rows_needed=2 * (shape.Ho // 2))
-        return self.th or th, self.mt or mt
+            return super().choice(shape)
+        key = (shape.C, shape.H, shape.W, shape.M, shape.K)
+        th, mt, minb = TUNED_POOL.get(key) or (
+            *pick_tiling(shape, even_rows=True, rows_needed=2 * (shape.Ho // 2)), 0)
+        return self.th or th, self.mt or mt, minb if self.min_blocks is None else self.min_blocks
 
     def defines(self, shape, epilogue=None):
         defines = super().defines(shape, epilogue)

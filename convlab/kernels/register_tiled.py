@@ -8,13 +8,8 @@ SOURCE = r"""
 // padded to a multiple of 4 channels, so one 16-byte broadcast load fetches a tap of four
 // channels for the whole warp. Consecutive threads take consecutive columns: input loads and
 // output stores stay coalesced. Grid: x over (image, strip, column), y over channel groups.
-// FILTERS_CONST (single-channel layers whose whole filter bank fits one thread's tile, MT == M):
-// the filters sit in __constant__ memory and the p and q loops unroll, so every tap index is a
-// compile-time constant and each FMA takes its tap straight from the constant bank -- no load
-// instruction for filters at all.
 // Compile-time: C, H, W, M, K, TH, MT, MT4 (MT rounded up to 4), NSTRIP, BLOCK, MINB (the
-// blocks per SM the register allocation must leave room for; 0 leaves it to the compiler),
-// FILTERS_CONST.
+// blocks per SM the register allocation must leave room for; 0 leaves it to the compiler).
 #define HO (H - K + 1)
 #define WO (W - K + 1)
 #define KK (K * K)
@@ -26,13 +21,9 @@ SOURCE = r"""
 #endif
 
 extern __shared__ float4 filters_smem[];  // C*K*K taps x MT4/4 float4
-#if FILTERS_CONST
-__constant__ float kc[M * C * KK];
-#endif
 
 __device__ __forceinline__ void load_filters(const float* __restrict__ k, int m0)
 {
-    if (FILTERS_CONST) return;
     float* ws = reinterpret_cast<float*>(filters_smem);
     for (int i = threadIdx.x; i < C * KK * MT4; i += BLOCK) {
         const int mm = i % MT4, tap = i / MT4;
@@ -54,20 +45,6 @@ __device__ __forceinline__ void conv_strip(const float* __restrict__ xb, int h0,
     for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int r = 0; r < TH; ++r) acc[m][r] = 0.0f;
-#if FILTERS_CONST
-#pragma unroll
-    for (int p = 0; p < K; ++p)
-#pragma unroll
-        for (int q = 0; q < K; ++q) {
-            float in[TH];
-#pragma unroll
-            for (int r = 0; r < TH; ++r) in[r] = __ldg(xb + p * W + roff[r] + q);
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int r = 0; r < TH; ++r) acc[m][r] = fmaf(in[r], kc[m * KK + p * K + q], acc[m][r]);
-        }
-#else
 #pragma unroll 1
     for (int c = 0; c < C; ++c) {
 #pragma unroll 1
@@ -95,7 +72,6 @@ __device__ __forceinline__ void conv_strip(const float* __restrict__ xb, int h0,
             }
         }
     }
-#endif
 }
 
 extern "C" __global__ void BOUNDS
@@ -121,10 +97,16 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ k, float* __
 
 import numpy as np
 
-from .base import ConstantWeights, Op, Support, Variant, blocks, check_epilogue, device_weights
+from .base import Op, Support, Variant, blocks, check_epilogue, device_weights
 
 ACCUMULATORS = 128  # MT*TH registers per thread; more starts to spill on sm_90
-CONSTANT_FLOATS = 16384
+# (C, H, W, M, K) -> (TH, MT, MINB): the fastest verified tiling per course layer, measured on an
+# H100 with scripts/sweep.py (results/NOTES.md). Other shapes use pick_tiling's estimate.
+TUNED = {
+    (1, 28, 28, 50, 5): (3, 25, 0),
+    (1, 48, 48, 12, 7): (3, 12, 0),
+    (12, 21, 21, 24, 7): (5, 24, 0),
+}
 MAX_FILTER_SMEM = 160 * 1024
 
 
@@ -162,19 +144,22 @@ class RegisterTiled(Variant):
     summary = "MT channels x TH rows per thread in registers; filters as shared float4 broadcasts"
     source = SOURCE
 
-    def __init__(self, th: int | None = None, mt: int | None = None, block: int = 128,
-                 min_blocks: int = 0, filters: str | None = None):
-        """Fix the tiling, register cap or filter source (`shared`/`constant`) instead of the
-        per-shape choice (scripts/sweep.py uses this to measure the alternatives)."""
-        self.th, self.mt, self.block, self.min_blocks = th, mt, block, min_blocks
-        self.filters = filters
+    tuned = TUNED
 
-    def constant_filters(self, shape) -> bool:
-        fits = (shape.C == 1 and shape.M * shape.K * shape.K <= CONSTANT_FLOATS
-                and 2 * shape.M <= ACCUMULATORS)
-        if self.filters is None:
-            return fits
-        return self.filters == "constant" and fits
+    def __init__(self, th: int | None = None, mt: int | None = None, block: int = 128,
+                 min_blocks: int | None = None):
+        """Fix the tiling or register cap instead of the per-shape choice (scripts/sweep.py
+        measures the alternatives this way)."""
+        self.th, self.mt, self.block, self.min_blocks = th, mt, block, min_blocks
+
+    def choice(self, shape, epilogue=None) -> tuple[int, int, int]:
+        """(TH, MT, MINB): measured for the course's layers, estimated for any other."""
+        key = (shape.C, shape.H, shape.W, shape.M, shape.K)
+        th, mt, minb = self.tuned.get(key) or (*self.estimate(shape), 0)
+        return self.th or th, self.mt or mt, minb if self.min_blocks is None else self.min_blocks
+
+    def estimate(self, shape) -> tuple[int, int]:
+        return pick_tiling(shape)
 
     def supports(self, shape):
         base = super().supports(shape)
@@ -186,17 +171,13 @@ class RegisterTiled(Variant):
         return Support(True)
 
     def tiling(self, shape, epilogue=None):
-        if self.constant_filters(shape):
-            return self.th or max(1, min(8, ACCUMULATORS // shape.M)), shape.M
-        th, mt = pick_tiling(shape)
-        return self.th or th, self.mt or mt
+        return self.choice(shape, epilogue)[:2]
 
     def defines(self, shape, epilogue=None):
         th, mt = self.tiling(shape, epilogue)
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
                 "TH": th, "MT": mt, "MT4": _round4(mt), "NSTRIP": blocks(shape.Ho, th),
-                "BLOCK": self.block, "MINB": self.min_blocks,
-                "FILTERS_CONST": int(self.constant_filters(shape))}
+                "BLOCK": self.block, "MINB": self.choice(shape, epilogue)[2]}
 
     def prepare(self, shape, weights, epilogue=None):
         check_epilogue(self, epilogue)
@@ -207,19 +188,13 @@ class RegisterTiled(Variant):
         compiled = self.compile(shape, epilogue, (kernel_name,))
         kernel = compiled.module.get_function(kernel_name)
         _, mt = self.tiling(shape, epilogue)
-        constants = None
-        if self.constant_filters(shape):
-            constants, smem = ConstantWeights(compiled.module, "kc", weights), 0
-        else:
-            smem = filter_smem_bytes(shape, mt)
-            kernel.max_dynamic_shared_size_bytes = smem
+        smem = filter_smem_bytes(shape, mt)
+        kernel.max_dynamic_shared_size_bytes = smem
         w = device_weights(weights)
         grid = (blocks(shape.B * strips * columns, self.block), shape.M // mt)
         batch = np.int32(shape.B)
 
         def launch(x, y):
-            if constants is not None:
-                constants.ensure()
             kernel(grid, (self.block,), (x, w, y, batch), shared_mem=smem)
 
         return Op(launch, self.output_shape(shape, epilogue), compiled.seconds, epilogue)
