@@ -257,12 +257,17 @@ def results():
 @results.command("show")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--markdown", is_flag=True, help="Print the markdown table instead.")
-def results_show(path, markdown):
+@click.option("--ladder", is_flag=True,
+              help="Print a markdown summary: each variant's time at the largest batch and its "
+                   "speed relative to cuDNN.")
+def results_show(path, markdown, ladder):
     """Re-render a saved `convlab compare` record."""
     from . import results as results_io
 
     comparison = results_io.from_record(results_io.load_record(path))
-    if markdown:
+    if ladder:
+        click.echo(report.ladder_markdown(comparison), nl=False)
+    elif markdown:
         click.echo(report.compare_markdown(comparison))
     else:
         _print_comparison(comparison)

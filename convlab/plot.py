@@ -27,6 +27,8 @@ def plot_comparison(comparison, path: Path) -> Path:
             layers.append((row.layer, row.epilogue))
     fig, axes = plt.subplots(2, len(layers), figsize=(6.5 * len(layers), 10), squeeze=False)
     largest = max(comparison.batches)
+    names = list(dict.fromkeys(r.variant for r in comparison.rows))
+    colour = {name: plt.cm.tab20(i % 20) for i, name in enumerate(names)}
     for col, (layer, epilogue) in enumerate(layers):
         rows = [r for r in comparison.rows if (r.layer, r.epilogue) == (layer, epilogue)]
         label = rows[0].label
@@ -36,7 +38,8 @@ def plot_comparison(comparison, path: Path) -> Path:
             if not pts:
                 continue
             style = "--" if variant.startswith("cudnn") else "-"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=variant)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=variant,
+                    color=colour[variant])
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("batch size (images)")

@@ -9,7 +9,7 @@ from .lab import RunResult
 
 
 def fmt_ms(ms: float) -> str:
-    return f"{ms:.4f}" if ms < 10 else f"{ms:.1f}"
+    return f"{ms:.4f}" if ms < 10 else f"{ms:.2f}"
 
 
 def fmt_err(err: float) -> str:
@@ -107,7 +107,8 @@ def run_summary(result: RunResult) -> Table:
     table.add_row("accuracy", acc)
     table.add_row("verdict", status_text(result.passed, "" if result.passed else
                   "a layer failed verification or predictions differ from the CPU reference"))
-    table.add_row("compile time", f"{result.compile_s:.2f} s (NVRTC + module load; 0 when cached)")
+    table.add_row("compile time", f"{result.compile_s:.2f} s (NVRTC + module load; CuPy caches "
+                                  "compiled kernels on disk, so repeats are fast)")
     table.add_row("end-to-end", f"{result.end_to_end_s * 1e3:.1f} ms (host images in, predictions out)")
     table.add_row("wall time", f"{result.wall_s:.2f} s (whole run)")
     if result.device:
@@ -219,3 +220,30 @@ def diff_table(deltas) -> Table:
                       _num(d.ratio, ".3f"), "-" if d.noise is None else f"±{100 * d.noise:.1f}%",
                       Text(d.verdict, style=styles[d.verdict]))
     return table
+
+
+def ladder_markdown(comparison, batch: int | None = None) -> str:
+    """One row per variant, one column pair per layer: time at one batch size and its speed
+    relative to cuDNN fp32 (like SGEMM_CUDA's table relative to cuBLAS)."""
+    batch = batch or max(comparison.batches)
+    rows = [r for r in comparison.rows if r.batch == batch]
+    layers = list(dict.fromkeys((r.layer, r.epilogue) for r in rows))
+    head = ["variant", "precision"]
+    for layer, epilogue in layers:
+        head += [f"{layer}{' + tanh + pool' if epilogue else ''} ms", "vs cuDNN"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (2 * len(layers))]
+    for variant in dict.fromkeys(r.variant for r in rows):
+        cells = [variant, next(r.precision for r in rows if r.variant == variant)]
+        for layer, epilogue in layers:
+            row = next((r for r in rows if (r.variant, r.layer, r.epilogue) ==
+                        (variant, layer, epilogue)), None)
+            if row is None:
+                cells += ["", ""]
+            elif not row.valid:
+                cells += [row.status, ""]
+            else:
+                ms = f"{row.median_ms:.3f}"
+                cells += [f"**{ms}**" if row.best else ms,
+                          "-" if row.speedup_cudnn is None else f"{row.speedup_cudnn:.2f}x"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -56,6 +56,7 @@ def atomic_write(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename: readers see all or nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make shared result files unreadable to others
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -17,10 +17,12 @@ summary=()
 for step in "${steps[@]}"; do
   case $step in
     tests)
-      python3 -m pytest -m gpu -q -p no:cacheprovider -rfs tests 2>&1 | tee "$work/logs/pytest-gpu.log" | tail -n 30
+      python3 -m pytest -m gpu -q -p no:cacheprovider -rfs ${PYTEST_ARGS:-} tests 2>&1 \
+        | tee "$work/logs/pytest-gpu.log" | tail -n 30
       summary+=("pytest -m gpu: $(tail -n 1 "$work/logs/pytest-gpu.log")") ;;
     sweep)
-      python3 scripts/sweep.py --out "$work/records/sweep.json" 2>&1 | tee "$work/logs/sweep.log" ;;
+      python3 scripts/sweep.py --variants "${SWEEP:-register-tiled,fused}" --out "$work/records/sweep.json" \
+        2>&1 | tee "$work/logs/sweep.log" ;;
     runs)
       for model in ece408-high ece408-low ece408; do
         for kernel in ${RUN_KERNELS:-naive tiled}; do

@@ -38,12 +38,14 @@ def configs(name, even_rows):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out")
+    parser.add_argument("--variants", default="register-tiled,fused")
     args = parser.parse_args()
+    wanted = args.variants.split(",")
     policy = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=20, budget_s=0.3)
     results = []
     for (name, shape), (cls, epilogue) in itertools.product(
             LAYERS.items(), ((RegisterTiled, None), (Fused, TANH_POOL))):
-        if epilogue and shape.C > 1:
+        if (epilogue and shape.C > 1) or cls.name not in wanted:
             continue
         rows = []
         for th, mt, minb in configs(name, epilogue is not None):

@@ -7,15 +7,26 @@ SOURCE = r"""
 // max-pool (the ECE408 block), the kernel applies both to its accumulators and writes only the
 // pooled map: a quarter of the bytes the conv alone writes, and no second and third pass over
 // the full-size map. tanh is monotonic, so max-then-tanh equals tanh-then-max and costs one
-// tanhf per pooled output. A thread's strip covers an even number of rows (TH even), so it pools
-// vertically in registers; the horizontal partner column is the neighbouring lane, reached with
-// one shuffle. Threads walk an even width (WOE), which keeps partners in the same warp.
+// tanh per pooled output, computed as 1 - 2/(e^2v + 1) from the hardware exp and reciprocal:
+// about 7 instructions instead of tanhf's ~20 (with tanhf this kernel ran slower than the plain
+// conv although it stores 4x less). A thread's strip covers an even number of rows (TH even),
+// so it pools vertically in registers; the horizontal partner column is the neighbouring lane,
+// reached with one shuffle. Threads walk an even width (WOE): partners share a warp.
 // Where no tanh + pool follows, the plain register-tiled conv_forward included below runs
 // (the pooling kernel is compiled only when WOE is defined).
 """ + REGISTER_TILED_SOURCE + r"""
 #ifdef WOE
 #define HP (HO / 2)
 #define WP (WO / 2)
+
+// |error| < 5e-7: float rounding of the formula gives 1.8e-7 over [-15, 15] (checked in NumPy),
+// and __expf's 2^-21 relative error moves the result by at most half of that. Clamping keeps
+// e^2v finite; tanh(15) rounds to 1 in float anyway.
+__device__ __forceinline__ float fast_tanh(float v)
+{
+    const float e = __expf(2.0f * fminf(fmaxf(v, -15.0f), 15.0f));
+    return 1.0f - __fdividef(2.0f, e + 1.0f);
+}
 
 extern "C" __global__ void BOUNDS
 conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
@@ -40,7 +51,7 @@ conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* 
         for (int r = 0; r < TH; r += 2) {
             float v = fmaxf(acc[m][r], acc[m][r + 1]);
             v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-            if (writer && h0 / 2 + r / 2 < HP) yb[m * (HP * WP) + (r / 2) * WP] = tanhf(v);
+            if (writer && h0 / 2 + r / 2 < HP) yb[m * (HP * WP) + (r / 2) * WP] = fast_tanh(v);
         }
 }
 #endif
