@@ -3,6 +3,8 @@
 # benchmarks. Everything is written under $OUT (default ./gpu-out) and packed into
 # $OUT/session.tar.gz; a short summary is printed last.
 # Usage: scripts/gpu_session.sh [tests] [sweep] [runs] [bench]   (default: tests bench)
+# Environment: BATCHES, KERNELS (bench), SWEEP (variants to sweep), RUN_KERNELS (runs), and
+# pytest's own PYTEST_ADDOPTS to narrow the tests (e.g. PYTEST_ADDOPTS="-k fused").
 set -uo pipefail
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests bench)
@@ -17,7 +19,7 @@ summary=()
 for step in "${steps[@]}"; do
   case $step in
     tests)
-      python3 -m pytest -m gpu -q -p no:cacheprovider -rfs ${PYTEST_ARGS:-} tests 2>&1 \
+      python3 -m pytest -m gpu -q -p no:cacheprovider -rfs tests 2>&1 \
         | tee "$work/logs/pytest-gpu.log" | tail -n 30
       summary+=("pytest -m gpu: $(tail -n 1 "$work/logs/pytest-gpu.log")") ;;
     sweep)

@@ -21,9 +21,9 @@ LAYERS = {
 }
 # Rows per thread, channels per thread and register caps (min blocks per SM; 0 = none) to try.
 CANDIDATES = {
-    "ece408-high conv": ((2, 3, 4, 6), (10, 25), (0, 2, 3, 4)),
-    "ece408 conv1": ((2, 3, 4, 6), (6, 12), (0, 2, 3, 4)),
-    "ece408 conv2": ((3, 4, 5), (12, 24), (0, 2, 3)),
+    "ece408-high conv": ((2, 3, 4, 6, 8), (10, 25), (0, 2, 3, 4)),
+    "ece408 conv1": ((2, 3, 4, 6, 8), (6, 12), (0, 2, 3, 4)),
+    "ece408 conv2": ((3, 4, 5, 7), (12, 24), (0, 2, 3)),
 }
 
 

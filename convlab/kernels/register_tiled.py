@@ -32,15 +32,17 @@ __device__ __forceinline__ void load_filters(const float* __restrict__ k, int m0
     __syncthreads();
 }
 
-// acc[m][r] = sum_{c,p,q} x[c][h0+r+p][col+q] * k[m0+m][c][p][q] for the image at xb. Rows past
-// the output (the last strip of an image whose height TH does not divide) are clamped to a
-// valid row so nothing reads out of bounds; callers do not store them.
+// acc[m][r] = sum_{c,p,q} x[c][h0+r+p][col+q] * k[m0+m][c][p][q] for the image at xb.
+// Output row r with filter row p reads input row r+p, so for each (c, q) the thread loads the
+// TH+K-1 input rows its strip touches once and reuses each for up to K filter rows: TH+K-1
+// loads instead of TH*K. Window rows past the image (only reached by rows past the output,
+// which callers do not store) are clamped to the last input row so nothing reads out of bounds.
 __device__ __forceinline__ void conv_strip(const float* __restrict__ xb, int h0, int col,
                                            float (&acc)[MT][TH])
 {
-    int roff[TH];
+    int roff[TH + K - 1];
 #pragma unroll
-    for (int r = 0; r < TH; ++r) roff[r] = min(h0 + r, HO - 1) * W + col;
+    for (int i = 0; i < TH + K - 1; ++i) roff[i] = min(h0 + i, H - 1) * W + col;
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -48,28 +50,27 @@ __device__ __forceinline__ void conv_strip(const float* __restrict__ xb, int h0,
 #pragma unroll 1
     for (int c = 0; c < C; ++c) {
 #pragma unroll 1
-        for (int p = 0; p < K; ++p) {
-            const float* xr = xb + c * (H * W) + p * W;
-            const float4* wp = filters_smem + (c * KK + p * K) * (MT4 / 4);
+        for (int q = 0; q < K; ++q) {
+            const float* xq = xb + c * (H * W) + q;
+            const float4* wq = filters_smem + (c * KK + q) * (MT4 / 4);
+            float in[TH + K - 1];
 #pragma unroll
-            for (int q = 0; q < K; ++q) {
-                float in[TH];
+            for (int i = 0; i < TH + K - 1; ++i) in[i] = __ldg(xq + roff[i]);
 #pragma unroll
-                for (int r = 0; r < TH; ++r) in[r] = __ldg(xr + roff[r] + q);
+            for (int p = 0; p < K; ++p)
 #pragma unroll
                 for (int m4 = 0; m4 < MT4 / 4; ++m4) {
-                    const float4 wv = wp[q * (MT4 / 4) + m4];
+                    const float4 wv = wq[p * K * (MT4 / 4) + m4];
                     const float tap[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         if (m4 * 4 + e < MT) {
 #pragma unroll
                             for (int r = 0; r < TH; ++r)
-                                acc[m4 * 4 + e][r] = fmaf(in[r], tap[e], acc[m4 * 4 + e][r]);
+                                acc[m4 * 4 + e][r] = fmaf(in[r + p], tap[e], acc[m4 * 4 + e][r]);
                         }
                     }
                 }
-            }
         }
     }
 }
@@ -103,9 +104,9 @@ ACCUMULATORS = 128  # MT*TH registers per thread; more starts to spill on sm_90
 # (C, H, W, M, K) -> (TH, MT, MINB): the fastest verified tiling per course layer, measured on an
 # H100 with scripts/sweep.py (results/NOTES.md). Other shapes use pick_tiling's estimate.
 TUNED = {
-    (1, 28, 28, 50, 5): (3, 25, 0),
-    (1, 48, 48, 12, 7): (3, 12, 0),
-    (12, 21, 21, 24, 7): (5, 24, 0),
+    (1, 28, 28, 50, 5): (8, 10, 3),
+    (1, 48, 48, 12, 7): (6, 12, 3),
+    (12, 21, 21, 24, 7): (5, 24, 3),
 }
 MAX_FILTER_SMEM = 160 * 1024
 
