@@ -107,8 +107,11 @@ def run_summary(result: RunResult) -> Table:
     table.add_row("accuracy", acc)
     table.add_row("verdict", status_text(result.passed, "" if result.passed else
                   "a layer failed verification or predictions differ from the CPU reference"))
-    table.add_row("compile time", f"{result.compile_s:.2f} s (NVRTC + module load; CuPy caches "
-                                  "compiled kernels on disk, so repeats are fast)")
+    if result.device is None:
+        table.add_row("compile time", "none (the cpu variant is NumPy)")
+    else:
+        table.add_row("compile time", f"{result.compile_s:.2f} s (NVRTC + module load; CuPy caches "
+                                      "compiled kernels on disk, so repeats are fast)")
     table.add_row("end-to-end", f"{result.end_to_end_s * 1e3:.1f} ms (host images in, predictions out)")
     table.add_row("wall time", f"{result.wall_s:.2f} s (whole run)")
     if result.device:

@@ -72,6 +72,7 @@ def test_run_cpu_prints_course_lines(runner):
     assert lines[2].startswith("Op Time: ")
     assert lines[3] == "Correctness: 0.6300 Model: ece408-low"
     assert "PASS" in result.output
+    assert "none (the cpu variant is NumPy)" in result.output
 
 
 def test_run_json_record(runner):
