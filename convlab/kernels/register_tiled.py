@@ -3,7 +3,8 @@
 SOURCE = r"""
 // register-tiled: changes from unrolled -- a thread no longer computes one output but a strip
 // of TH outputs down one column for MT output channels (MT x TH accumulators in registers).
-// Each input value it loads feeds MT FMAs, and each filter tap feeds TH FMAs, instead of one
+// Each input value it loads feeds MT FMAs for each of up to K filter rows (the strip's input
+// window is loaded once per filter column), and each filter tap feeds TH FMAs, instead of one
 // each. The block's MT filters are staged in shared memory transposed to [c][p][q][m] and
 // padded to a multiple of 4 channels, so one 16-byte broadcast load fetches a tap of four
 // channels for the whole warp. Consecutive threads take consecutive columns: input loads and
@@ -118,8 +119,9 @@ def _round4(n: int) -> int:
 def pick_tiling(shape, even_rows: bool = False, rows_needed: int | None = None) -> tuple[int, int]:
     """Rows per thread (TH) and channels per thread (MT, a divisor of M) for this shape.
 
-    Per filter tap a thread issues TH loads and MT4/4 shared loads to feed MT*TH FMAs; the
-    score is that ratio, discounted by the rows computed past the output's height.
+    Per filter tap a thread issues (TH+K-1)/K loads (its input window, loaded once per filter
+    column) and MT4/4 shared loads to feed MT*TH FMAs; the score is that ratio, discounted by
+    the rows computed past the output's height.
     """
     rows_needed = rows_needed or shape.Ho
     best, best_score = (1, 1), -1.0
@@ -130,7 +132,7 @@ def pick_tiling(shape, even_rows: bool = False, rows_needed: int | None = None) 
             if 4 * shape.C * shape.K * shape.K * _round4(mt) > MAX_FILTER_SMEM:
                 continue
             waste = blocks(rows_needed, th) * th / rows_needed
-            score = mt * th / (th + _round4(mt) / 4) / waste
+            score = mt * th / ((th + shape.K - 1) / shape.K + _round4(mt) / 4) / waste
             if score > best_score:
                 best, best_score = (th, mt), score
     return best
