@@ -18,7 +18,6 @@ from .kernels import VARIANTS, get_variant
 from .models import MODELS, get_model, load_weights
 
 
-
 def console() -> Console:
     """A console for this call: rich reads the terminal width (or COLUMNS) when it is made."""
     return Console()

@@ -98,6 +98,16 @@ def verify_step(step: ConvStep, precision: str) -> Check:
     return compare(host(result), ref, precision)
 
 
+def time_and_verify(step: ConvStep, variant: Variant,
+                    policy: measure.TimingPolicy) -> tuple[measure.Timing, Check]:
+    """Time the step's op, then verify the output of its last timed run: the output is poisoned
+    after warm-up, so nothing left over from warm-up can pass."""
+    timer = measure.time_device if variant.on_gpu else measure.time_host
+    timing = timer(lambda: step.op(step.input, step.output), policy,
+                   after_warmup=lambda: poison(step.output))
+    return timing, verify_step(step, variant.precision)
+
+
 def run(model: str, kernel: str, batch: int, policy: measure.TimingPolicy | None = None,
         on_event: Callable[[str, object], None] | None = None) -> RunResult:
     """Run `model` on the first `batch` test images with `kernel` computing its conv layers."""
@@ -125,13 +135,10 @@ def run(model: str, kernel: str, batch: int, policy: measure.TimingPolicy | None
     emit("loaded-model")
 
     xp = network.xp
-    timer = measure.time_device if variant.on_gpu else measure.time_host
     network.forward(xp.asarray(x))  # warm-up, and every conv layer's input for the timings
     layers = []
     for step in network.conv_steps:
-        timing = timer(lambda: step.op(step.input, step.output), policy,
-                       after_warmup=lambda: poison(step.output))
-        check = verify_step(step, variant.precision)  # written by the last timed run
+        timing, check = time_and_verify(step, variant, policy)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
                             step.op.compile_seconds)
         layers.append(layer)
@@ -176,9 +183,6 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
         import cupy as xp
     step = ConvStep(layer=None, shape=shape, op=op, weights=w, epilogue=epilogue,
                     input=xp.asarray(x), output=xp.empty(op.output_shape, dtype=xp.float32))
-    timer = measure.time_device if variant.on_gpu else measure.time_host
-    timing = timer(lambda: op(step.input, step.output), policy or measure.TimingPolicy(),
-                   after_warmup=lambda: poison(step.output))
-    check = verify_step(step, variant.precision)
+    timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy())
     label = "layer + tanh + pool" if epilogue else "layer"
     return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds)

@@ -75,13 +75,13 @@ class Fused(RegisterTiled):
     epilogues = (TANH_POOL,)
     fuses_in_network = True
 
-    def choice(self, shape, epilogue=None):
+    def tuned(self, epilogue=None):
+        return TUNED_POOL if epilogue == TANH_POOL else super().tuned()
+
+    def estimate(self, shape, epilogue=None):
         if epilogue != TANH_POOL:
-            return super().choice(shape)
-        key = (shape.C, shape.H, shape.W, shape.M, shape.K)
-        th, mt, minb = TUNED_POOL.get(key) or (
-            *pick_tiling(shape, even_rows=True, rows_needed=2 * (shape.Ho // 2)), 0)
-        return self.th or th, self.mt or mt, minb if self.min_blocks is None else self.min_blocks
+            return super().estimate(shape)
+        return pick_tiling(shape, even_rows=True, rows_needed=2 * (shape.Ho // 2))
 
     def defines(self, shape, epilogue=None):
         defines = super().defines(shape, epilogue)

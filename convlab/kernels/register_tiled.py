@@ -147,8 +147,6 @@ class RegisterTiled(Variant):
     summary = "MT channels x TH rows per thread in registers; filters as shared float4 broadcasts"
     source = SOURCE
 
-    tuned = TUNED
-
     def __init__(self, th: int | None = None, mt: int | None = None, block: int = 128,
                  min_blocks: int | None = None):
         """Fix the tiling or register cap instead of the per-shape choice (scripts/sweep.py
@@ -158,10 +156,13 @@ class RegisterTiled(Variant):
     def choice(self, shape, epilogue=None) -> tuple[int, int, int]:
         """(TH, MT, MINB): measured for the course's layers, estimated for any other."""
         key = (shape.C, shape.H, shape.W, shape.M, shape.K)
-        th, mt, minb = self.tuned.get(key) or (*self.estimate(shape), 0)
+        th, mt, minb = self.tuned(epilogue).get(key) or (*self.estimate(shape, epilogue), 0)
         return self.th or th, self.mt or mt, minb if self.min_blocks is None else self.min_blocks
 
-    def estimate(self, shape) -> tuple[int, int]:
+    def tuned(self, epilogue=None) -> dict:
+        return TUNED
+
+    def estimate(self, shape, epilogue=None) -> tuple[int, int]:
         return pick_tiling(shape)
 
     def supports(self, shape):
@@ -177,10 +178,10 @@ class RegisterTiled(Variant):
         return self.choice(shape, epilogue)[:2]
 
     def defines(self, shape, epilogue=None):
-        th, mt = self.tiling(shape, epilogue)
+        th, mt, minb = self.choice(shape, epilogue)
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
                 "TH": th, "MT": mt, "MT4": _round4(mt), "NSTRIP": blocks(shape.Ho, th),
-                "BLOCK": self.block, "MINB": self.choice(shape, epilogue)[2]}
+                "BLOCK": self.block, "MINB": minb}
 
     def prepare(self, shape, weights, epilogue=None):
         check_epilogue(self, epilogue)
