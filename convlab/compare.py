@@ -160,12 +160,12 @@ def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, st
     for name, full in shapes.items():
         shape = full.with_batch(min(full.B, RANDOM_TRIAL_BATCH))
         for _ in range(trials):
-            x, w = random_problem(shape, rng)
-            op = variant.prepare(shape, w, epilogues.get(name))
+            x, w, b = random_problem(shape, rng, signed=bool(rng.integers(2)))
+            op = variant.prepare(shape, w, epilogues.get(name), b)
             y = cupy.full(op.output_shape, cupy.nan, dtype=cupy.float32)
             op(cupy.asarray(x), y)
             check = compare_output(cupy.asnumpy(op.output(y)),
-                                   reference_output(x, w, shape, epilogues.get(name)),
+                                   reference_output(x, w, shape, epilogues.get(name), b),
                                    variant.precision)
             if not check.passed:
                 return False, f"random inputs, {name} {shape.describe()}: {check.reason}"

@@ -94,7 +94,8 @@ def verify_step(step: ConvStep, precision: str) -> Check:
         a = a[idx]
         return a.get() if hasattr(a, "get") else np.asarray(a)
     x = host(step.input)
-    ref = reference_output(x, step.weights, step.shape.with_batch(len(idx)), step.epilogue)
+    ref = reference_output(x, step.weights, step.shape.with_batch(len(idx)), step.epilogue,
+                           step.bias)
     return compare(host(result), ref, precision)
 
 
@@ -176,12 +177,12 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     support = variant.supports(shape)
     if not support:
         raise ConvlabError(f"kernel '{kernel}' does not support {shape.describe()}: {support.reason}")
-    x, w = random_problem(shape, np.random.default_rng(seed))
-    op = variant.prepare(shape, w, epilogue)
+    x, w, b = random_problem(shape, np.random.default_rng(seed))
+    op = variant.prepare(shape, w, epilogue, b)
     xp = np
     if variant.on_gpu:
         import cupy as xp
-    step = ConvStep(layer=None, shape=shape, op=op, weights=w, epilogue=epilogue,
+    step = ConvStep(layer=None, shape=shape, op=op, weights=w, bias=b, epilogue=epilogue,
                     input=xp.asarray(x), output=xp.empty(op.output_shape, dtype=xp.float32))
     timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy())
     label = "layer + tanh + pool" if epilogue else "layer"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -24,13 +25,19 @@ class Conv:
     kernel: int
     stride: int = 1
     pad: int = 0
+    groups: int = 1
+    bias: bool = False
 
     def describe(self) -> str:
-        return f"conv {self.in_channels}->{self.out_channels} {self.kernel}x{self.kernel}"
+        extra = "".join(f" {word} {value}" for word, value, default in (
+            ("stride", self.stride, 1), ("pad", self.pad, 0), ("groups", self.groups, 1))
+            if value != default)
+        return (f"conv {self.in_channels}->{self.out_channels} {self.kernel}x{self.kernel}{extra}"
+                f"{' +bias' if self.bias else ''}")
 
     def shape(self, batch: int, height: int, width: int) -> ConvShape:
         return ConvShape(batch, self.in_channels, height, width, self.out_channels, self.kernel,
-                         self.stride, self.pad)
+                         self.stride, self.pad, self.groups, self.bias)
 
 
 @dataclass(frozen=True)
@@ -40,11 +47,40 @@ class Tanh:
 
 
 @dataclass(frozen=True)
+class ReLU:
+    def describe(self) -> str:
+        return "ReLU"
+
+
+@dataclass(frozen=True)
 class MaxPool:
+    """size x size windows every `stride` pixels (default: size, non-overlapping); floor mode."""
+
     size: int = 2
+    stride: int | None = None
+
+    @property
+    def step(self) -> int:
+        return self.stride or self.size
+
+    def out_size(self, n: int) -> int:
+        return (n - self.size) // self.step + 1
 
     def describe(self) -> str:
-        return f"max-pool {self.size}x{self.size}/{self.size}"
+        return f"max-pool {self.size}x{self.size}/{self.step}"
+
+
+@dataclass(frozen=True)
+class LRN:
+    """Local response normalisation across channels, as Caffe defines it."""
+
+    size: int = 5
+    alpha: float = 1e-4
+    beta: float = 0.75
+    k: float = 1.0
+
+    def describe(self) -> str:
+        return f"LRN {self.size} (alpha {self.alpha:g}, beta {self.beta:g}, k {self.k:g})"
 
 
 @dataclass(frozen=True)
@@ -69,7 +105,10 @@ class Softmax:
         return "softmax"
 
 
-Layer = Conv | Tanh | MaxPool | Flatten | Dense | Softmax
+Layer = Conv | Tanh | ReLU | MaxPool | LRN | Flatten | Dense | Softmax
+
+FASHION_MNIST = "fashion-mnist"
+IMAGENET = "imagenet"
 
 
 @dataclass(frozen=True)
@@ -78,35 +117,55 @@ class ModelSpec:
     input_size: int
     layers: tuple
     origin: str
-    course_accuracy: float
+    course_accuracy: float | None = None
+    input_channels: int = 1
+    task: str = FASHION_MNIST  # fashion-mnist: trained weights shipped; imagenet: see weights.py
 
     @property
     def conv_layers(self) -> list[Conv]:
         return [layer for layer in self.layers if isinstance(layer, Conv)]
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return (self.input_channels, self.input_size, self.input_size)
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         shapes: dict[str, tuple[int, ...]] = {}
         for layer in self.layers:
             if isinstance(layer, Conv):
                 shapes[f"{layer.name}.weight"] = (
-                    layer.out_channels, layer.in_channels, layer.kernel, layer.kernel)
+                    layer.out_channels, layer.in_channels // layer.groups, layer.kernel,
+                    layer.kernel)
+                if layer.bias:
+                    shapes[f"{layer.name}.bias"] = (layer.out_channels,)
             elif isinstance(layer, Dense):
                 shapes[f"{layer.name}.weight"] = (layer.out_features, layer.in_features)
                 shapes[f"{layer.name}.bias"] = (layer.out_features,)
         return shapes
 
-    def conv_shapes(self, batch: int) -> dict[str, ConvShape]:
-        """The shape each conv layer sees for a batch, following the spatial size through the net."""
-        shapes = {}
-        channels, size = 1, self.input_size
+    def trace(self, batch: int) -> list[tuple[object, tuple[int, ...], tuple[int, ...]]]:
+        """(layer, input shape, output shape) for every layer at this batch size."""
+        steps = []
+        shape: tuple[int, ...] = (batch, *self.input_shape)
         for layer in self.layers:
             if isinstance(layer, Conv):
-                shape = layer.shape(batch, size, size)
-                shapes[layer.name] = shape
-                channels, size = shape.M, shape.Ho
+                out = layer.shape(batch, shape[2], shape[3]).output_shape
             elif isinstance(layer, MaxPool):
-                size //= layer.size
-        return shapes
+                out = (*shape[:2], layer.out_size(shape[2]), layer.out_size(shape[3]))
+            elif isinstance(layer, Flatten):
+                out = (batch, int(np.prod(shape[1:])))
+            elif isinstance(layer, Dense):
+                out = (batch, layer.out_features)
+            else:
+                out = shape
+            steps.append((layer, shape, out))
+            shape = out
+        return steps
+
+    def conv_shapes(self, batch: int) -> dict[str, ConvShape]:
+        """The shape each conv layer sees for a batch, following the activations through the net."""
+        return {layer.name: layer.shape(batch, before[2], before[3])
+                for layer, before, _ in self.trace(batch) if isinstance(layer, Conv)}
 
     def describe(self) -> str:
         return ", ".join(layer.describe() for layer in self.layers)
@@ -146,6 +205,24 @@ MODELS: dict[str, ModelSpec] = {
             origin="ECE408 Spring 2018 model, Fashion-MNIST upsampled to 48x48 "
                    "(course reported 0.8451 on 10k)",
             course_accuracy=0.8451,
+        ),
+        ModelSpec(
+            name="alexnet",
+            input_size=227,
+            input_channels=3,
+            task=IMAGENET,
+            layers=(
+                Conv("conv1", 3, 96, 11, stride=4, bias=True), ReLU(), LRN(), MaxPool(3, 2),
+                Conv("conv2", 96, 256, 5, pad=2, groups=2, bias=True), ReLU(), LRN(),
+                MaxPool(3, 2),
+                Conv("conv3", 256, 384, 3, pad=1, bias=True), ReLU(),
+                Conv("conv4", 384, 384, 3, pad=1, groups=2, bias=True), ReLU(),
+                Conv("conv5", 384, 256, 3, pad=1, groups=2, bias=True), ReLU(), MaxPool(3, 2),
+                Flatten(), Dense("fc6", 9216, 4096), ReLU(), Dense("fc7", 4096, 4096), ReLU(),
+                Dense("fc8", 4096, 1000), Softmax(),
+            ),
+            origin="Caffe bvlc_alexnet (Krizhevsky et al. 2012, as released by BVLC); the "
+                   "Purdue CUDA assignment's network",
         ),
     )
 }
@@ -188,12 +265,40 @@ def save_weights(path: Path, spec: ModelSpec, arrays: dict[str, np.ndarray], met
     tmp.replace(path)
 
 
-def load_weights(name: str, path: Path | None = None) -> Weights:
-    """Load and validate a model's weights file; any defect raises DataError naming the file."""
+RANDOM_SEED = 2012  # AlexNet's year: the default ImageNet weights are N(0, 2/fan_in) from it
+
+
+@lru_cache(maxsize=2)
+def random_weights(name: str, seed: int = RANDOM_SEED) -> "Weights":
+    """Deterministic He-scaled random weights for a model without shipped ones: every weight
+    N(0, 2 / fan_in), every bias N(0, 0.05^2). The same seed gives the same arrays everywhere
+    (NumPy's PCG64 stream is fixed), so records made with them can be compared across runs."""
     spec = get_model(name)
-    path = path or weights_path(name)
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for key, shape in spec.parameter_shapes().items():
+        if key.endswith(".bias"):
+            arrays[key] = (0.05 * rng.standard_normal(shape, dtype=np.float32))
+        else:
+            fan_in = int(np.prod(shape[1:]))
+            arrays[key] = rng.standard_normal(shape, dtype=np.float32) * np.float32(
+                np.sqrt(2.0 / fan_in))
+    meta = {"format": WEIGHTS_FORMAT, "model": name, "layers": spec.describe(),
+            "source": f"random: He-scaled normal weights, seed {seed}"}
+    return Weights(spec=spec, arrays=arrays, meta=meta)
+
+
+def load_weights(name: str, path: Path | None = None) -> Weights:
+    """A model's weights: the shipped file (or `path`), validated; for models that ship none
+    (alexnet) without `path`, the deterministic random weights."""
+    spec = get_model(name)
+    if path is None and spec.task == IMAGENET:
+        return random_weights(name)
+    path = Path(path) if path is not None else weights_path(name)
     if not path.exists():
-        raise DataError(f"{path}: no weights file for model '{name}' (train it with `convlab train`)")
+        hint = ("import them with `convlab import-weights`" if spec.task == IMAGENET
+                else "train it with `convlab train`")
+        raise DataError(f"{path}: no weights file for model '{name}' ({hint})")
     try:
         with np.load(path, allow_pickle=False) as npz:
             contents = {key: npz[key] for key in npz.files}
@@ -203,11 +308,12 @@ def load_weights(name: str, path: Path | None = None) -> Weights:
         meta = json.loads(str(contents.pop("meta")))
     except (KeyError, ValueError):
         raise DataError(f"{path}: weights file has no readable metadata") from None
-    if meta.get("format") != WEIGHTS_FORMAT or meta.get("model") != name:
-        raise DataError(f"{path}: metadata says format {meta.get('format')} model {meta.get('model')!r}, "
-                        f"expected format {WEIGHTS_FORMAT} model {name!r}")
+    if not isinstance(meta, dict) or meta.get("format") != WEIGHTS_FORMAT or meta.get("model") != name:
+        got = meta if not isinstance(meta, dict) else f"format {meta.get('format')} model {meta.get('model')!r}"
+        raise DataError(f"{path}: metadata says {got}, expected format {WEIGHTS_FORMAT} model {name!r}")
     expected = dict(spec.parameter_shapes())
-    expected["reference_predictions"] = (10_000,)
+    if spec.task == FASHION_MNIST:
+        expected["reference_predictions"] = (10_000,)
     arrays = {}
     for key, shape in expected.items():
         if key not in contents:

@@ -23,6 +23,7 @@ class ConvStep:
     shape: ConvShape
     op: Op
     weights: np.ndarray
+    bias: np.ndarray | None
     epilogue: str | None
     input: object = None  # the activation this layer read in the last forward pass
     output: object = None  # its output buffer
@@ -69,8 +70,9 @@ class Network:
                     and variant.supports_epilogue(shape, TANH_POOL)):
                 epilogue, skip = TANH_POOL, 2
             w = weights.arrays[f"{layer.name}.weight"]
-            op = variant.prepare(shape, w, epilogue)
-            step = ConvStep(layer, shape, op, w, epilogue)
+            b = weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
+            op = variant.prepare(shape, w, epilogue, b)
+            step = ConvStep(layer, shape, op, w, b, epilogue)
             step.output = xp.empty(op.output_shape, dtype=xp.float32)
             self.plan.append(step)
 

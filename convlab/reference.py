@@ -1,16 +1,18 @@
-"""CPU reference: a float64 convolution for verification and a vectorised float32 forward pass.
+"""CPU reference: every layer in NumPy, in float64 for verification and float32 as a baseline.
 
 The float32 forward pass is also the `cpu` variant, the course's "CPU implementation" baseline.
-Convolution is a cross-correlation (no kernel flip) over x[b][c][h][w] and k[m][c][p][q], as in
-the course's loop nest; it is computed as patches x weights, a matrix product that NumPy hands
-to BLAS.
+Convolution is a cross-correlation (no kernel flip) over x[b][c][h][w] and k[m][c/G][p][q], as
+in the course's loop nest; it is computed as patches x weights, a matrix product that NumPy
+hands to BLAS. Alongside a float64 result the reference can return, in the same pass over the
+patches, the magnitude sum |x*w| of each output's terms: the scale of the rounding error a
+correct kernel may make there (verify.py turns it into a bound per element).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .models import Conv, Dense, Flatten, MaxPool, Softmax, Tanh, Weights
+from .models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 
 # Bound the patch matrix of one chunk (elements), so 10,000 images never need gigabytes at once.
 _PATCH_BUDGET = 32 * 1024 * 1024
@@ -23,40 +25,86 @@ def _patches(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
     return windows[:, :, ::stride, ::stride]  # (B, C, Ho, Wo, K, K), a view
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0,
-           dtype=np.float32) -> np.ndarray:
-    """y[b,m,h,v] = sum_{c,p,q} x[b,c,h*s+p-pad,v*s+q-pad] * w[m,c,p,q], computed in `dtype`."""
+def _conv(x, w, stride, pad, groups, bias, dtype, magnitude: bool):
     x = np.asarray(x, dtype=dtype)
     w = np.asarray(w, dtype=dtype)
     B, C, H, W = x.shape
-    M, Cw, K, K2 = w.shape
-    if C != Cw or K != K2:
-        raise ValueError(f"input {x.shape} and weights {w.shape} do not match")
+    M, Cg, K, K2 = w.shape
+    if C != Cg * groups or K != K2 or M % groups:
+        raise ValueError(f"input {x.shape}, weights {w.shape} and {groups} groups do not match")
+    if bias is not None:
+        bias = np.asarray(bias, dtype=dtype)
+        if bias.shape != (M,):
+            raise ValueError(f"bias of shape {bias.shape} for {M} output channels")
     Ho = (H + 2 * pad - K) // stride + 1
     Wo = (W + 2 * pad - K) // stride + 1
+    Mg = M // groups
     y = np.empty((B, M, Ho, Wo), dtype=dtype)
-    wmat = w.reshape(M, C * K * K)
-    chunk = max(1, _PATCH_BUDGET // max(1, C * K * K * Ho * Wo))
-    for b0 in range(0, B, chunk):
-        win = _patches(x[b0:b0 + chunk], K, stride, pad)
-        n = win.shape[0]
-        cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5)).reshape(n * Ho * Wo, C * K * K)
-        out = cols @ wmat.T  # (n*Ho*Wo, M)
-        y[b0:b0 + n] = out.reshape(n, Ho, Wo, M).transpose(0, 3, 1, 2)
-    return y
+    mag = np.empty((B, M, Ho, Wo), dtype=dtype) if magnitude else None
+    chunk = max(1, _PATCH_BUDGET // max(1, Cg * K * K * Ho * Wo))
+    for g in range(groups):
+        wmat = w[g * Mg:(g + 1) * Mg].reshape(Mg, Cg * K * K)
+        xg = x[:, g * Cg:(g + 1) * Cg]
+        ms = slice(g * Mg, (g + 1) * Mg)
+        for b0 in range(0, B, chunk):
+            win = _patches(xg[b0:b0 + chunk], K, stride, pad)
+            n = win.shape[0]
+            cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5)).reshape(n * Ho * Wo, -1)
+            out = cols @ wmat.T  # (n*Ho*Wo, Mg)
+            if bias is not None:
+                out += bias[ms]
+            y[b0:b0 + n, ms] = out.reshape(n, Ho, Wo, Mg).transpose(0, 3, 1, 2)
+            if magnitude:
+                size = np.abs(cols) @ np.abs(wmat).T
+                if bias is not None:
+                    size += np.abs(bias[ms])
+                mag[b0:b0 + n, ms] = size.reshape(n, Ho, Wo, Mg).transpose(0, 3, 1, 2)
+    return y, mag
 
 
-def conv2d_float64(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0) -> np.ndarray:
+def conv2d(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0, groups: int = 1,
+           bias: np.ndarray | None = None, dtype=np.float32) -> np.ndarray:
+    """y[b,m,h,v] = bias[m] + sum_{c,p,q} x[b, g*C/G + c, h*s+p-pad, v*s+q-pad] * w[m,c,p,q]
+    with g = m // (M/G), computed in `dtype`."""
+    return _conv(x, w, stride, pad, groups, bias, dtype, magnitude=False)[0]
+
+
+def conv2d_float64(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0, groups: int = 1,
+                   bias: np.ndarray | None = None) -> np.ndarray:
     """The verification reference: every product and sum in float64."""
-    return conv2d(x, w, stride, pad, dtype=np.float64)
+    return conv2d(x, w, stride, pad, groups, bias, dtype=np.float64)
 
 
-def max_pool(x: np.ndarray, size: int) -> np.ndarray:
-    """Non-overlapping size x size max-pool; trailing rows/columns that do not fill a window drop."""
-    B, C, H, W = x.shape
-    Hp, Wp = H // size, W // size
-    x = x[:, :, :Hp * size, :Wp * size]
-    return x.reshape(B, C, Hp, size, Wp, size).max(axis=(3, 5))
+def conv2d_with_magnitude(x, w, stride: int = 1, pad: int = 0, groups: int = 1,
+                          bias=None) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 result and, per output, sum |x*w| over its terms (plus |bias|)."""
+    return _conv(x, w, stride, pad, groups, bias, np.float64, magnitude=True)
+
+
+def max_pool(x: np.ndarray, size: int, stride: int | None = None) -> np.ndarray:
+    """size x size max-pool with the given stride (default: size), floor mode, no padding:
+    trailing rows/columns that do not fill a window drop, as in Caffe and the course."""
+    stride = stride or size
+    windows = np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))
+    return windows[:, :, ::stride, ::stride].max(axis=(4, 5))
+
+
+def lrn(x: np.ndarray, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
+        k: float = 1.0) -> np.ndarray:
+    """Caffe's local response normalisation across channels:
+    y = x / (k + alpha/size * sum of x^2 over the `size` channels centred on c)^beta,
+    the window clipped at the first and last channel."""
+    sq = np.square(x)
+    before = (size - 1) // 2
+    padded = np.pad(sq, ((0, 0), (before, size - 1 - before), (0, 0), (0, 0)))
+    csum = np.cumsum(padded, axis=1, dtype=x.dtype)
+    csum = np.concatenate([np.zeros_like(csum[:, :1]), csum], axis=1)
+    window = csum[:, size:] - csum[:, :-size]
+    return x / np.power(k + (alpha / size) * window, beta)
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0)
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -65,30 +113,42 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def forward(weights: Weights, x: np.ndarray, conv=None) -> np.ndarray:
-    """Class probabilities (float32) for network input x (N, 1, S, S).
+def apply_layer(layer, a: np.ndarray, arrays: dict, conv=None) -> np.ndarray:
+    """One layer of the forward pass in a's dtype. `conv(layer, a, w, b)` computes conv layers
+    (default: this module's conv2d in a's dtype)."""
+    if isinstance(layer, Conv):
+        w = arrays[f"{layer.name}.weight"]
+        b = arrays.get(f"{layer.name}.bias") if layer.bias else None
+        if conv is not None:
+            return conv(layer, a, w, b)
+        return conv2d(a, w, layer.stride, layer.pad, layer.groups, b, dtype=a.dtype)
+    if isinstance(layer, Tanh):
+        return np.tanh(a)
+    if isinstance(layer, ReLU):
+        return relu(a)
+    if isinstance(layer, MaxPool):
+        return max_pool(a, layer.size, layer.step)
+    if isinstance(layer, LRN):
+        return lrn(a, layer.size, layer.alpha, layer.beta, layer.k)
+    if isinstance(layer, Flatten):
+        return a.reshape(a.shape[0], -1)
+    if isinstance(layer, Dense):
+        w = np.asarray(arrays[f"{layer.name}.weight"], dtype=a.dtype)
+        return a @ w.T + np.asarray(arrays[f"{layer.name}.bias"], dtype=a.dtype)
+    if isinstance(layer, Softmax):
+        return softmax(a)
+    raise TypeError(f"no CPU definition for layer {layer!r}")
 
-    `conv(name, x, w)` computes each conv layer; by default the float32 reference does. Every
-    other layer is the NumPy definition the GPU network mirrors with CuPy.
+
+def forward(weights: Weights, x: np.ndarray, conv=None, dtype=np.float32) -> np.ndarray:
+    """Class probabilities for network input x (N, C, S, S), every layer computed in `dtype`.
+
+    `conv(layer, x, w, b)` computes each conv layer; by default this module's conv2d does.
+    Every other layer is the NumPy definition the GPU network's kernels are verified against.
     """
-    conv = conv or (lambda name, inp, w: conv2d(inp, w))
-    arrays = weights.arrays
-    a = np.asarray(x, dtype=np.float32)
+    a = np.asarray(x, dtype=dtype)
     for layer in weights.spec.layers:
-        if isinstance(layer, Conv):
-            a = conv(layer.name, a, arrays[f"{layer.name}.weight"])
-        elif isinstance(layer, Tanh):
-            a = np.tanh(a)
-        elif isinstance(layer, MaxPool):
-            a = max_pool(a, layer.size)
-        elif isinstance(layer, Flatten):
-            a = a.reshape(a.shape[0], -1)
-        elif isinstance(layer, Dense):
-            a = a @ arrays[f"{layer.name}.weight"].T + arrays[f"{layer.name}.bias"]
-        elif isinstance(layer, Softmax):
-            a = softmax(a)
-        else:
-            raise TypeError(f"no CPU definition for layer {layer!r}")
+        a = apply_layer(layer, a, weights.arrays, conv)
     return a
 
 

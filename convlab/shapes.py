@@ -8,10 +8,18 @@ from .errors import ConvlabError
 
 FLOAT_BYTES = 4
 
+# The ways a layer can differ from the course's plain stride-1, unpadded, single-group,
+# bias-free convolution. A variant declares which of them it implements (Variant.general).
+FEATURES = ("stride", "pad", "groups", "bias")
+
 
 @dataclass(frozen=True)
 class ConvShape:
-    """x[B][C][H][W] (*) k[M][C][K][K] -> y[B][M][Ho][Wo], a cross-correlation as in the course."""
+    """x[B][C][H][W] (*) k[M][C/G][K][K] (+ bias[M]) -> y[B][M][Ho][Wo], a cross-correlation.
+
+    With G groups, output channel m reads only the C/G input channels of its group
+    (m // (M/G)); G = 1 is the course's convolution.
+    """
 
     B: int
     C: int
@@ -21,14 +29,20 @@ class ConvShape:
     K: int
     stride: int = 1
     pad: int = 0
+    groups: int = 1
+    bias: bool = False
 
     def __post_init__(self):
-        for name in ("B", "C", "H", "W", "M", "K", "stride"):
+        for name in ("B", "C", "H", "W", "M", "K", "stride", "groups"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConvlabError(f"ConvShape.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.pad, int) or self.pad < 0:
+        if not isinstance(self.pad, int) or isinstance(self.pad, bool) or self.pad < 0:
             raise ConvlabError(f"ConvShape.pad must be a non-negative integer, got {self.pad!r}")
+        if not isinstance(self.bias, bool):
+            raise ConvlabError(f"ConvShape.bias must be True or False, got {self.bias!r}")
+        if self.C % self.groups or self.M % self.groups:
+            raise ConvlabError(f"{self.groups} groups must divide both C={self.C} and M={self.M}")
         if self.Ho < 1 or self.Wo < 1:
             raise ConvlabError(
                 f"a {self.K}x{self.K} kernel does not fit a {self.H}x{self.W} input "
@@ -44,12 +58,27 @@ class ConvShape:
         return (self.W + 2 * self.pad - self.K) // self.stride + 1
 
     @property
+    def Cg(self) -> int:
+        """Input channels each output channel reads (C / groups)."""
+        return self.C // self.groups
+
+    @property
+    def Mg(self) -> int:
+        """Output channels per group (M / groups)."""
+        return self.M // self.groups
+
+    @property
+    def reduction(self) -> int:
+        """Terms summed into one output: Cg*K*K products, plus the bias."""
+        return self.Cg * self.K * self.K + int(self.bias)
+
+    @property
     def input_shape(self) -> tuple[int, int, int, int]:
         return (self.B, self.C, self.H, self.W)
 
     @property
     def weight_shape(self) -> tuple[int, int, int, int]:
-        return (self.M, self.C, self.K, self.K)
+        return (self.M, self.Cg, self.K, self.K)
 
     @property
     def output_shape(self) -> tuple[int, int, int, int]:
@@ -57,41 +86,56 @@ class ConvShape:
 
     @property
     def flops(self) -> int:
-        return 2 * self.B * self.M * self.Ho * self.Wo * self.C * self.K * self.K
+        """Two per multiply-add of the convolution (the bias adds are not counted)."""
+        return 2 * self.B * self.M * self.Ho * self.Wo * self.Cg * self.K * self.K
 
     @property
     def min_bytes(self) -> int:
-        """Each input, weight and output element crosses device memory exactly once."""
+        """Each input, weight, bias and output element crosses device memory exactly once."""
         inputs = self.B * self.C * self.H * self.W
-        weights = self.M * self.C * self.K * self.K
+        weights = self.M * self.Cg * self.K * self.K + (self.M if self.bias else 0)
         outputs = self.B * self.M * self.Ho * self.Wo
         return FLOAT_BYTES * (inputs + weights + outputs)
 
+    def features(self) -> frozenset[str]:
+        """Which of FEATURES this layer uses."""
+        used = {"stride": self.stride != 1, "pad": self.pad != 0, "groups": self.groups != 1,
+                "bias": self.bias}
+        return frozenset(name for name, on in used.items() if on)
+
     @property
     def is_plain(self) -> bool:
-        """Stride 1 and no padding: the only form the course's kernels handle."""
-        return self.stride == 1 and self.pad == 0
+        """Stride 1, no padding, one group, no bias: the only form the course's kernels handle."""
+        return not self.features()
 
     def with_batch(self, B: int) -> "ConvShape":
         return replace(self, B=B)
 
+    def _extras(self) -> list[str]:
+        extras = []
+        if self.stride != 1:
+            extras.append(f"s{self.stride}")
+        if self.pad:
+            extras.append(f"p{self.pad}")
+        if self.groups != 1:
+            extras.append(f"g{self.groups}")
+        if self.bias:
+            extras.append("+b")
+        return extras
+
     def describe(self) -> str:
-        extra = ""
-        if not self.is_plain:
-            extra = f", stride {self.stride}, pad {self.pad}"
-        return (
-            f"{self.B}x{self.C}x{self.H}x{self.W} -> {self.M}x{self.Ho}x{self.Wo}, "
-            f"{self.K}x{self.K}{extra}"
-        )
+        words = {"s": "stride", "p": "pad", "g": "groups"}
+        extra = ", ".join("bias" if e == "+b" else f"{words[e[0]]} {e[1:]}" for e in self._extras())
+        return (f"{self.B}x{self.C}x{self.H}x{self.W} -> {self.M}x{self.Ho}x{self.Wo}, "
+                f"{self.K}x{self.K}{', ' + extra if extra else ''}")
 
     def brief(self) -> str:
-        """The layer without the batch: 'CxHxW -> MxHoxWo KxK'."""
-        extra = "" if self.is_plain else f" s{self.stride} p{self.pad}"
-        return (f"{self.C}x{self.H}x{self.W}->{self.M}x{self.Ho}x{self.Wo} "
-                f"{self.K}x{self.K}{extra}")
+        """The layer without the batch: 'CxHxW->MxHoxWo KxK' plus s/p/g/+b where they apply."""
+        extra = "".join(" " + e for e in self._extras())
+        return f"{self.C}x{self.H}x{self.W}->{self.M}x{self.Ho}x{self.Wo} {self.K}x{self.K}{extra}"
 
     def as_dict(self) -> dict:
         return {
             "B": self.B, "C": self.C, "H": self.H, "W": self.W, "M": self.M, "K": self.K,
-            "stride": self.stride, "pad": self.pad,
+            "stride": self.stride, "pad": self.pad, "groups": self.groups, "bias": self.bias,
         }

@@ -1,7 +1,7 @@
 """The registry of convolution variants, in ladder order."""
 
 from ..errors import ConvlabError
-from .base import TANH_POOL, Op, Support, Variant
+from .base import RELU, TANH_POOL, Op, Support, Variant
 from .constant import Constant
 from .cpu import Cpu
 from .cudnn import Cudnn, CudnnTF32
@@ -39,5 +39,5 @@ def kernel_variants() -> list[Variant]:
     return [v for v in VARIANTS.values() if v.source]
 
 
-__all__ = ["TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS",
+__all__ = ["RELU", "TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS",
            "get_variant", "kernel_variants"]

@@ -15,9 +15,10 @@ from typing import Callable
 import numpy as np
 
 from ..jit import build_options, load_module
-from ..shapes import ConvShape
+from ..shapes import FEATURES, ConvShape
 
 TANH_POOL = "tanh-pool"  # conv, then tanh, then 2x2/2 max-pool: the ECE408 block
+RELU = "relu"  # conv (+ bias), then ReLU: every AlexNet conv layer
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,18 @@ class Support:
 
 
 SUPPORTED = Support(True)
-PLAIN_ONLY = Support(False, "implements stride 1 and no padding only")
+
+
+def missing_features(shape: ConvShape, implemented: frozenset[str]) -> Support:
+    """SUPPORTED if the variant implements every feature the layer uses, else the reason."""
+    missing = [f for f in FEATURES if f in shape.features() and f not in implemented]
+    if not missing:
+        return SUPPORTED
+    words = {"stride": f"stride {shape.stride}", "pad": f"padding {shape.pad}",
+             "groups": f"{shape.groups} groups", "bias": "a bias"}
+    have = ", ".join(f for f in FEATURES if f in implemented) or "none of stride, pad, groups, bias"
+    return Support(False, f"implements no {' or '.join(words[m] for m in missing)} "
+                          f"(it implements: {have})")
 
 
 def pooled_shape(shape: ConvShape) -> tuple[int, int, int, int]:
@@ -39,17 +51,26 @@ def pooled_shape(shape: ConvShape) -> tuple[int, int, int, int]:
 
 @dataclass
 class Op:
-    """A prepared convolution: `op(x, y)` runs it on device (or host) arrays."""
+    """A prepared convolution: `op(x, y)` runs it on device (or host) arrays.
+
+    `stage(x)` turns a float32 input into what `launch` reads (fp16 variants convert it once);
+    callers stage outside any timed region and pass the staged array to `op`. Without a stage
+    function it returns x itself.
+    """
 
     launch: Callable[[object, object], object]
     output_shape: tuple[int, ...]
     compile_seconds: float = 0.0
     epilogue: str | None = None
+    stage_input: Callable[[object], object] | None = None
     # Variants that cannot write into a caller's buffer (cuDNN through PyTorch) return their own.
     _result: object = None
 
     def __call__(self, x, y):
         self._result = self.launch(x, y)
+
+    def stage(self, x):
+        return x if self.stage_input is None else self.stage_input(x)
 
     def output(self, y):
         """The array holding the last call's result: y itself unless the launch returned another."""
@@ -65,9 +86,10 @@ class Variant:
     epilogues: tuple[str, ...] = ()  # epilogues prepare() accepts besides a plain conv
     fuses_in_network: bool = False  # the network hands it conv+tanh+pool where the model has that
     on_gpu: bool = True
+    general: frozenset[str] = frozenset()  # which of shapes.FEATURES the source implements
 
     def supports(self, shape: ConvShape) -> Support:
-        return SUPPORTED if shape.is_plain else PLAIN_ONLY
+        return missing_features(shape, self.general)
 
     def supports_epilogue(self, shape: ConvShape, epilogue: str) -> Support:
         if epilogue not in self.epilogues:
@@ -88,11 +110,23 @@ class Variant:
         return load_module(self.name, self.source, self.compile_options(shape, epilogue),
                            kernels or self.kernels)
 
-    def prepare(self, shape: ConvShape, weights: np.ndarray, epilogue: str | None = None) -> Op:
+    def prepare(self, shape: ConvShape, weights: np.ndarray, epilogue: str | None = None,
+                bias: np.ndarray | None = None) -> Op:
+        """Compile for `shape` and return an Op computing conv(x, weights) (+ bias, when
+        shape.bias) followed by `epilogue`."""
         raise NotImplementedError
 
     def output_shape(self, shape: ConvShape, epilogue: str | None = None) -> tuple[int, ...]:
         return pooled_shape(shape) if epilogue == TANH_POOL else shape.output_shape
+
+    # --- the tiling space `convlab tune` searches (empty: nothing to tune) -------------------
+    def configs(self, shape: ConvShape, epilogue: str | None = None) -> list[dict]:
+        """Every tiling worth trying for this shape, as plain dicts of compile-time choices."""
+        return []
+
+    def configured(self, config: dict) -> "Variant":
+        """A copy of this variant with its tiling fixed to `config` (one of configs())."""
+        raise NotImplementedError(f"variant '{self.name}' has nothing to tune")
 
 
 def blocks(n: int, per_block: int) -> int:
@@ -108,6 +142,20 @@ def device_weights(weights: np.ndarray):
 def check_epilogue(variant: Variant, epilogue: str | None) -> None:
     if epilogue is not None and epilogue not in variant.epilogues:
         raise ValueError(f"variant '{variant.name}' has no '{epilogue}' epilogue")
+
+
+def check_bias(shape: ConvShape, bias) -> None:
+    """A layer with a bias needs one of M values; a layer without takes none."""
+    if shape.bias and (bias is None or np.shape(bias) != (shape.M,)):
+        raise ValueError(f"layer {shape.brief()} needs a bias of shape ({shape.M},), "
+                         f"got {None if bias is None else np.shape(bias)}")
+    if not shape.bias and bias is not None:
+        raise ValueError(f"layer {shape.brief()} has no bias, but one was given")
+
+
+def check_inputs(variant: Variant, shape: ConvShape, epilogue: str | None, bias) -> None:
+    check_epilogue(variant, epilogue)
+    check_bias(shape, bias)
 
 
 class ConstantWeights:

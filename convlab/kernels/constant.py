@@ -44,7 +44,7 @@ extern "C" __global__ void conv_forward(const float* x, float* y,
 
 import numpy as np
 
-from .base import ConstantWeights, Op, Support, check_epilogue
+from .base import ConstantWeights, Op, Support, check_inputs
 from .tiled import Tiled, pick_tile
 
 CONSTANT_FLOATS = 16384  # the 64 KB __constant__ bank a module may use
@@ -71,8 +71,8 @@ class Constant(Tiled):
         return {"TILE": pick_tile(shape.Ho, shape.Wo), "K": shape.K,
                 "KC_SIZE": shape.M * shape.C * shape.K * shape.K}
 
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
         compiled = self.compile(shape)
         kernel = compiled.module.get_function("conv_forward")
         constants = ConstantWeights(compiled.module, "kc", weights)

@@ -1,21 +1,22 @@
 """cpu: the float32 NumPy reference, the course's "CPU implementation" baseline."""
 
-from ..reference import conv2d
-from .base import Op, Support, Variant, check_epilogue
+from ..reference import conv2d, relu
+from ..shapes import FEATURES
+from .base import RELU, Op, Variant, check_inputs
 
 
 class Cpu(Variant):
     name = "cpu"
     summary = "NumPy float32 patches x filters on the CPU (the reference, as a baseline)"
     on_gpu = False
+    general = frozenset(FEATURES)
+    epilogues = (RELU,)
 
-    def supports(self, shape):
-        return Support(True)
-
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
 
         def launch(x, y):
-            y[...] = conv2d(x, weights, shape.stride, shape.pad)
+            out = conv2d(x, weights, shape.stride, shape.pad, shape.groups, bias)
+            y[...] = relu(out) if epilogue == RELU else out
 
-        return Op(launch, shape.output_shape)
+        return Op(launch, shape.output_shape, epilogue=epilogue)

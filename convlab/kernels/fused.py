@@ -57,7 +57,7 @@ conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* 
 #endif
 """
 
-from .base import TANH_POOL, blocks, check_epilogue  # noqa: E402
+from .base import TANH_POOL, blocks, check_inputs  # noqa: E402
 from .register_tiled import RegisterTiled, pick_tiling  # noqa: E402
 
 # (C, H, W, M, K) -> (TH, MT, MINB) for the pooling kernel (TH even), measured like
@@ -91,10 +91,10 @@ class Fused(RegisterTiled):
             defines["WOE"] = shape.Wo + (shape.Wo & 1)
         return defines
 
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
         if epilogue != TANH_POOL:
-            return super().prepare(shape, weights)
+            return super().prepare(shape, weights, bias=bias)
         defines = self.defines(shape, epilogue)
         return self._prepare(shape, weights, epilogue, "conv_tanh_pool",
                              columns=defines["WOE"], strips=defines["NSTRIP"])

@@ -27,7 +27,7 @@ extern "C" __global__ void unroll(const float* __restrict__ x, float* __restrict
 
 import numpy as np
 
-from .base import Op, Variant, blocks, check_epilogue, device_weights
+from .base import Op, Variant, blocks, check_inputs, device_weights
 
 BLOCK = 256
 WORKSPACE_BYTES = 256 * 1024 * 1024
@@ -47,10 +47,10 @@ class Im2col(Variant):
     def defines(self, shape, epilogue=None):
         return {"C": shape.C, "H": shape.H, "W": shape.W, "K": shape.K}
 
-    def prepare(self, shape, weights, epilogue=None):
+    def prepare(self, shape, weights, epilogue=None, bias=None):
         import cupy
 
-        check_epilogue(self, epilogue)
+        check_inputs(self, shape, epilogue, bias)
         compiled = self.compile(shape)
         unroll = compiled.module.get_function("unroll")
         kd = shape.C * shape.K * shape.K

@@ -92,7 +92,7 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ w, float* __
 
 import numpy as np
 
-from .base import Op, Variant, blocks, check_epilogue, device_weights
+from .base import Op, Variant, blocks, check_inputs, device_weights
 
 BN = 128
 
@@ -114,8 +114,8 @@ class ImplicitGemm(Variant):
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
                 "TM": rows_per_thread(shape.M)}
 
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
         compiled = self.compile(shape)
         kernel = compiled.module.get_function("conv_forward")
         w = device_weights(weights)

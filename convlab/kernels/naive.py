@@ -30,7 +30,7 @@ extern "C" __global__ void conv_forward(const float* x, const float* k, float* y
 
 import numpy as np
 
-from .base import Op, Variant, blocks, check_epilogue, device_weights
+from .base import Op, Variant, blocks, check_inputs, device_weights
 
 BLOCK = 256
 
@@ -40,8 +40,8 @@ class Naive(Variant):
     summary = "one thread per output, all operands from global memory"
     source = SOURCE
 
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
         compiled = self.compile(shape)
         kernel = compiled.module.get_function("conv_forward")
         w = device_weights(weights)

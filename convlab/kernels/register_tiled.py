@@ -99,7 +99,7 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ k, float* __
 
 import numpy as np
 
-from .base import Op, Support, Variant, blocks, check_epilogue, device_weights
+from .base import Op, Support, Variant, blocks, check_inputs, device_weights
 
 ACCUMULATORS = 128  # MT*TH registers per thread; more starts to spill on sm_90
 # (C, H, W, M, K) -> (TH, MT, MINB): the fastest verified tiling per course layer, measured on an
@@ -183,8 +183,8 @@ class RegisterTiled(Variant):
                 "TH": th, "MT": mt, "MT4": _round4(mt), "NSTRIP": blocks(shape.Ho, th),
                 "BLOCK": self.block, "MINB": minb}
 
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
         return self._prepare(shape, weights, epilogue, "conv_forward",
                              columns=shape.Wo, strips=blocks(shape.Ho, self.tiling(shape)[0]))
 

@@ -161,7 +161,7 @@ SOURCE = COMMENT + HEADER + MMA_STEP + BODY
 
 import numpy as np  # noqa: E402
 
-from .base import Op, Support, Variant, blocks, check_epilogue  # noqa: E402
+from .base import Op, Support, Variant, blocks, check_inputs  # noqa: E402
 
 MAX_MF = 4
 ACCUMULATORS = 96  # MF*NF*4 registers per thread
@@ -239,10 +239,10 @@ class TensorCore(Variant):
         """The filter arrays the kernel multiplies: here, the filters rounded to TF32."""
         return [round_tf32(weights)]
 
-    def prepare(self, shape, weights, epilogue=None):
+    def prepare(self, shape, weights, epilogue=None, bias=None):
         import cupy
 
-        check_epilogue(self, epilogue)
+        check_inputs(self, shape, epilogue, bias)
         compiled = self.compile(shape)
         kernel = compiled.module.get_function("conv_forward")
         smem = smem_bytes(shape)

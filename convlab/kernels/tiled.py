@@ -45,7 +45,7 @@ extern "C" __global__ void conv_forward(const float* x, const float* k, float* y
 
 import numpy as np
 
-from .base import Op, Support, Variant, blocks, check_epilogue, device_weights
+from .base import Op, Support, Variant, blocks, check_inputs, device_weights
 
 MAX_GRID_YZ = 65535
 
@@ -83,8 +83,8 @@ class Tiled(Variant):
         grid = (shape.B, shape.M, blocks(shape.Ho, tile) * tiles_w)
         return grid, (tile, tile), tiles_w
 
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
         compiled = self.compile(shape)
         kernel = compiled.module.get_function("conv_forward")
         w = device_weights(weights)

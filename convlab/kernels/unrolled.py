@@ -38,7 +38,7 @@ conv_forward(const float* __restrict__ x, float* __restrict__ y, int B)
 
 import numpy as np
 
-from .base import ConstantWeights, Op, Variant, blocks, check_epilogue
+from .base import ConstantWeights, Op, Variant, blocks, check_inputs
 from .constant import fits_constant
 
 BLOCK = 1024
@@ -57,8 +57,8 @@ class Unrolled(Variant):
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
                 "BLOCK": BLOCK}
 
-    def prepare(self, shape, weights, epilogue=None):
-        check_epilogue(self, epilogue)
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        check_inputs(self, shape, epilogue, bias)
         compiled = self.compile(shape)
         kernel = compiled.module.get_function("conv_forward")
         constants = ConstantWeights(compiled.module, "kc", weights)
