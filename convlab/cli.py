@@ -12,10 +12,12 @@ from rich.markup import escape
 from rich.syntax import Syntax
 
 from . import __version__, lab, measure, report
-from .errors import ConvlabError
+from .errors import ConvlabError, GPUUnavailable
 from .gpu import gpu_available, unavailable_reason
 from .kernels import VARIANTS, get_variant
 from .models import MODELS, get_model, load_weights
+
+WIDE_HELP = "Show every column, however wide the table gets (default: what fits the terminal)."
 
 
 def console() -> Console:
@@ -49,17 +51,24 @@ def _variant_choice(ctx, param, value):
     return value
 
 
+def _cpu_hint(exc: GPUUnavailable) -> ConvlabError:
+    """For commands with --kernel: the no-GPU message, plus the way to run without one."""
+    return ConvlabError(f"{exc} Use --kernel cpu to run on the CPU.")
+
+
 @main.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def list_variants(as_json):
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def list_variants(as_json, wide):
     """Every registered variant: name, precision, summary."""
     variants = list(VARIANTS.values())
     if as_json:
         click.echo(json.dumps([{"name": v.name, "summary": v.summary, "precision": v.precision,
-                                "gpu": v.on_gpu, "epilogues": list(v.epilogues)}
-                               for v in variants], indent=2))
+                                "gpu": v.on_gpu, "epilogues": list(v.epilogues),
+                                "general": sorted(v.general)} for v in variants], indent=2))
     else:
-        console().print(report.variants_table(variants))
+        out = console()
+        out.print(report.variants_table(variants, out.width, wide))
 
 
 @main.command()
@@ -78,37 +87,49 @@ def show(name, raw):
 
 @main.command()
 @click.option("--kernel", callback=_variant_choice,
-              help="Variant for the conv layers (default: tiled on a GPU machine, else cpu).")
+              help="Variant for the conv layers (default: tiled for the ECE408 models and the "
+                   "fastest general fp32 variant for alexnet on a GPU machine, else cpu).")
 @click.option("--model", default="ece408-high", show_default=True,
               help=f"One of: {', '.join(MODELS)}.")
-@click.option("--batch", default=lab.MAX_BATCH, show_default=True, type=int,
-              help=f"Number of test images, 1..{lab.MAX_BATCH}.")
+@click.option("--batch", "batches", default=None,
+              help="Images per forward pass, or a comma-separated list to run each "
+                   "(default: 10000 for the ECE408 models, 128 for alexnet).")
+@click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="A weights file for the model (alexnet: from `convlab import-weights`).")
+@click.option("--fallback", callback=_variant_choice,
+              help="Variant for the conv layers --kernel does not support (default: none, an error).")
 @click.option("--repeat", type=click.IntRange(1), default=None,
               help="Timed runs per conv layer at least (default 10 on GPU, 3 on CPU); more are "
                    "taken until the median is known to 1%.")
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON record instead of tables.")
-def run(kernel, model, batch, repeat, cold, as_json):
-    """Run a model on the Fashion-MNIST test set with a chosen conv kernel."""
+@click.option("--pytorch", is_flag=True,
+              help="Also time the same network in PyTorch eager mode (cuDNN, TF32 off).")
+@click.option("--no-graph", is_flag=True,
+              help="Launch every step of the end-to-end pass instead of replaying a CUDA graph.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON records instead of tables.")
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def run(kernel, model, batches, weights_path, fallback, repeat, cold, pytorch, no_graph, as_json,
+        wide):
+    """Run a model's forward pass with a chosen conv kernel: on the Fashion-MNIST test set for
+    the ECE408 models, on a fixed random batch for alexnet."""
     get_model(model)
-    lab.check_batch(batch)
+    batch_list = lab.parse_batches(str(lab.default_batch(model)) if batches is None else batches, model)
+    weights = load_weights(model, weights_path)
     note = None
     if kernel is None:
-        if gpu_available():
-            kernel = "tiled"
-        else:
-            kernel = "cpu"
-            note = f"no usable GPU ({unavailable_reason()}): running the cpu variant"
+        kernel, note = lab.default_kernel(model)
     on_gpu = get_variant(kernel).on_gpu
     policy = measure.TimingPolicy(min_runs=repeat or (10 if on_gpu else 3), cold=cold)
+    out = console()
     if note and not as_json:
-        console().print(f"[yellow]{escape(note)}[/yellow]")
+        out.print(f"[yellow]{escape(note)}[/yellow]")
 
     def on_event(name, payload=None):
         if as_json:
             return
         if name == "loading-data":
-            click.echo("Loading fashion-mnist data...", nl=False)
+            what = "fashion-mnist data" if get_model(model).task == "fashion-mnist" else "random input batch"
+            click.echo(f"Loading {what}...", nl=False)
         elif name == "loading-model":
             click.echo("Loading model...", nl=False)
         elif name in ("loaded-data", "loaded-model"):
@@ -117,26 +138,49 @@ def run(kernel, model, batch, repeat, cold, as_json):
             mark = "" if payload.check.passed else "  (FAIL: output does not match the reference)"
             click.echo(f"Op Time: {payload.timing.median_ms / 1e3:.6f}{mark}")
         elif name == "done":
-            click.echo(f"Correctness: {payload.accuracy:.4f} Model: {payload.model}")
+            click.echo(report.course_line(payload))
 
-    result = lab.run(model, kernel, batch, policy, on_event)
-    if note:
-        result.notes.append(note)
-    if cold:
-        result.notes.append("L2 cache flushed before every timed run (--cold)")
+    try:
+        results = lab.run_batches(model, kernel, batch_list, policy, on_event, weights=weights,
+                                  fallback=fallback, compare_torch=pytorch, graph=not no_graph)
+    except GPUUnavailable as exc:
+        raise _cpu_hint(exc) from None
+    for result in results:
+        if note:
+            result.notes.append(note)
+        if cold:
+            result.notes.append("L2 cache flushed before every timed run (--cold)")
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        records = [r.as_dict() for r in results]
+        click.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2))
     else:
-        console().print(report.run_table(result))
-        for line in report.failure_lines(result):
-            console().print(f"[bold red]FAIL[/bold red] {escape(line)}")
-        console().print(report.run_summary(result))
-    if not result.passed:
+        _print_runs(out, results, wide)
+    if not all(r.passed for r in results):
         raise SystemExit(1)
 
 
+def _print_runs(out, results, wide):
+    if len(results) == 1:
+        result = results[0]
+        out.print(report.run_table(result, out.width, wide))
+        steps = report.steps_table(result, out.width, wide)
+        if steps is not None:
+            out.print(steps)
+    else:
+        out.print(report.sweep_table(results, out.width, wide))
+    for result in results:
+        for line in report.failure_lines(result):
+            out.print(f"[bold red]FAIL[/bold red] batch {result.batch}: {escape(line)}")
+    if len(results) == 1:
+        out.print(report.run_summary(results[0], out.width))
+    else:
+        for note in dict.fromkeys(n for r in results for n in r.notes):
+            out.print(f"note: {escape(note)}")
+
+
 @main.command()
-def models():
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def models(wide):
     """The models, their layers and expected accuracies."""
     rows = []
     for name, spec in MODELS.items():
@@ -144,7 +188,11 @@ def models():
             rows.append((spec, load_weights(name), None))
         except ConvlabError as exc:
             rows.append((spec, None, str(exc)))
-    console().print(report.models_table(rows))
+    out = console()
+    out.print(report.models_table(rows, out.width, wide))
+    if not wide:
+        for line in report.models_layers(rows):
+            out.print(escape(line), soft_wrap=False)
 
 
 @main.command()
@@ -155,12 +203,14 @@ def models():
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where to write <model>.npz (default: the weights shipped in the package).")
 def train(names, data_dir, output):
-    """Train models with PyTorch on the Fashion-MNIST training set and save their weights."""
-    from .train import train as train_model
+    """Train the Fashion-MNIST models with PyTorch and save their weights."""
+    from .train import TRAINABLE, train as train_model
 
-    for name in names or tuple(MODELS):
+    for name in names or TRAINABLE:
         get_model(name)
-    for name in names or tuple(MODELS):
+        if name not in TRAINABLE:
+            raise ConvlabError(f"model '{name}' is not trained here (trainable: {', '.join(TRAINABLE)})")
+    for name in names or TRAINABLE:
         train_model(name, data_dir, output, log=click.echo)
 
 
@@ -172,7 +222,7 @@ def train(names, data_dir, output):
 def device(ceilings, refresh, as_json):
     """The GPU convlab would use, and its measured ceilings."""
     if not gpu_available():
-        message = f"no GPU: {unavailable_reason()}. The cpu variant still runs (--kernel cpu)."
+        message = f"no GPU: {unavailable_reason()}. The cpu variant still runs (convlab run --kernel cpu)."
         if as_json:
             click.echo(json.dumps({"gpu": None, "reason": unavailable_reason()}))
         else:
@@ -183,17 +233,22 @@ def device(ceilings, refresh, as_json):
     if as_json:
         click.echo(json.dumps({"gpu": info, "ceilings": ceil.as_dict() if ceil else None}, indent=2))
     else:
-        console().print(report.device_table(info, ceil))
+        out = console()
+        out.print(report.device_table(info, ceil, out.width))
 
 
 @main.command("compare")
 @click.option("--kernels", default="all", show_default=True,
               help="Comma-separated variants, or 'all' (every variant supporting the layers). "
-                   "cudnn and cudnn-tf32 are always added as reference rows.")
+                   "cuDNN rows of the precisions present are always added.")
 @click.option("--model", default=None, help="Model whose conv layers to compare (default ece408-high).")
-@click.option("--layer", default=None, help="A single layer instead: B,C,H,W,M,K (random inputs).")
-@click.option("--batch", "batches", default="10,100,1000,10000", show_default=True,
-              help="Comma-separated batch sizes.")
+@click.option("--layer", default=None,
+              help="A single layer instead: B,C,H,W,M,K[,stride,pad,groups] (random inputs).")
+@click.option("--bias", is_flag=True, help="With --layer: the layer adds a bias.")
+@click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="A weights file for --model (alexnet: from `convlab import-weights`).")
+@click.option("--batch", "batches", default=None,
+              help="Comma-separated batch sizes (default: 10,100,1000,10000; 128 for alexnet).")
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
 @click.option("--budget", type=float, default=measure.DEFAULT_BUDGET_S, show_default=True,
               help="Seconds of timing per row at most, once 10 runs are in.")
@@ -204,13 +259,19 @@ def device(ceilings, refresh, as_json):
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a PNG: Op Time vs batch, and speedup over cuDNN.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of tables.")
-def compare_cmd(kernels, model, layer, batches, cold, budget, save_dir, baseline, plot_path, as_json):
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def compare_cmd(kernels, model, layer, bias, weights_path, batches, cold, budget, save_dir,
+                baseline, plot_path, as_json, wide):
     """Verify, then time, variants side by side with cuDNN and the roofline floor."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import compare, results
 
-    plan = compare.plan(kernels, model, layer, batches)
+    weights = load_weights(model, weights_path) if weights_path is not None else None
+    if weights_path is not None and model is None:
+        raise ConvlabError("--weights goes with --model")
+    default = str(lab.default_batch(model)) if model else "10,100,1000,10000"
+    plan = compare.plan(kernels, model, layer, default if batches is None else batches, bias, weights)
     base = results.from_record(results.load_record(baseline)) if baseline else None
     if plot_path is not None:
         from .plot import _pyplot
@@ -227,12 +288,13 @@ def compare_cmd(kernels, model, layer, batches, cold, budget, save_dir, baseline
 
         comparison = compare.execute(plan, policy, on_step)
     record = results.to_record(comparison, "convlab " + " ".join(sys.argv[1:]))
+    out = console()
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
-        _print_comparison(comparison)
+        _print_comparison(out, comparison, wide)
     if base is not None:
-        console().print(report.diff_table(results.diff(comparison, base)))
+        out.print(report.diff_table(results.diff(comparison, base), out.width, wide))
     if save_dir is not None:
         paths = results.save(record, save_dir, report.compare_markdown(comparison))
         err_console().print(f"saved {paths[0]} and {paths[1]}")
@@ -242,10 +304,12 @@ def compare_cmd(kernels, model, layer, batches, cold, budget, save_dir, baseline
         err_console().print(f"plot written to {plot_comparison(comparison, plot_path)}")
 
 
-def _print_comparison(comparison):
-    console().print(escape(report.compare_header(comparison)))
-    for table in report.compare_tables(comparison):
-        console().print(table)
+def _print_comparison(out, comparison, wide):
+    out.print(escape(report.compare_header(comparison)))
+    for table, notes in report.compare_tables(comparison, out.width, wide):
+        out.print(table)
+        for note in notes:
+            out.print(escape(note))
 
 
 @main.group(cls=ConvlabGroup)
@@ -259,14 +323,244 @@ def results():
 @click.option("--ladder", is_flag=True,
               help="Print a markdown summary: each variant's time at the largest batch and its "
                    "speed relative to cuDNN.")
-def results_show(path, markdown, ladder):
-    """Re-render a saved `convlab compare` record."""
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def results_show(path, markdown, ladder, wide):
+    """Re-render a saved `convlab compare` or `convlab profile` record."""
     from . import results as results_io
 
+    if results_io.record_kind(path) == "profile":
+        from . import profile, profile_report
+
+        record = profile.load_record(path)
+        if ladder:
+            raise ConvlabError("--ladder summarises compare records; this is a profile")
+        if markdown:
+            click.echo(profile_report.markdown(record))
+        else:
+            profile_report.render(record, console(), wide)
+        return
     comparison = results_io.from_record(results_io.load_record(path))
     if ladder:
         click.echo(report.ladder_markdown(comparison), nl=False)
     elif markdown:
         click.echo(report.compare_markdown(comparison))
     else:
-        _print_comparison(comparison)
+        _print_comparison(console(), comparison, wide)
+
+
+@main.command("import-weights")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default="alexnet.npz",
+              show_default=True, help="Where to write convlab's alexnet weights (.npz).")
+def import_weights_cmd(source, out):
+    """Convert the published bvlc_alexnet.npy into convlab's alexnet weights.
+
+    SOURCE is the caffe-tensorflow conversion of Caffe's bvlc_alexnet, a pickled dict
+    {layer: [weights, biases]} with channel-last (HWIO) conv filters. A pickle runs code stored
+    in the file when it is loaded: import only a file from a source you trust. The .npy header is
+    read first, so a file that is not a pickled array is refused before anything is unpickled.
+    """
+    from .importer import import_weights
+
+    weights = import_weights(source, out)
+    count = sum(array.size for array in weights.arrays.values())
+    click.echo(f"wrote {out}: alexnet, {len(weights.arrays) // 2} layers, {count:,} parameters "
+               f"from {source.name} (sha256 {weights.meta['source_sha256']})")
+    click.echo(f"converted: {weights.meta['conversion']}")
+    click.echo(f"use it with: convlab classify --weights {out} IMAGE...")
+
+
+@main.command()
+@click.argument("images", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--model", default="alexnet", show_default=True, help="An ImageNet model: alexnet.")
+@click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Weights from `convlab import-weights` (default: the model's deterministic "
+                   "random weights, whose classes mean nothing).")
+@click.option("--kernel", callback=_variant_choice,
+              help="Variant for the conv layers (default: run's, the fastest general fp32 "
+                   "variant on a GPU machine, else cpu).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def classify(images, model, weights_path, kernel, as_json):
+    """Top-5 ImageNet classes of IMAGES: JPEG/PNG files (needs Pillow), or .npy files of
+    preprocessed input, float32 (N, 3, 227, 227), BGR, mean subtracted."""
+    from . import imagenet
+
+    weights = load_weights(model, weights_path)
+    notes = []
+    if kernel is None:
+        kernel, note = lab.default_kernel(model)
+        if note:
+            notes.append(note)
+    if weights_path is None:
+        notes.append(f"{model} ran on its deterministic random weights, so these classes mean "
+                     "nothing: import the published ones with `convlab import-weights` and pass "
+                     "--weights")
+    classified = imagenet.classify(model, kernel, list(images), weights)
+    if as_json:
+        click.echo(json.dumps([item.as_dict() for item in classified], indent=2))
+    else:
+        out = console()
+        for item in classified:
+            click.echo(item.input)
+            out.print(imagenet.predictions_table(item, out.width))
+    for note in notes:
+        err_console().print(f"[yellow]note: {escape(note)}[/yellow]")
+
+
+@main.command("profile")
+@click.option("--model", default="ece408-high", show_default=True,
+              help=f"One of: {', '.join(MODELS)}.")
+@click.option("--kernel", callback=_variant_choice, help="Variant for the conv layers (default: tiled).")
+@click.option("--batch", "batches", default="10000", show_default=True,
+              help="Batch size, or comma-separated sizes for the batch breakdown "
+                   "(e.g. 1,10,100,1000,10000).")
+@click.option("--passes", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Forward passes traced per batch size, after the warm-up pass.")
+@click.option("--threshold", type=click.FloatRange(0, 100, min_open=True), default=90.0,
+              show_default=True, help="Mark the rows that together make up this percent of the time.")
+@click.option("--save", "save_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the JSON record and its markdown into this folder.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a PNG: time against batch size, and where a forward pass's time goes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of tables.")
+@click.option("--wide", is_flag=True, help="Show every column, whatever the terminal's width.")
+@click.option("--ncu", is_flag=True,
+              help="Print the ncu command line that profiles the kernel launch of --layer "
+                   "(one --batch size).")
+@click.option("--layer", help="With --ncu: the layer whose kernel to profile, e.g. conv2.")
+def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, as_json, wide,
+                ncu, layer):
+    """Where the time goes: nvprof's tables from a CUPTI trace of the forward pass (warm-up
+    shown apart), and with several batch sizes the per-category breakdown."""
+    from . import profile, profile_report
+
+    kernel = kernel or profile.DEFAULT_KERNEL
+    profile.check_options(ncu, layer)
+    if ncu:
+        targets = profile.find_ncu_targets(model, kernel, batches, layer)
+        if as_json:
+            click.echo(json.dumps([t.as_dict() for t in targets], indent=2))
+        else:
+            for line in profile_report.ncu_lines(targets):
+                click.echo(line)
+        return
+    if plot_path is not None:
+        from .plot import _pyplot
+
+        _pyplot()  # a missing matplotlib is reported before the profile runs, not after
+    out = err_console()
+
+    def on_batch(batch):
+        if not as_json:
+            out.print(f"profiling batch {batch}: warm-up, {passes} traced passes, "
+                      f"{passes} untraced")
+
+    record = profile.run_profile(model, kernel, batches, passes, threshold,
+                                 "convlab " + " ".join(sys.argv[1:]), on_batch)
+    if as_json:
+        click.echo(json.dumps(record, indent=1))
+    else:
+        profile_report.render(record, console(), wide)
+    if save_dir is not None:
+        paths = profile.save(record, save_dir, profile_report.markdown(record))
+        out.print(f"saved {paths[0]} and {paths[1]}")
+    if plot_path is not None:
+        out.print(f"plot written to {profile_report.plot(record, plot_path)}")
+
+
+@main.command("tune")
+@click.option("--layer", required=True,
+              help="The layer: B,C,H,W,M,K or B,C,H,W,M,K,stride,pad,groups (random inputs).")
+@click.option("--kernel", required=True, callback=_variant_choice,
+              help="The variant whose tiling space to search.")
+@click.option("--bias", is_flag=True, help="The layer adds a bias.")
+@click.option("--epilogue", type=click.Choice(["relu"]), default=None,
+              help="Fuse a ReLU after the conv (and bias).")
+@click.option("--budget", type=float, default=measure.DEFAULT_BUDGET_S, show_default=True,
+              help="Seconds of timing per configuration at most, once 10 runs are in.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a PNG: Op Time of every configuration tried.")
+@click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON instead of a table.")
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
+    """Try every tiling of a variant on one layer (compiled, verified, timed) and keep the
+    fastest verified one for this GPU, where run and compare find it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import tune
+
+    shape = tune.parse_layer(layer, bias)
+    if plot_path is not None:
+        from .plot import _pyplot
+
+        _pyplot()  # a missing matplotlib is reported before the sweep, not after
+    policy = measure.TimingPolicy(budget_s=budget)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console(), transient=True,
+                  disable=as_json) as progress:
+        task = progress.add_task("tune", total=None)
+
+        def on_step(done, total, config):
+            what = tune.config_text(config) if config is not None else "done"
+            progress.update(task, description=what, completed=done, total=total)
+
+        result = tune.tune(shape, kernel, epilogue, policy, on_step)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=1))
+    else:
+        out = console()
+        out.print(tune.sweep_table(result, out.width, wide))
+        for line in tune.failure_lines(result):
+            out.print(f"[bold red]FAIL[/bold red] {escape(line)}")
+        out.print(escape(tune.summary(result)))
+    if result.cache_error:
+        err_console().print(f"[yellow]{escape(result.cache_error)}[/yellow]")
+    if plot_path is not None:
+        err_console().print(f"plot written to {tune.plot_sweep(result, plot_path)}")
+    if result.best is None:
+        raise SystemExit(1)
+
+
+@main.command("new")
+@click.argument("name")
+@click.option("--from", "origin", default="naive", show_default=True, callback=_variant_choice,
+              help="The shipped rung whose source NAME.cu starts from.")
+def new_kernel(name, origin):
+    """Write NAME.cu (and NAME.py where the rung needs launch code) to start a kernel of your own."""
+    from .scaffold import scaffold
+
+    made = scaffold(name, origin)
+    for path in made.files:
+        click.echo(f"wrote {path}")
+    click.echo("next:")
+    for command in made.next_commands:
+        click.echo(f"  {command}")
+
+
+@main.command("check")
+@click.argument("path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--model", default="ece408", show_default=True,
+              help=f"Compile for this model's conv layers; one of: {', '.join(MODELS)}.")
+@click.option("--layer", default=None,
+              help="A single layer instead: B,C,H,W,M,K[,stride,pad,groups].")
+@click.option("--batch", default=1000, show_default=True, type=click.IntRange(1),
+              help="Batch size the launch geometry is evaluated for.")
+@click.option("--arch", default=None, help="Target architecture, e.g. sm_90 (default: the GPU's, "
+                                           "else sm_90).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def check_kernel(path, model, layer, batch, arch, as_json):
+    """Compile a kernel file (.cu or .py) with NVRTC and show its errors, warnings, registers,
+    shared memory, spills and occupancy. Needs no GPU."""
+    from .compare import parse_layer
+    from .kernelcheck import check_file, report_dict, report_table
+
+    shapes = {"layer": parse_layer(layer)} if layer else get_model(model).conv_shapes(batch)
+    result = check_file(path, shapes, arch)
+    if as_json:
+        click.echo(json.dumps(report_dict(result), indent=1))
+    else:
+        for message in result.messages:
+            err_console().print(escape(message))
+        console().print(report_table(result))
+    if not result.ok:
+        raise SystemExit(1)

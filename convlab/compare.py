@@ -15,9 +15,9 @@ import numpy as np
 
 from . import lab, measure
 from .errors import ConvlabError
-from .kernels import REFERENCE_VARIANTS, TANH_POOL, VARIANTS, get_variant
-from .models import Conv, get_model
-from .network import fusable
+from .kernels import CUDNN_FOR, RELU, REFERENCE_VARIANTS, TANH_POOL, VARIANTS, get_variant
+from .models import Conv, ReLU, Weights, get_model
+from .network import conv_epilogue
 from .shapes import ConvShape
 from .verify import compare as compare_output
 from .verify import random_problem, reference_output
@@ -26,6 +26,7 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 RANDOM_TRIALS = 3
 RANDOM_TRIAL_BATCH = 9  # images per random trial: small, and no multiple of any block size
 CUDNN_FUSED = "cudnn"   # the reference for fused rows: conv, tanh and pool as 3 PyTorch calls
+FALLBACK = "naive"  # computes the layers a compared variant cannot, so the rest can be timed
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Row:
     speedup_naive: float | None = None
     speedup_cudnn: float | None = None
     best: bool = False
+    bound_ratio: float | None = None  # worst |err| / bound of the verified output
 
     @property
     def key(self) -> tuple:
@@ -84,7 +86,7 @@ class Row:
             "max_rel_error": self.max_rel_error, "accuracy": self.accuracy,
             "predictions_differ": self.predictions_differ, "floor_ms": self.floor_ms,
             "floor_bound": self.floor_bound, "speedup_naive": self.speedup_naive,
-            "speedup_cudnn": self.speedup_cudnn, "best": self.best,
+            "speedup_cudnn": self.speedup_cudnn, "best": self.best, "bound_ratio": self.bound_ratio,
             "gflops": self.gflops, "gbps": self.gbps, "pct_floor": self.pct_floor,
         }
 
@@ -95,7 +97,7 @@ class Row:
                    ConvShape(**d["shape"]), d.get("epilogue"), d["status"], d.get("reason", ""),
                    timing, d.get("max_rel_error"), d.get("accuracy"), d.get("predictions_differ"),
                    d.get("floor_ms"), d.get("floor_bound", ""), d.get("speedup_naive"),
-                   d.get("speedup_cudnn"), d.get("best", False))
+                   d.get("speedup_cudnn"), d.get("best", False), d.get("bound_ratio"))
 
 
 @dataclass
@@ -109,44 +111,42 @@ class Comparison:
     policy: dict | None = None
 
 
-def parse_layer(spec: str) -> ConvShape:
-    """'B,C,H,W,M,K' -> ConvShape, with a clear error for anything else."""
+def parse_layer(spec: str, bias: bool = False) -> ConvShape:
+    """'B,C,H,W,M,K[,stride,pad,groups]' -> ConvShape, with a clear error for anything else."""
     parts = [p.strip() for p in spec.split(",")]
     try:
         values = [int(p) for p in parts]
     except ValueError:
         values = []
-    if len(values) != 6:
-        raise ConvlabError(f"--layer takes six integers B,C,H,W,M,K (e.g. 10000,1,28,28,50,5); got '{spec}'")
-    return ConvShape(*values)
+    if not 6 <= len(values) <= 9:
+        raise ConvlabError("--layer takes six to nine integers B,C,H,W,M,K[,stride,pad,groups] "
+                           f"(e.g. 10000,1,28,28,50,5 or 128,96,27,27,256,5,1,2,2); got '{spec}'")
+    names = ("B", "C", "H", "W", "M", "K", "stride", "pad", "groups")
+    return ConvShape(**dict(zip(names, values)), bias=bias)
 
 
-def parse_batches(spec: str) -> list[int]:
-    parts = [p.strip() for p in spec.split(",") if p.strip()]
-    if not parts:
-        raise ConvlabError("--batch needs at least one batch size, e.g. 10,100,1000,10000")
-    try:
-        batches = [int(p) for p in parts]
-    except ValueError:
-        raise ConvlabError(f"--batch takes comma-separated integers; got '{spec}'") from None
-    for b in batches:
-        lab.check_batch(b)
-    return sorted(set(batches))
+def parse_batches(spec: str, model: str | None = None) -> list[int]:
+    return lab.parse_batches(spec, model or "ece408-high")
 
 
-def parse_kernels(spec: str | None, shapes: list[ConvShape]) -> list[str]:
-    """'all' (or nothing): every variant that supports the layers, plus the cuDNN rows."""
+def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = False) -> list[str]:
+    """'all' (or nothing): every variant that supports the layers (with `partial`, a model's
+    layers: any of them, the others showing as SKIP), plus the cuDNN rows of the precisions
+    present."""
     if spec is None or spec.strip() == "all":
+        fits = any if partial else all
         names = [n for n, v in VARIANTS.items() if v.on_gpu and n not in REFERENCE_VARIANTS
-                 and all(v.supports(s) for s in shapes)]
+                 and fits(v.supports(s) for s in shapes)]
     else:
         names = [n.strip() for n in spec.split(",") if n.strip()]
         if not names:
             raise ConvlabError("--kernels needs at least one variant name, or 'all'")
         for n in names:
             get_variant(n)
+    precisions = {VARIANTS[n].precision for n in names}
     for ref in REFERENCE_VARIANTS:
-        if ref not in names:
+        needed = ref in ("cudnn", "cudnn-tf32") or VARIANTS[ref].precision in precisions
+        if needed and ref not in names:
             names.append(ref)
     return names
 
@@ -172,31 +172,54 @@ def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, st
     return True, ""
 
 
-def _fused_layers(model: str | None, variant) -> dict[str, str | None]:
-    """Which of the model's conv layers the network hands this variant as conv+tanh+pool."""
-    if model is None or not variant.fuses_in_network:
+def _natural_epilogues(model: str | None) -> dict[str, str]:
+    """Conv layers followed by a ReLU: where a variant cannot run, its SKIP row joins the table
+    of the layer with its ReLU fused, as the variants that run it have."""
+    if model is None:
         return {}
     layers = get_model(model).layers
-    return {layer.name: TANH_POOL for i, layer in enumerate(layers)
-            if isinstance(layer, Conv) and fusable(layers, i)}
+    return {layer.name: RELU for layer, nxt in zip(layers, layers[1:])
+            if isinstance(layer, Conv) and isinstance(nxt, ReLU)}
 
 
-def _rows_for_run(name, variant, batch, model, policy, shapes) -> list[Row]:
-    epilogues = _fused_layers(model, variant)
+def _epilogues(model: str | None, variant, shapes: dict[str, ConvShape]) -> dict[str, str | None]:
+    """The epilogue the network hands this variant in each of the model's conv layers."""
+    if model is None:
+        return {}
+    layers = get_model(model).layers
+    return {layer.name: conv_epilogue(variant, layers, i, shapes[layer.name])[0]
+            for i, layer in enumerate(layers)
+            if isinstance(layer, Conv) and variant.supports(shapes[layer.name])}
+
+
+def _rows_for_run(name, variant, batch, model, policy, shapes, weights=None) -> list[Row]:
+    epilogues = _epilogues(model, variant, shapes)
+    supported = {ln: s for ln, s in shapes.items() if variant.supports(s)}
+    natural = _natural_epilogues(model)
+    skipped = [Row(name, variant.precision, batch, ln, ln, s, natural.get(ln), SKIP,
+                   variant.supports(s).reason)
+               for ln, s in shapes.items() if ln not in supported]
+    if not supported:
+        return skipped
     if variant.name not in REFERENCE_VARIANTS:
-        ok, reason = random_trials(variant, shapes, epilogues)
+        ok, reason = random_trials(variant, supported, epilogues)
         if not ok:
-            return [Row(name, variant.precision, batch, layer, layer, shape, epilogues.get(layer),
-                        FAIL, reason) for layer, shape in shapes.items()]
-    rows = []
+            return skipped + [Row(name, variant.precision, batch, layer, layer, shape,
+                                  epilogues.get(layer), FAIL, reason)
+                              for layer, shape in supported.items()]
+    rows = skipped
     if model is None:
         (layer_name, shape), = shapes.items()
         result = lab.run_layer(shape, name, policy)
         layers, accuracy, differ, run_ok = [result], None, None, True
     else:
-        run = lab.run(model, name, batch, policy)
-        layers, accuracy, differ = run.layers, run.accuracy, run.predictions_differ
-        run_ok = variant.precision != "fp32" or differ == 0
+        run = lab.run(model, name, batch, policy, weights=weights,
+                      fallback=FALLBACK if skipped else None)
+        layers = [layer for layer in run.layers if layer.name in supported]
+        accuracy, differ = run.accuracy, run.predictions_differ
+        if skipped:  # the network's predictions are partly another variant's
+            accuracy, differ = None, None
+        run_ok = variant.precision != "fp32" or not differ
     for layer in layers:
         status, reason = PASS, ""
         if not layer.check.passed:
@@ -205,7 +228,7 @@ def _rows_for_run(name, variant, batch, model, policy, shapes) -> list[Row]:
             status, reason = FAIL, f"{differ} network predictions differ from the CPU reference"
         rows.append(Row(name, variant.precision, batch, layer.name, layer.label, layer.shape,
                         layer.epilogue, status, reason, layer.timing, layer.check.max_rel_error,
-                        accuracy, differ))
+                        accuracy, differ, bound_ratio=layer.check.bound_ratio))
     return rows
 
 
@@ -237,7 +260,7 @@ def finish(rows: list[Row], ceilings: measure.Ceilings | None) -> None:
         naive = by_key.get(("naive", r.batch, r.layer, r.epilogue))
         if naive is not None and naive.valid:
             r.speedup_naive = naive.median_ms / r.median_ms
-        cudnn = by_key.get(("cudnn", r.batch, r.layer, r.epilogue))
+        cudnn = by_key.get((CUDNN_FOR.get(r.precision, "cudnn"), r.batch, r.layer, r.epilogue))
         if cudnn is not None and cudnn.valid:
             r.speedup_cudnn = cudnn.median_ms / r.median_ms
     groups: dict[tuple, list[Row]] = {}
@@ -254,15 +277,19 @@ class Plan:
     batches: list[int]
     kernels: list[str]
     shapes_for: Callable[[int], dict[str, ConvShape]]
+    weights: Weights | None = None
 
 
-def plan(kernels: str | None, model: str | None, layer: str | None, batches: str) -> Plan:
+def plan(kernels: str | None, model: str | None, layer: str | None, batches: str,
+         bias: bool = False, weights: Weights | None = None) -> Plan:
     """Validate the command's arguments before any timing starts."""
     if model is not None and layer is not None:
         raise ConvlabError("give --model or --layer, not both")
-    batch_list = parse_batches(batches)
+    if bias and layer is None:
+        raise ConvlabError("--bias goes with --layer (a model's layers have the bias they have)")
+    batch_list = parse_batches(batches, model)
     if layer is not None:
-        base = parse_layer(layer)
+        base = parse_layer(layer, bias)
         model = None
 
         def shapes_for(b):
@@ -270,8 +297,8 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
     else:
         model = model or "ece408-high"
         shapes_for = get_model(model).conv_shapes
-    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()))
-    return Plan(model, batch_list, names, shapes_for)
+    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()), model is not None)
+    return Plan(model, batch_list, names, shapes_for, weights)
 
 
 def execute(p: Plan, policy: measure.TimingPolicy,
@@ -292,20 +319,15 @@ def execute(p: Plan, policy: measure.TimingPolicy,
             if progress:
                 progress(f"{name} @ batch {batch}", step, total)
             variant = get_variant(name)
-            support = next((variant.supports(s) for s in shapes.values() if not variant.supports(s)), None)
-            if support is not None:
-                result.rows += [Row(name, variant.precision, batch, ln, ln, s, None, SKIP, support.reason)
-                                for ln, s in shapes.items()]
-                continue
             try:
-                rows = _rows_for_run(name, variant, batch, p.model, policy, shapes)
+                rows = _rows_for_run(name, variant, batch, p.model, policy, shapes, p.weights)
             except ConvlabError as exc:
                 rows = [Row(name, variant.precision, batch, ln, ln, s, None, FAIL, str(exc))
                         for ln, s in shapes.items()]
             except Exception as exc:  # noqa: BLE001 - a crashing variant is a FAIL row, not a crash
                 rows = [Row(name, variant.precision, batch, ln, ln, s, None, FAIL,
                             f"{type(exc).__name__}: {exc}") for ln, s in shapes.items()]
-            fused_layers |= {r.layer for r in rows if r.epilogue}
+            fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
             result.rows += rows
         for layer_name in sorted(fused_layers):
             result.rows.append(_cudnn_fused_row(batch, layer_name, shapes[layer_name], policy))

@@ -37,5 +37,5 @@ def require_cupy(what: str = "this command"):
     """CuPy with a usable GPU behind it, or GPUUnavailable saying what to install or use instead."""
     cupy, reason = _probe()
     if cupy is None:
-        raise GPUUnavailable(f"{what} needs a CUDA GPU: {reason}. Use --kernel cpu to run on the CPU.")
+        raise GPUUnavailable(f"{what} needs a CUDA GPU: {reason}.")
     return cupy

@@ -1,31 +1,140 @@
-"""One run: model x kernel x batch. Load the data, plan the network, time and verify each conv
-layer, measure accuracy end to end, and return a result record."""
+"""One run: model x kernel x batch. Load the input, plan the network, time and verify every
+layer, run it end to end from host images to host predictions, and return a result record."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from . import data, measure
+from . import data, measure, nvtx
 from .errors import ConvlabError
 from .gpu import require_cupy
 from .kernels import Variant, get_variant
-from .models import get_model, load_weights
-from .network import ConvStep, Network
+from .models import FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
+from .network import ConvStep, Network, Step
 from .shapes import ConvShape
-from .verify import Check, compare, poison, reference_output
+from .verify import Check, compare, layer_reference, poison, reference_output
 
 MAX_BATCH = data.TEST_SET_SIZE
+MAX_IMAGENET_BATCH = 4096  # random AlexNet inputs: 618 KB each on the host, again on the device
 VERIFY_IMAGES = 32  # conv outputs checked against float64 per layer: these first images + the last
+IMAGENET_INPUT_SEED = 227  # the fixed random batch `run` and `compare` feed AlexNet
+BREAKDOWN_PASSES = 10  # forward passes timed step by step for the per-layer breakdown
 
 
-def check_batch(batch: int) -> None:
-    if not 1 <= batch <= MAX_BATCH:
-        raise ConvlabError(f"batch must be between 1 and {MAX_BATCH} (the test set's size), got {batch}")
+DEFAULT_BATCH = {FASHION_MNIST: MAX_BATCH, IMAGENET: 128}
+# For models with general layers: the first of these that computes every conv layer is the
+# default GPU kernel (the fastest general fp32 variant first).
+GENERAL_DEFAULTS = ("pipelined-3xtf32", "implicit-gemm", "naive")
 
+
+def default_batch(model: str) -> int:
+    return DEFAULT_BATCH[get_model(model).task]
+
+
+def default_kernel(model: str) -> tuple[str, str | None]:
+    """The kernel `run` uses without --kernel, and a note when that is the CPU for lack of a GPU.
+    The course's models get `tiled`, the course's own first fast kernel."""
+    from .gpu import gpu_available, unavailable_reason
+    from .kernels import VARIANTS
+
+    if not gpu_available():
+        return "cpu", f"no usable GPU ({unavailable_reason()}): running the cpu variant"
+    spec = get_model(model)
+    if spec.task == FASHION_MNIST:
+        return "tiled", None
+    shapes = spec.conv_shapes(1).values()
+    for name in GENERAL_DEFAULTS:
+        if name in VARIANTS and all(VARIANTS[name].supports(s) for s in shapes):
+            return name, None
+    return "naive", None
+
+
+def max_batch(model: str) -> int:
+    return MAX_IMAGENET_BATCH if get_model(model).task == IMAGENET else MAX_BATCH
+
+
+def check_batch(batch: int, model: str = "ece408-high") -> None:
+    limit = max_batch(model)
+    if not 1 <= batch <= limit:
+        what = "the test set's size" if limit == MAX_BATCH else "the random input batch's limit"
+        raise ConvlabError(f"batch must be between 1 and {limit} ({what}), got {batch}")
+
+
+def parse_batches(spec: str, model: str = "ece408-high") -> list[int]:
+    """'10,100,1000' -> [10, 100, 1000] (sorted, unique), each checked against the model's limit."""
+    parts = [p.strip() for p in str(spec).split(",") if p.strip()]
+    if not parts:
+        raise ConvlabError("--batch needs at least one batch size, e.g. 10,100,1000,10000")
+    try:
+        batches = [int(p) for p in parts]
+    except ValueError:
+        raise ConvlabError(f"--batch takes comma-separated integers; got '{spec}'") from None
+    for b in batches:
+        check_batch(b, model)
+    return sorted(set(batches))
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+def load_input(model: str, batch: int) -> np.ndarray:
+    """The network input a run uses: the first `batch` Fashion-MNIST test images, prepared for
+    the model, or for ImageNet models the first `batch` images of a fixed random batch (values
+    uniform in [-128, 128), like mean-subtracted 8-bit pixels; image i is the same at every
+    batch size)."""
+    spec = get_model(model)
+    check_batch(batch, model)
+    if spec.task == FASHION_MNIST:
+        images, _ = data.load_test_set(batch)
+        return data.prepare_input(images, spec.input_size)
+    x = np.empty((batch, *spec.input_shape), dtype=np.float32)
+    for i in range(batch):
+        rng = np.random.default_rng([IMAGENET_INPUT_SEED, i])
+        x[i] = rng.random(spec.input_shape, dtype=np.float32) * 256 - 128
+    return x
+
+
+def _digest(weights: Weights) -> str:
+    h = hashlib.sha256()
+    for key in sorted(weights.arrays):
+        if key != "reference_predictions":
+            h.update(key.encode())
+            h.update(np.ascontiguousarray(weights.arrays[key]).tobytes())
+    return h.hexdigest()[:16]
+
+
+def reference_probabilities(weights: Weights, x: np.ndarray) -> np.ndarray:
+    """The float64 forward pass of the whole network on the fixed random ImageNet batch x
+    (load_input's), cached on disk per weights: image i is the same at every batch size, so a
+    longer cached prefix serves every shorter batch."""
+    from .reference import forward
+
+    folder = measure.cache_dir()
+    path = folder / f"reference-{weights.spec.name}-{_digest(weights)}-seed{IMAGENET_INPUT_SEED}.npy"
+    known = np.zeros((0, 0))
+    if path.exists():
+        try:
+            known = np.load(path)
+        except (OSError, ValueError):
+            known = np.zeros((0, 0))
+    n = len(x)
+    if len(known) < n:
+        fresh = np.concatenate([forward(weights, x[i:i + 64], dtype=np.float64)
+                                for i in range(len(known), n, 64)])
+        known = fresh if len(known) == 0 else np.concatenate([known, fresh])
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
+        np.save(tmp, known)
+        os.replace(tmp, path)
+    return known[:n]
+
+
+# --- results --------------------------------------------------------------------------------
 
 @dataclass
 class LayerResult:
@@ -36,6 +145,7 @@ class LayerResult:
     timing: measure.Timing
     check: Check
     compile_s: float
+    variant: str = ""
 
     @property
     def gflops(self) -> float:
@@ -49,7 +159,23 @@ class LayerResult:
         return {"name": self.name, "label": self.label, "shape": self.shape.as_dict(),
                 "epilogue": self.epilogue, "timing": self.timing.as_dict(),
                 "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
-                "compile_s": self.compile_s}
+                "compile_s": self.compile_s, "variant": self.variant}
+
+
+@dataclass
+class StepTime:
+    """One step of the forward pass, timed inside whole passes (CUDA events between steps)."""
+
+    label: str
+    category: str
+    kernel: str
+    median_ms: float
+    check: Check | None = None
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, "category": self.category, "kernel": self.kernel,
+                "median_ms": self.median_ms,
+                "check": self.check.as_dict() if self.check is not None else None}
 
 
 @dataclass
@@ -59,110 +185,333 @@ class RunResult:
     precision: str
     batch: int
     layers: list[LayerResult]
-    accuracy: float
-    expected_accuracy: float
-    predictions_differ: int
+    accuracy: float | None  # Fashion-MNIST models: against the labels
+    expected_accuracy: float | None  # the CPU reference's accuracy on the same images
+    predictions_differ: int  # against the CPU reference (Fashion-MNIST) or float64 top-1 (ImageNet)
     compile_s: float
-    end_to_end_s: float
+    end_to_end_s: float  # host images in, host predictions out (pinned, graph when possible)
     wall_s: float
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
+    steps: list[StepTime] = field(default_factory=list)
+    forward_ms: float | None = None  # device-resident forward pass, all steps
+    graph: bool = False  # forward_ms and end_to_end_s come from CUDA graph replays
+    eager_forward_ms: float | None = None
+    htod_ms: float | None = None
+    dtoh_ms: float | None = None
+    max_prob_error: float | None = None  # ImageNet: max |p - p_float64| over the batch
+    torch_ms: float | None = None  # PyTorch eager forward on the same weights and input
+    torch_note: str = ""
+    fallback_layers: list[str] = field(default_factory=list)
+
+    @property
+    def task(self) -> str:
+        return get_model(self.model).task
 
     @property
     def passed(self) -> bool:
         layers_ok = all(layer.check.passed for layer in self.layers)
+        steps_ok = all(s.check is None or s.check.passed for s in self.steps)
         if self.precision == "fp32":
-            return layers_ok and self.predictions_differ == 0
-        return layers_ok
+            return layers_ok and steps_ok and self.predictions_differ == 0
+        return layers_ok and steps_ok
+
+    def time_in(self, category: str) -> float:
+        return sum(s.median_ms for s in self.steps if s.category == category)
 
     def as_dict(self) -> dict:
         return {"model": self.model, "kernel": self.kernel, "precision": self.precision,
                 "batch": self.batch, "passed": self.passed,
                 "layers": [layer.as_dict() for layer in self.layers],
+                "steps": [s.as_dict() for s in self.steps],
                 "accuracy": self.accuracy, "expected_accuracy": self.expected_accuracy,
-                "predictions_differ": self.predictions_differ, "compile_s": self.compile_s,
-                "end_to_end_s": self.end_to_end_s, "wall_s": self.wall_s,
+                "predictions_differ": self.predictions_differ,
+                "max_prob_error": self.max_prob_error, "compile_s": self.compile_s,
+                "forward_ms": self.forward_ms, "graph": self.graph,
+                "eager_forward_ms": self.eager_forward_ms, "htod_ms": self.htod_ms,
+                "dtoh_ms": self.dtoh_ms, "end_to_end_s": self.end_to_end_s,
+                "torch_ms": self.torch_ms, "torch_note": self.torch_note,
+                "fallback_layers": self.fallback_layers, "wall_s": self.wall_s,
                 "device": self.device, "notes": self.notes}
 
 
-def verify_step(step: ConvStep, precision: str) -> Check:
-    """Check the layer's current output on a sample of images against float64."""
-    result = step.op.output(step.output)
-    B = step.shape.B
+# --- verification and timing of one conv step -------------------------------------------------
+
+def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None) -> Check:
+    """Check the layer's current output against float64: with verify="sample", SAMPLE_IMAGES
+    images drawn at random on every call, whole, and every image's first and last output rows;
+    with "full", every output. `x` is the input the output was computed from (default: the
+    step's input). A failing check's reason ends with a diagnosis of the wrong outputs' pattern."""
+    from .guard import Layer, verify_output
+
+    layer = Layer(step.shape, step.weights, step.bias, step.epilogue, precision)
+    return verify_output(layer, step.input if x is None else x, step.op.output(step.output), verify)
+
+
+def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPolicy,
+                    verify: str = "sample") -> tuple[measure.Timing, Check]:
+    """Time the step's op, then verify the output of its last timed run, with the defences of
+    convlab/guard.py: the timed runs rotate between inputs of different contents; the last one
+    reads contents no run has seen, into an output poisoned just before (as after warm-up);
+    the verified sample is drawn at random; on the GPU, work left outside the timed stream
+    (still running after the stop event, or seen by a device-synchronised wall clock and not by
+    the events) fails the check."""
+    from . import guard
+
+    rotation = guard.InputRotation(step.input, step.op.stage)
+
+    def launch() -> None:
+        rotation.launch(step.op, step.output)
+
+    def before_last() -> None:
+        rotation.refresh_next()
+        poison(step.output)
+
+    if variant.on_gpu:
+        watch = guard.StreamWatch()
+        timing = measure.time_device(launch, policy, after_warmup=lambda: poison(step.output),
+                                     before_last=before_last, after_sample=watch.after_sample)
+    else:
+        timing = measure.time_host(launch, policy, after_warmup=lambda: poison(step.output),
+                                   before_last=before_last)
+    check = verify_step(step, variant.precision, verify, rotation.last_input)
+    if variant.on_gpu:
+        finding = watch.finding(timing.median_ms) or guard.wall_check(launch, timing.median_ms)
+        if finding:
+            check = guard.timer_failure(check, finding)
+    return timing, check
+
+# --- building and running ---------------------------------------------------------------------
+
+def _variant_for(kernel: str | Variant) -> Variant:
+    variant = get_variant(kernel) if isinstance(kernel, str) else kernel
+    if variant.on_gpu:
+        require_cupy(f"kernel '{variant.name}'")
+    return variant
+
+
+def check_support(spec, variant: Variant, batch: int, fallback: Variant | None = None) -> None:
+    """A clear error naming every layer the variant cannot compute (unless a fallback takes them)."""
+    if fallback is not None:
+        return
+    refused = [(name, shape, variant.supports(shape)) for name, shape in spec.conv_shapes(batch).items()]
+    refused = [(n, s, r) for n, s, r in refused if not r]
+    if refused:
+        detail = "; ".join(f"{n} ({s.brief()}): {r.reason}" for n, s, r in refused)
+        raise ConvlabError(f"kernel '{variant.name}' does not support {detail}")
+
+
+def build_network(model: str, kernel: str | Variant, batch: int, weights: Weights | None = None,
+                  fallback: str | Variant | None = None) -> Network:
+    """Plan `model` at `batch` with `kernel` in its conv layers (compiles every kernel and
+    allocates every buffer). With `fallback`, layers the kernel does not support use that one."""
+    spec = get_model(model)
+    check_batch(batch, model)
+    variant = _variant_for(kernel)
+    fb = _variant_for(fallback) if fallback is not None else None
+    check_support(spec, variant, batch, fb)
+    return Network(weights or load_weights(model), variant, batch, fb)
+
+
+def infer(model: str, kernel: str, x: np.ndarray, weights: Weights | None = None,
+          chunk: int = 256) -> np.ndarray:
+    """Class probabilities (float32, (N, classes)) for network input x, computed by `kernel`."""
+    weights = weights or load_weights(model)
+    spec = weights.spec
+    if x.ndim != 4 or x.shape[1:] != spec.input_shape:
+        raise ConvlabError(f"model '{model}' takes input of shape (N, {', '.join(map(str, spec.input_shape))}),"
+                           f" got {x.shape}")
+    out = []
+    networks: dict[int, Network] = {}
+    for i in range(0, len(x), chunk):
+        part = np.ascontiguousarray(x[i:i + chunk], dtype=np.float32)
+        net = networks.get(len(part)) or networks.setdefault(
+            len(part), build_network(model, kernel, len(part), weights))
+        if net.on_gpu:
+            net.input.set(part)
+            out.append(net.xp.asnumpy(net.forward()))
+        else:
+            net.input[...] = part
+            out.append(np.array(net.forward()))
+    return np.concatenate(out).astype(np.float32)
+
+
+def _time_steps(network: Network, passes: int) -> dict[str, list[float]]:
+    """Per-step times inside whole forward passes (after the warm-up pass): CUDA events between
+    steps on the GPU, the host clock for the cpu variant."""
+    samples: dict[str, list[float]] = {s.label: [] for s in network.steps}
+    if network.on_gpu:
+        import cupy
+
+        def clock():
+            ev = cupy.cuda.Event()
+            ev.record()
+            return ev
+
+        def elapsed(a, b):
+            return cupy.cuda.get_elapsed_time(a, b)
+    else:
+        clock = time.perf_counter
+
+        def elapsed(a, b):
+            return (b - a) * 1e3
+    for _ in range(passes):
+        marks = {}
+        network.forward(on_step=lambda step, when: marks.__setitem__((step.label, when), clock()))
+        if network.on_gpu:
+            network.xp.cuda.Device().synchronize()
+        for s in network.steps:
+            samples[s.label].append(elapsed(marks[(s.label, "begin")], marks[(s.label, "end")]))
+    return samples
+
+
+def _verify_layer_step(step: Step, network: Network) -> Check:
+    """A non-conv step's output on the sampled images against its float64 reference (our
+    layer kernels all compute in float32)."""
+    B = network.batch
     idx = sorted(set(range(min(B, VERIFY_IMAGES))) | {B - 1})
+
     def host(a):
         a = a[idx]
-        return a.get() if hasattr(a, "get") else np.asarray(a)
-    x = host(step.input)
-    ref = reference_output(x, step.weights, step.shape.with_batch(len(idx)), step.epilogue,
-                           step.bias)
-    return compare(host(result), ref, precision)
+        return network.xp.asnumpy(a) if network.on_gpu else np.asarray(a)
 
-
-def time_and_verify(step: ConvStep, variant: Variant,
-                    policy: measure.TimingPolicy) -> tuple[measure.Timing, Check]:
-    """Time the step's op, then verify the output of its last timed run: the output is poisoned
-    after warm-up, so nothing left over from warm-up can pass."""
-    timer = measure.time_device if variant.on_gpu else measure.time_host
-    timing = timer(lambda: step.op(step.input, step.output), policy,
-                   after_warmup=lambda: poison(step.output))
-    return timing, verify_step(step, variant.precision)
+    ref = layer_reference(step.layers, host(step.input), network.weights.arrays)
+    return compare(host(step.output), ref, "fp32")
 
 
 def run(model: str, kernel: str, batch: int, policy: measure.TimingPolicy | None = None,
-        on_event: Callable[[str, object], None] | None = None) -> RunResult:
-    """Run `model` on the first `batch` test images with `kernel` computing its conv layers."""
+        on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
+        fallback: str | None = None, compare_torch: bool = False,
+        graph: bool = True) -> RunResult:
+    """Run `model` on `batch` images with `kernel` computing its conv layers."""
     start = time.perf_counter()
     emit = on_event or (lambda name, payload=None: None)
-    check_batch(batch)
     spec = get_model(model)
-    variant = get_variant(kernel)
-    if variant.on_gpu:
-        require_cupy(f"kernel '{kernel}'")
-    for name, shape in spec.conv_shapes(batch).items():
-        support = variant.supports(shape)
-        if not support:
-            raise ConvlabError(f"kernel '{kernel}' does not support layer {name} "
-                               f"({shape.describe()}): {support.reason}")
+    check_batch(batch, model)
+    variant = _variant_for(kernel)
+    fb = _variant_for(fallback) if fallback is not None else None
+    check_support(spec, variant, batch, fb)
     policy = policy or measure.TimingPolicy()
 
     emit("loading-data")
-    images, labels = data.load_test_set(batch)
-    x = data.prepare_input(images, spec.input_size)
+    x = load_input(model, batch)
     emit("loaded-data")
     emit("loading-model")
-    weights = load_weights(model)
-    network = Network(weights, variant, batch)  # compiles every conv layer's kernel
+    weights = weights or load_weights(model)
+    network = Network(weights, variant, batch, fb)  # compiles every layer's kernel
+    network.annotate = nvtx.annotate  # layer names on an Nsight Systems timeline
     emit("loaded-model")
 
     xp = network.xp
-    network.forward(xp.asarray(x))  # warm-up, and every conv layer's input for the timings
+    if network.on_gpu:
+        network.input.set(x)
+    else:
+        network.input[...] = x
+    network.forward()  # warm-up, and every step's input for the timings below
     layers = []
     for step in network.conv_steps:
-        timing, check = time_and_verify(step, variant, policy)
+        step_variant = variant if step.layer.name not in network.fallback_layers else fb
+        timing, check = time_and_verify(step, step_variant, policy)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
-                            step.op.compile_seconds)
+                            step.op.compile_seconds, step_variant.name)
         layers.append(layer)
         emit("layer", layer)
 
-    for step in network.conv_steps:
-        poison(step.output)
-    t0 = time.perf_counter()
-    predictions = network.predict(x)
-    end_to_end = time.perf_counter() - t0
+    network.forward()  # every step's input again after the conv timings poisoned outputs
+    times = _time_steps(network, BREAKDOWN_PASSES if network.on_gpu else 1)
+    steps = [StepTime(s.label, s.category, s.kernel_label, float(np.median(times[s.label])),
+                      None if s.is_conv else _verify_layer_step(s, network))
+             for s in network.steps]
+    result = RunResult(model=model, kernel=variant.name, precision=variant.precision,
+                       batch=batch, layers=layers, accuracy=None, expected_accuracy=None,
+                       predictions_differ=0, compile_s=network.compile_seconds,
+                       end_to_end_s=0.0, wall_s=0.0, steps=steps,
+                       fallback_layers=list(network.fallback_layers))
+    for s in network.conv_steps:
+        poison(s.output)
 
-    reference = weights.reference_predictions[:batch]
-    result = RunResult(
-        model=model, kernel=kernel, precision=variant.precision, batch=batch, layers=layers,
-        accuracy=float((predictions == labels).mean()),
-        expected_accuracy=float((reference == labels).mean()),
-        predictions_differ=int((predictions != reference).sum()),
-        compile_s=network.compile_seconds, end_to_end_s=end_to_end,
-        wall_s=time.perf_counter() - start,
-        device=measure.device_info() if variant.on_gpu else None,
-    )
+    if network.on_gpu:
+        probs, predictions = _device_end_to_end(network, x, result, policy, graph)
+    else:
+        t0 = time.perf_counter()
+        probs = np.array(network.forward())
+        predictions = probs.argmax(axis=1)
+        result.end_to_end_s = time.perf_counter() - t0
+        result.forward_ms = result.end_to_end_s * 1e3
+
+    if spec.task == FASHION_MNIST:
+        _, labels = data.load_test_set(batch)
+        reference = weights.reference_predictions[:batch]
+        result.accuracy = float((predictions == labels).mean())
+        result.expected_accuracy = float((reference == labels).mean())
+        result.predictions_differ = int((predictions != reference).sum())
+    else:
+        ref = reference_probabilities(weights, x)
+        result.predictions_differ = int((predictions != ref.argmax(axis=1)).sum())
+        result.max_prob_error = float(np.abs(probs.astype(np.float64) - ref).max())
+    if compare_torch and network.on_gpu:
+        _torch_time(weights, network, result, policy)
+    if network.fallback_layers:
+        result.notes.append(f"layers {', '.join(network.fallback_layers)} ran with "
+                            f"'{fb.name}' ('{variant.name}' does not support them)")
+    result.device = measure.device_info() if network.on_gpu else None
+    result.wall_s = time.perf_counter() - start
     emit("done", result)
     return result
+
+
+def _device_end_to_end(network: Network, x: np.ndarray, result: RunResult,
+                       policy: measure.TimingPolicy, graph: bool):
+    """Device-resident forward time (eager and, when capturable, graph replay), copy times, and
+    the host-to-host pass that yields the predictions."""
+    import cupy
+
+    from .pipeline import Pipeline
+
+    eager = measure.time_device(lambda: network.forward(), _whole_pass_policy(policy))
+    result.eager_forward_ms = eager.median_ms
+    pipe = Pipeline(network, pinned=True, graph=graph)
+    result.graph = pipe.graph is not None
+    if pipe.graph is not None:
+        replay = measure.time_device(lambda: pipe.graph.launch(cupy.cuda.get_current_stream()),
+                                     _whole_pass_policy(policy))
+        result.forward_ms = replay.median_ms
+    else:
+        result.forward_ms = eager.median_ms
+    pipe.load(x)
+    htod, dtoh = pipe.time_copies()
+    result.htod_ms, result.dtoh_ms = float(np.median(htod)), float(np.median(dtoh))
+    result.end_to_end_s = float(np.median(pipe.time_run())) / 1e3
+    for s in network.conv_steps:
+        poison(s.output)
+    predictions = pipe.run()
+    probs = cupy.asnumpy(network.steps[-1].result())
+    return probs, predictions
+
+
+def _whole_pass_policy(policy: measure.TimingPolicy) -> measure.TimingPolicy:
+    return measure.TimingPolicy(warmup=2, min_runs=max(5, policy.min_runs // 2),
+                                max_runs=policy.max_runs, target_rse=policy.target_rse,
+                                budget_s=policy.budget_s, cold=policy.cold)
+
+
+def _torch_time(weights: Weights, network: Network, result: RunResult,
+                policy: measure.TimingPolicy) -> None:
+    from .torch_forward import eager_forward, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        result.torch_note = reason
+        return
+    forward = eager_forward(weights, network.input)
+    result.torch_ms = measure.time_device(forward, _whole_pass_policy(policy)).median_ms
+    result.torch_note = "PyTorch eager, cuDNN (benchmark mode), TF32 off, same device input"
+
+
+def run_batches(model: str, kernel: str, batches: list[int], policy: measure.TimingPolicy | None = None,
+                on_event: Callable[[str, object], None] | None = None, **options) -> list[RunResult]:
+    """`run` for each batch size in turn."""
+    return [run(model, kernel, b, policy, on_event, **options) for b in batches]
 
 
 def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPolicy | None = None,
@@ -170,10 +519,8 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     """Time one conv layer alone, on fresh random inputs, and verify the last timed output."""
     from .verify import random_problem
 
-    variant = get_variant(kernel) if isinstance(kernel, str) else kernel
+    variant = _variant_for(kernel)
     kernel = variant.name
-    if variant.on_gpu:
-        require_cupy(f"kernel '{kernel}'")
     support = variant.supports(shape)
     if not support:
         raise ConvlabError(f"kernel '{kernel}' does not support {shape.describe()}: {support.reason}")
@@ -182,8 +529,11 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     xp = np
     if variant.on_gpu:
         import cupy as xp
-    step = ConvStep(layer=None, shape=shape, op=op, weights=w, bias=b, epilogue=epilogue,
-                    input=xp.asarray(x), output=xp.empty(op.output_shape, dtype=xp.float32))
+    xd = xp.asarray(x)
+    step = ConvStep(label="layer", category="conv", kernel_label=f"{kernel} layer", op=op,
+                    shape=shape, weights=w, bias=b, epilogue=epilogue, input=xd,
+                    staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=xp.float32))
     timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy())
-    label = "layer + tanh + pool" if epilogue else "layer"
-    return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds)
+    label = "layer" + (f" + {epilogue}" if epilogue else "")
+    return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel)
+

@@ -127,13 +127,21 @@ class L2Flusher:
 
 
 def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
-                after_warmup: Callable[[], None] | None = None) -> Timing:
+                after_warmup: Callable[[], None] | None = None,
+                before_last: Callable[[], None] | None = None,
+                after_sample: Callable[[], None] | None = None) -> Timing:
     """Median-of-many CUDA-event timing of `fn` (which launches device work).
 
     `after_warmup` runs between warm-up and the timed runs: the lab poisons the output there,
     so what is verified afterwards was written by a timed run, not left over from warm-up.
+    `before_last` runs once the stop rule is met, before one last timed run (the lab gives that
+    run an input no run has seen, and verifies its output). `after_sample` runs after each
+    sample's stop event has completed, outside the timed region. Waits on the device are marked
+    for an isolating parent process (isolate.gpu_wait), which kills a run that hangs in one.
     """
     import cupy
+
+    from .isolate import gpu_wait
 
     policy = policy or TimingPolicy()
     flush = L2Flusher() if policy.cold else None
@@ -141,25 +149,37 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
         fn()
     if after_warmup:
         after_warmup()
-    cupy.cuda.Device().synchronize()
+    with gpu_wait():
+        cupy.cuda.Device().synchronize()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     samples: list[float] = []
-    t0 = time.perf_counter()
-    while True:
+
+    def sample() -> None:
         if flush:
             flush()
         start.record()
         fn()
         end.record()
-        end.synchronize()
+        with gpu_wait():
+            end.synchronize()
         samples.append(cupy.cuda.get_elapsed_time(start, end))
+        if after_sample:
+            after_sample()
+
+    t0 = time.perf_counter()
+    while True:
+        sample()
         reason = policy.stop(samples, time.perf_counter() - t0)
         if reason:
+            if before_last:
+                before_last()
+                sample()
             return Timing(samples, reason, policy.cold)
 
 
 def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,
-              after_warmup: Callable[[], None] | None = None) -> Timing:
+              after_warmup: Callable[[], None] | None = None,
+              before_last: Callable[[], None] | None = None) -> Timing:
     """The same rule with the host clock, for the CPU variant."""
     policy = policy or TimingPolicy()
     for _ in range(min(policy.warmup, 1)):
@@ -167,13 +187,20 @@ def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,
     if after_warmup:
         after_warmup()
     samples: list[float] = []
-    t0 = time.perf_counter()
-    while True:
+
+    def sample() -> None:
         s = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - s) * 1e3)
+
+    t0 = time.perf_counter()
+    while True:
+        sample()
         reason = policy.stop(samples, time.perf_counter() - t0)
         if reason:
+            if before_last:
+                before_last()
+                sample()
             return Timing(samples, reason, False, "host")
 
 
@@ -282,7 +309,8 @@ def measure_ceilings() -> Ceilings:
                     {"copy_bytes": 2 * n * 4, "sgemm_size": size, "mma_blocks": blocks_})
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """Where convlab keeps measured ceilings, tuning results and cached references."""
     return Path(os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab"))
 
 
@@ -291,7 +319,7 @@ def ceilings(refresh: bool = False) -> Ceilings:
     info = device_info()
     key = "".join(ch if ch.isalnum() else "-" for ch in
                   f"{info['name']}-{info['pci_bus_id']}-{info['driver']}")
-    path = _cache_dir() / f"ceilings-{key}.json"
+    path = cache_dir() / f"ceilings-{key}.json"
     if not refresh and path.exists():
         try:
             return Ceilings(**json.loads(path.read_text()))

@@ -266,25 +266,32 @@ def save_weights(path: Path, spec: ModelSpec, arrays: dict[str, np.ndarray], met
 
 
 RANDOM_SEED = 2012  # AlexNet's year: the default ImageNet weights are N(0, 2/fan_in) from it
+# He scaling keeps activations at the input's scale through the ReLU layers; with inputs of
+# pixel scale (+-128) the logits would be ~130 apart and the softmax one-hot. The classifier's
+# weights are scaled down so logits spread over a few units, as a trained network's do, and
+# the probabilities (and near-ties between classes) mean something.
+CLASSIFIER_SCALE = 1 / 32
 
 
 @lru_cache(maxsize=2)
 def random_weights(name: str, seed: int = RANDOM_SEED) -> "Weights":
     """Deterministic He-scaled random weights for a model without shipped ones: every weight
-    N(0, 2 / fan_in), every bias N(0, 0.05^2). The same seed gives the same arrays everywhere
-    (NumPy's PCG64 stream is fixed), so records made with them can be compared across runs."""
+    N(0, 2 / fan_in) (the last layer's times CLASSIFIER_SCALE), every bias N(0, 0.05^2). The same
+    seed gives the same arrays everywhere (NumPy's PCG64 stream is fixed), so records made with
+    them can be compared across runs."""
     spec = get_model(name)
     rng = np.random.default_rng(seed)
+    last = [layer.name for layer in spec.layers if isinstance(layer, Dense)][-1]
     arrays = {}
     for key, shape in spec.parameter_shapes().items():
         if key.endswith(".bias"):
             arrays[key] = (0.05 * rng.standard_normal(shape, dtype=np.float32))
         else:
             fan_in = int(np.prod(shape[1:]))
-            arrays[key] = rng.standard_normal(shape, dtype=np.float32) * np.float32(
-                np.sqrt(2.0 / fan_in))
+            scale = np.sqrt(2.0 / fan_in) * (CLASSIFIER_SCALE if key == f"{last}.weight" else 1)
+            arrays[key] = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
     meta = {"format": WEIGHTS_FORMAT, "model": name, "layers": spec.describe(),
-            "source": f"random: He-scaled normal weights, seed {seed}"}
+            "source": f"random: He-scaled normal weights, seed {seed}, classifier x{CLASSIFIER_SCALE}"}
     return Weights(spec=spec, arrays=arrays, meta=meta)
 
 

@@ -1,118 +1,285 @@
-"""A model's forward pass with its conv layers computed by a chosen variant.
+"""A model's forward pass as a list of steps over fixed buffers, planned once per batch size.
 
-Conv layers call the variant's prepared Op; tanh, max-pool, fully connected layers and softmax
-are the array library's own operations (CuPy on the GPU, NumPy for the cpu variant), written
-once against either. Where the variant fuses the ECE408 block (conv, tanh, 2x2 max-pool) and the
-model has it, the three layers become one Op.
+Every layer becomes a step that launches one prepared kernel: conv layers the chosen variant's
+Op, the others the lab's own kernels (convlab/ops). Buffers are allocated when the network is
+planned, never in a forward pass, so a pass only launches kernels: it can be timed step by step
+and captured into a CUDA graph whole. Where two layers fuse, they are one step: conv + ReLU or
+conv + tanh + 2x2 pool when the variant has that epilogue, an activation into the max-pool that
+follows it, LRN + max-pool, FC + activation. The cpu variant runs the same plan with NumPy.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from .kernels import TANH_POOL, Op, Variant
-from .models import Conv, Dense, Flatten, MaxPool, Softmax, Tanh, Weights
+from . import reference
+from .kernels import RELU, TANH_POOL, Op, Variant
+from .models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 from .shapes import ConvShape
+
+ACTIVATIONS = {ReLU: "relu", Tanh: "tanh"}
+CATEGORY_CONV = "conv"
 
 
 @dataclass
-class ConvStep:
-    layer: Conv
-    shape: ConvShape
-    op: Op
-    weights: np.ndarray
-    bias: np.ndarray | None
-    epilogue: str | None
-    input: object = None  # the activation this layer read in the last forward pass
-    output: object = None  # its output buffer
+class Step:
+    """One launch (or fused group of layers) of the forward pass."""
+
+    label: str  # "conv1", "conv1+relu1", "norm1+pool1", "fc6+relu6"
+    category: str  # conv, pool, lrn, fc, softmax, activation (the profile's categories)
+    kernel_label: str  # what profiles call the kernel: "register-tiled conv1", "max-pool pool1"
+    op: object  # a kernels.Op (conv steps) or an ops.LayerOp
+    layers: tuple = ()
+    output: object = None  # this step's output buffer, allocated once
+    input: object = None  # what it read in the last forward pass
+    in_view: tuple | None = None  # reshape the input to this first (flatten before an FC)
 
     @property
-    def label(self) -> str:
-        return f"{self.layer.name} + tanh + pool (fused)" if self.epilogue else self.layer.name
+    def is_conv(self) -> bool:
+        return self.category == CATEGORY_CONV
+
+    def result(self):
+        """The array holding this step's output after a launch."""
+        return self.output
+
+
+@dataclass
+class ConvStep(Step):
+    shape: ConvShape | None = None
+    weights: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    epilogue: str | None = None
+    layer: Conv | None = None
+    staged: object = None  # the input as the op reads it (Op.stage: fp16 variants convert it)
+
+    def result(self):
+        return self.op.output(self.output)
+
+    def launch(self) -> None:
+        """Run the op again on the input of the last forward pass."""
+        self.op(self.input if self.staged is None else self.staged, self.output)
+
+
+@dataclass
+class HostOp:
+    """A layer computed with the NumPy reference in float32 (the cpu variant's network)."""
+
+    name: str
+    fn: Callable[[np.ndarray], np.ndarray]
+    output_shape: tuple
+    compile_seconds: float = 0.0
+    kernel: str = "numpy"
+
+    def __call__(self, x, y):
+        y[...] = self.fn(x)
+
+
+def _suffix(name: str) -> str:
+    match = re.search(r"(\d+)$", name)
+    return match.group(1) if match else ""
 
 
 def fusable(layers: tuple, i: int) -> bool:
+    """conv, tanh, 2x2/2 max-pool: the ECE408 block the `fused` variant computes in one kernel."""
     rest = layers[i + 1:i + 3]
     return (len(rest) == 2 and isinstance(rest[0], Tanh) and isinstance(rest[1], MaxPool)
-            and rest[1].size == 2)
+            and rest[1].size == 2 and rest[1].step == 2)
+
+
+def conv_epilogue(variant: Variant, layers: tuple, i: int, shape: ConvShape) -> tuple[str | None, int]:
+    """The epilogue the network hands this conv layer's variant, and how many layers it absorbs."""
+    nxt = layers[i + 1] if i + 1 < len(layers) else None
+    if isinstance(nxt, ReLU) and variant.supports_epilogue(shape, RELU):
+        return RELU, 1
+    if variant.fuses_in_network and fusable(layers, i) and variant.supports_epilogue(shape, TANH_POOL):
+        return TANH_POOL, 2
+    return None, 0
 
 
 class Network:
-    """Plan once (compile every conv layer's variant), then run forward passes."""
+    """Plan once (compile every layer's kernel, allocate every buffer), then run forward passes."""
 
-    def __init__(self, weights: Weights, variant: Variant, batch: int):
+    def __init__(self, weights: Weights, variant: Variant, batch: int,
+                 fallback: Variant | None = None):
         self.weights = weights
         self.variant = variant
         self.batch = batch
-        if variant.on_gpu:
+        self.on_gpu = variant.on_gpu
+        if self.on_gpu:
             import cupy as xp
         else:
             xp = np
         self.xp = xp
-        self.plan: list = []  # ConvStep, or the layer itself for the array-library layers
-        self.params = {name: xp.asarray(a) for name, a in weights.arrays.items()
-                       if name != "reference_predictions"}
-        shapes = weights.spec.conv_shapes(batch)
-        layers = weights.spec.layers
-        skip = 0
-        for i, layer in enumerate(layers):
-            if skip:
-                skip -= 1
-                continue
-            if not isinstance(layer, Conv):
-                self.plan.append(layer)
-                continue
-            shape = shapes[layer.name]
-            epilogue = None
-            if (variant.fuses_in_network and fusable(layers, i)
-                    and variant.supports_epilogue(shape, TANH_POOL)):
-                epilogue, skip = TANH_POOL, 2
-            w = weights.arrays[f"{layer.name}.weight"]
-            b = weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
-            op = variant.prepare(shape, w, epilogue, b)
-            step = ConvStep(layer, shape, op, w, b, epilogue)
-            step.output = xp.empty(op.output_shape, dtype=xp.float32)
-            self.plan.append(step)
+        self.annotate: Callable[[str], contextlib.AbstractContextManager] | None = None
+        self.steps: list[Step] = []
+        self.fallback_layers: list[str] = []
+        spec = weights.spec
+        self.input = xp.empty((batch, *spec.input_shape), dtype=xp.float32)
+        self._plan(spec.layers, fallback)
 
+    # --- planning ---------------------------------------------------------------------------
+    def _plan(self, layers: tuple, fallback: Variant | None) -> None:
+        shapes = self.weights.spec.conv_shapes(self.batch)
+        trace = self.weights.spec.trace(self.batch)
+        number = ""
+        view = None
+        i = 0
+        while i < len(layers):
+            layer, in_shape, _ = trace[i]
+            if isinstance(layer, Flatten):
+                view = (self.batch, int(np.prod(in_shape[1:])))
+                i += 1
+                continue
+            if isinstance(layer, (Conv, Dense)):
+                number = _suffix(layer.name)
+            if isinstance(layer, Conv):
+                step, used = self._conv_step(layers, i, shapes[layer.name], fallback)
+            else:
+                step, used = self._layer_step(layers, i, in_shape, number)
+            step.in_view, view = view, None
+            if step.output is None:
+                step.output = self.xp.empty(step.op.output_shape, dtype=self.xp.float32)
+            self.steps.append(step)
+            i += used
+
+    def _conv_step(self, layers, i, shape, fallback) -> tuple[ConvStep, int]:
+        layer = layers[i]
+        variant = self.variant
+        if not variant.supports(shape) and fallback is not None:
+            variant = fallback
+            self.fallback_layers.append(layer.name)
+        epilogue, absorbed = conv_epilogue(variant, layers, i, shape)
+        w = self.weights.arrays[f"{layer.name}.weight"]
+        b = self.weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
+        op = variant.prepare(shape, w, epilogue, b)
+        label = layer.name
+        if epilogue == RELU:
+            label += f"+relu{_suffix(layer.name)}"
+        elif epilogue == TANH_POOL:
+            label += "+tanh+pool"
+        return ConvStep(label=label, category=CATEGORY_CONV, kernel_label=f"{variant.name} {label}",
+                        op=op, layers=tuple(layers[i:i + 1 + absorbed]), shape=shape, weights=w,
+                        bias=b, epilogue=epilogue, layer=layer), 1 + absorbed
+
+    def _layer_step(self, layers, i, in_shape, number) -> tuple[Step, int]:
+        layer = layers[i]
+        nxt = layers[i + 1] if i + 1 < len(layers) else None
+        make = self._device_op if self.on_gpu else self._host_op
+        if type(layer) in ACTIVATIONS and isinstance(nxt, MaxPool):
+            kind = ACTIVATIONS[type(layer)]
+            label = f"{kind}{number}+pool{number}"
+            return make("pool", label, (layer, nxt), in_shape), 2
+        if isinstance(layer, LRN) and isinstance(nxt, MaxPool):
+            return make("lrn", f"norm{number}+pool{number}", (layer, nxt), in_shape), 2
+        if isinstance(layer, Dense) and type(nxt) in ACTIVATIONS:
+            kind = ACTIVATIONS[type(nxt)]
+            return make("fc", f"{layer.name}+{kind}{number}", (layer, nxt), in_shape), 2
+        category, label = {
+            ReLU: ("activation", f"relu{number}"), Tanh: ("activation", f"tanh{number}"),
+            MaxPool: ("pool", f"pool{number}"), LRN: ("lrn", f"norm{number}"),
+            Dense: ("fc", getattr(layer, "name", "")), Softmax: ("softmax", "prob"),
+        }[type(layer)]
+        return make(category, label, (layer,), in_shape), 1
+
+    def _device_op(self, category: str, label: str, group: tuple, in_shape: tuple) -> Step:
+        from . import ops
+
+        first, last = group[0], group[-1]
+        activation = next((ACTIVATIONS[type(g)] for g in group if type(g) in ACTIVATIONS), None)
+        if isinstance(first, Dense):
+            w = self.weights.arrays[f"{first.name}.weight"]
+            b = self.weights.arrays[f"{first.name}.bias"]
+            op = ops.prepare_dense(self.batch, w, b, activation)
+        elif isinstance(first, LRN) and isinstance(last, MaxPool):
+            op = ops.prepare_lrn_max_pool(in_shape, first.size, first.alpha, first.beta, first.k,
+                                          last.size, last.step)
+        elif isinstance(first, LRN):
+            op = ops.prepare_lrn(in_shape, first.size, first.alpha, first.beta, first.k)
+        elif isinstance(last, MaxPool):
+            op = ops.prepare_max_pool(in_shape, last.size, last.step, activation)
+        elif isinstance(first, Softmax):
+            op = ops.prepare_softmax(in_shape[0], int(np.prod(in_shape[1:])))
+        else:
+            op = ops.prepare_activation(in_shape, activation)
+        return Step(label=label, category=category, kernel_label=f"{op.name} {label}", op=op,
+                    layers=group)
+
+    def _host_op(self, category: str, label: str, group: tuple, in_shape: tuple) -> Step:
+        arrays = self.weights.arrays
+
+        def fn(x, group=group):
+            for layer in group:
+                x = reference.apply_layer(layer, x, arrays)
+            return x
+
+        probe = np.zeros((1, *in_shape[1:]), np.float32)
+        out_shape = (in_shape[0], *fn(probe).shape[1:])
+        name = " + ".join(layer.describe() for layer in group)
+        return Step(label=label, category=category, kernel_label=f"numpy {label}",
+                    op=HostOp(name, fn, out_shape), layers=group)
+
+    # --- running ------------------------------------------------------------------------------
     @property
     def conv_steps(self) -> list[ConvStep]:
-        return [s for s in self.plan if isinstance(s, ConvStep)]
+        return [s for s in self.steps if isinstance(s, ConvStep)]
 
     @property
     def compile_seconds(self) -> float:
-        return sum(s.op.compile_seconds for s in self.conv_steps)
+        return sum(getattr(s.op, "compile_seconds", 0.0) for s in self.steps)
 
-    def forward(self, x):
-        """Class probabilities for a device (or host, for cpu) batch x of shape (B, 1, S, S)."""
-        xp = self.xp
-        a = x
-        for step in self.plan:
-            if isinstance(step, ConvStep):
-                step.input = a
-                step.op(a, step.output)
-                a = step.op.output(step.output)
-            elif isinstance(step, Tanh):
-                a = xp.tanh(a)
-            elif isinstance(step, MaxPool):
-                s = step.size
-                B, C, H, W = a.shape
-                a = a[:, :, :H // s * s, :W // s * s].reshape(B, C, H // s, s, W // s, s).max(axis=(3, 5))
-            elif isinstance(step, Flatten):
-                a = a.reshape(a.shape[0], -1)
-            elif isinstance(step, Dense):
-                a = a @ self.params[f"{step.name}.weight"].T + self.params[f"{step.name}.bias"]
-            elif isinstance(step, Softmax):
-                e = xp.exp(a - a.max(axis=1, keepdims=True))
-                a = e / e.sum(axis=1, keepdims=True)
-            else:
-                raise TypeError(f"no forward definition for layer {step!r}")
+    @property
+    def capturable(self) -> bool:
+        """Whether a forward pass is kernel launches on fixed buffers only (a CUDA graph can
+        replay it): not for host ops, variants that return arrays of their own (cuDNN through
+        PyTorch) or that convert their input on every pass (fp16 staging)."""
+        if not self.on_gpu:
+            return False
+        return all(getattr(s.op, "capturable", True) and getattr(s.op, "stage_input", None) is None
+                   for s in self.steps)
+
+    def scope(self, label: str):
+        """The annotation context for `label` (an NVTX range, a profiler's correlation id)."""
+        return self.annotate(label) if self.annotate is not None else contextlib.nullcontext()
+
+    def forward(self, x=None, on_step: Callable[[Step, str], None] | None = None):
+        """Class probabilities for the batch in `x` (default: the network's own input buffer).
+        `on_step(step, "begin"|"end")` is called around each step's launch (the lab records CUDA
+        events there)."""
+        a = self.input if x is None else x
+        for step in self.steps:
+            if step.in_view is not None:
+                a = a.reshape(step.in_view)
+            step.input = a
+            with self.scope(step.label):
+                if on_step:
+                    on_step(step, "begin")
+                if step.is_conv:
+                    step.staged = step.op.stage(a)
+                    step.op(step.staged, step.output)
+                else:
+                    step.op(a, step.output)
+                if on_step:
+                    on_step(step, "end")
+            a = step.result()
+            if a.dtype != self.xp.float32:  # cuDNN's half-precision rows return half outputs
+                a = a.astype(self.xp.float32)
         return a
 
     def predict(self, images: np.ndarray) -> np.ndarray:
-        """Host images in, host class predictions out: the end-to-end path."""
-        x = self.xp.asarray(images)
-        probs = self.forward(x)
-        predictions = probs.argmax(axis=1)
-        return predictions.get() if self.variant.on_gpu else predictions
+        """Host images in, host class predictions out, unpipelined (lab/pipeline.py has the
+        pinned, graph-replayed path)."""
+        xp = self.xp
+        with self.scope("input copy"):
+            if self.on_gpu:
+                self.input.set(np.ascontiguousarray(images, dtype=np.float32))
+            else:
+                self.input[...] = images
+        predictions = self.forward().argmax(axis=1)
+        with self.scope("output copy"):
+            return xp.asnumpy(predictions) if self.on_gpu else predictions
+

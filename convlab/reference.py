@@ -97,9 +97,10 @@ def lrn(x: np.ndarray, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
     sq = np.square(x)
     before = (size - 1) // 2
     padded = np.pad(sq, ((0, 0), (before, size - 1 - before), (0, 0), (0, 0)))
-    csum = np.cumsum(padded, axis=1, dtype=x.dtype)
-    csum = np.concatenate([np.zeros_like(csum[:, :1]), csum], axis=1)
-    window = csum[:, size:] - csum[:, :-size]
+    channels = x.shape[1]
+    # The window's own `size` squares, added directly: a running sum differenced at two
+    # channels would carry the rounding error of every channel before the window.
+    window = sum(padded[:, i:i + channels] for i in range(size))
     return x / np.power(k + (alpha / size) * window, beta)
 
 

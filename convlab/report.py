@@ -1,11 +1,74 @@
-"""Rich renderings of convlab's records: variants, models, device, and run results."""
+"""Rich renderings of convlab's records: variants, models, device, runs and comparisons.
+
+Every table is built by `fitted_table`, which never truncates a cell: it shows the key columns
+whole, adds the optional ones (most important first) while the table still fits the console
+width, and shows them all with `wide`. Rich assumes 80 columns when output goes to a pipe or a
+file, so the key columns of every table are chosen to fit 80. Long reasons (why a row FAILed
+or was skipped) go below a table, never into a column.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from .lab import RunResult
+
+DEFAULT_WIDTH = 80
+GAP = 3  # columns between two cells: one space of padding each side of an invisible rule
+
+
+@dataclass
+class Col:
+    header: str
+    justify: str = "right"
+    key: bool = True  # always shown; optional columns appear when they fit, or with --wide
+    style: str | None = None
+    wrap: bool = False  # prose columns may wrap at spaces (never cut); numbers and names never
+    priority: int = 0  # among optional columns, lower numbers are added first
+
+
+def _cell_width(cell) -> int:
+    text = cell if isinstance(cell, Text) else Text(str(cell))
+    return max((Text(line).cell_len for line in text.plain.split("\n")), default=0)
+
+
+def table_width(widths: list[int]) -> int:
+    return sum(widths) + GAP * (len(widths) - 1) if widths else 0
+
+
+def fitted_table(title: str | None, cols: list[Col], rows: list[list], width: int | None = None,
+                 wide: bool = False, **options) -> Table:
+    """A table of the columns that fit `width` (key columns always, optional ones by priority
+    while they fit; all of them with `wide`), each at least as wide as its widest cell."""
+    width = width or DEFAULT_WIDTH
+    natural = [max([len(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    floor = [min(n, max(len(c.header), 24)) if c.wrap else n for c, n in zip(cols, natural)]
+    shown = [i for i, c in enumerate(cols) if c.key or wide]
+    if not wide:
+        optional = sorted((c.priority, i) for i, c in enumerate(cols) if not c.key)
+        for _, i in optional:
+            if table_width([floor[j] for j in shown + [i]]) <= width:
+                shown.append(i)
+    shown.sort()
+    options.setdefault("box", box.SIMPLE_HEAD)
+    options.setdefault("show_edge", False)
+    options.setdefault("pad_edge", False)
+    table = Table(title=title, **options)
+    for i in shown:
+        c = cols[i]
+        if c.wrap:
+            table.add_column(c.header, justify=c.justify, style=c.style, overflow="fold",
+                             min_width=floor[i])
+        else:
+            table.add_column(c.header, justify=c.justify, style=c.style, no_wrap=True,
+                             overflow="fold", min_width=natural[i])
+    for r in rows:
+        table.add_row(*[r[i] if isinstance(r[i], Text) else str(r[i]) for i in shown])
+    return table
 
 
 def fmt_ms(ms: float) -> str:
@@ -16,119 +79,205 @@ def fmt_err(err: float) -> str:
     return "-" if err != err else ("inf" if err == float("inf") else f"{err:.1e}")
 
 
-def status_text(passed: bool, reason: str = "") -> Text:
-    if passed:
-        return Text("PASS", style="bold green")
-    return Text("FAIL" + (f": {reason}" if reason else ""), style="bold red")
+def _num(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
 
 
-def variants_table(variants) -> Table:
-    table = Table(title="convlab variants (ladder order)")
-    table.add_column("name", style="bold cyan")
-    table.add_column("precision")
-    table.add_column("runs on")
-    table.add_column("summary")
+def status_text(passed: bool) -> Text:
+    return Text("PASS", style="bold green") if passed else Text("FAIL", style="bold red")
+
+
+STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}
+
+
+# --- list, models, device -------------------------------------------------------------------
+
+def variants_table(variants, width=None, wide=False) -> Table:
+    cols = [Col("name", "left", style="bold cyan"), Col("precision", "left"),
+            Col("runs on", "left"), Col("general", "left", key=False, priority=1),
+            Col("summary", "left", wrap=True)]
+    rows = []
     for v in variants:
         where = "GPU" if v.on_gpu else "CPU"
-        if v.epilogues:
-            where += " (fuses conv+tanh+pool)" if v.fuses_in_network else ""
-        table.add_row(v.name, v.precision, where, v.summary)
-    return table
+        general = ",".join(sorted(v.general)) or "-"
+        rows.append([v.name, v.precision, where, general, v.summary])
+    return fitted_table("convlab variants (ladder order)", cols, rows, width, wide)
 
 
-def models_table(rows) -> Table:
+def models_table(rows, width=None, wide=False) -> Table:
     """rows: (spec, weights or None, error message or None)."""
-    table = Table(title="convlab models")
-    table.add_column("name", style="bold cyan")
-    table.add_column("input")
-    table.add_column("layers")
-    table.add_column("expected accuracy (batch 10 / 100 / 1000 / 10000)")
-    table.add_column("course reported")
+    cols = [Col("name", "left", style="bold cyan"), Col("input", "left"),
+            Col("expected accuracy (10/100/1000/10000)", "left", wrap=True),
+            Col("course", key=False, priority=1), Col("layers", "left", key=False, wrap=True,
+                                                     priority=2)]
+    out = []
     for spec, weights, error in rows:
-        if weights is not None:
+        if error is not None:
+            expected = Text(error, style="red")
+        elif weights is not None and weights.expected_accuracy:
             acc = weights.expected_accuracy
             expected = " / ".join(f"{acc[n]:.4f}" for n in sorted(acc))
         else:
-            expected = Text(error or "no weights", style="red")
-        table.add_row(spec.name, f"1x{spec.input_size}x{spec.input_size}", spec.describe(),
-                      expected, f"{spec.course_accuracy:.4f}")
-    return table
+            expected = "top-1 vs the float64 reference (random input)"
+        course = "-" if spec.course_accuracy is None else f"{spec.course_accuracy:.4f}"
+        out.append([spec.name, "x".join(map(str, spec.input_shape)), expected, course,
+                    spec.describe()])
+    return fitted_table("convlab models", cols, out, width, wide)
 
 
-def device_table(info: dict, ceilings=None) -> Table:
-    table = Table(title="GPU", show_header=False)
-    table.add_column("", style="bold")
-    table.add_column("")
-    for key, label in (("name", "device"), ("compute_capability", "compute capability"),
-                       ("multiprocessors", "multiprocessors"), ("memory_gib", "memory (GiB)"),
-                       ("l2_mib", "L2 (MiB)"), ("driver", "CUDA driver API"),
-                       ("cuda_runtime", "CUDA runtime"), ("cupy", "CuPy")):
-        table.add_row(label, str(info[key]))
+def models_layers(rows) -> list[str]:
+    return [f"{spec.name}: {spec.describe()}" for spec, _, _ in rows]
+
+
+def device_table(info: dict, ceilings=None, width=None) -> Table:
+    rows = [[label, str(info[key])] for key, label in (
+        ("name", "device"), ("compute_capability", "compute capability"),
+        ("multiprocessors", "multiprocessors"), ("memory_gib", "memory (GiB)"),
+        ("l2_mib", "L2 (MiB)"), ("driver", "CUDA driver API"), ("cuda_runtime", "CUDA runtime"),
+        ("cupy", "CuPy"))]
     if ceilings is not None:
-        table.add_row("copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s (device-to-device, read+write)")
-        table.add_row("FP32 rate", f"{ceilings.fp32_gflops / 1e3:,.1f} TFLOP/s (cuBLAS SGEMM 8192^3)")
-        table.add_row("TF32 rate", f"{ceilings.tf32_gflops / 1e3:,.1f} TFLOP/s (mma.sync m16n8k8 peak)")
-        table.add_row("ceilings measured", ceilings.measured_at)
-    return table
+        rows += [["copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s (device-to-device, read+write)"],
+                 ["FP32 rate", f"{ceilings.fp32_gflops / 1e3:,.1f} TFLOP/s (cuBLAS SGEMM 8192^3)"],
+                 ["TF32 rate", f"{ceilings.tf32_gflops / 1e3:,.1f} TFLOP/s (mma.sync m16n8k8 peak)"],
+                 ["ceilings measured", ceilings.measured_at]]
+    return fitted_table("GPU", [Col("", "left", style="bold"), Col("", "left", wrap=True)], rows,
+                        width, show_header=False)
 
 
-def run_table(result: RunResult) -> Table:
-    table = Table(title=f"{result.model}, kernel '{result.kernel}' ({result.precision}), "
-                        f"batch {result.batch}")
-    table.add_column("layer", style="bold")
-    table.add_column("CxHxW->MxHoxWo KxK")
-    for col in ("Op Time ms", "min", "IQR", "runs", "GFLOP/s", "GB/s", "rel err"):
-        table.add_column(col, justify="right")
-    table.add_column("check")
+# --- convlab run ------------------------------------------------------------------------------
+
+def run_table(result: RunResult, width=None, wide=False) -> Table:
+    cols = [Col("layer", "left", style="bold"), Col("shape", "left", key=False, priority=1),
+            Col("kernel", "left", key=False, priority=6), Col("Op Time ms"),
+            Col("min", key=False, priority=4), Col("IQR", key=False, priority=7),
+            Col("runs", key=False, priority=5), Col("GFLOP/s", key=False, priority=2),
+            Col("GB/s", key=False, priority=8), Col("err/bound", key=False, priority=3),
+            Col("rel err", key=False, priority=9), Col("check", "left")]
+    rows = []
     for layer in result.layers:
         t = layer.timing
         ok = layer.check.passed
         style = None if ok else "dim"
-        table.add_row(layer.label, layer.shape.brief(),
-                      Text(fmt_ms(t.median_ms), style=style), Text(fmt_ms(t.min_ms), style=style),
-                      f"{t.spread_pct:.0f}%", str(t.n),
-                      Text(f"{layer.gflops:,.0f}", style=style), Text(f"{layer.gbps:,.0f}", style=style),
-                      fmt_err(layer.check.max_rel_error), status_text(ok))
-    return table
+        rows.append([layer.label, layer.shape.brief(), layer.variant,
+                     Text(fmt_ms(t.median_ms), style=style), Text(fmt_ms(t.min_ms), style=style),
+                     f"{t.spread_pct:.0f}%", str(t.n), Text(f"{layer.gflops:,.0f}", style=style),
+                     Text(f"{layer.gbps:,.0f}", style=style), f"{layer.check.bound_ratio:.2g}",
+                     fmt_err(layer.check.max_rel_error), status_text(ok)])
+    title = (f"{result.model}, kernel '{result.kernel}' ({result.precision}), batch {result.batch}:"
+             " conv Op Times")
+    return fitted_table(title, cols, rows, width, wide)
+
+
+def steps_table(result: RunResult, width=None, wide=False) -> Table | None:
+    """Every step of the forward pass, timed inside whole passes."""
+    if not result.steps:
+        return None
+    total = sum(s.median_ms for s in result.steps) or 1.0
+    cols = [Col("step", "left", style="bold"), Col("category", "left", key=False, priority=2),
+            Col("kernel", "left", key=False, priority=1), Col("ms"), Col("share"),
+            Col("check", "left")]
+    rows = []
+    for s in result.steps:
+        check = "-" if s.check is None else status_text(s.check.passed)
+        rows.append([s.label, s.category, s.kernel, fmt_ms(s.median_ms),
+                     f"{100 * s.median_ms / total:.1f}%", check])
+    title = f"forward pass by step (CUDA events between steps, median of passes): {total:.3f} ms"
+    return fitted_table(title, cols, rows, width, wide)
 
 
 def failure_lines(result: RunResult) -> list[str]:
-    return [f"{layer.label}: {layer.check.reason}" for layer in result.layers if not layer.check.passed]
+    lines = [f"{layer.label}: {layer.check.reason}" for layer in result.layers
+             if not layer.check.passed]
+    lines += [f"{s.label}: {s.check.reason}" for s in result.steps
+              if s.check is not None and not s.check.passed]
+    return lines
 
 
-def run_summary(result: RunResult) -> Table:
-    table = Table(show_header=False, box=None)
-    table.add_column("", style="bold")
-    table.add_column("")
-    acc = Text(f"{result.accuracy:.4f}")
-    acc.append(f"  (CPU reference {result.expected_accuracy:.4f}; "
-               f"{result.predictions_differ} of {result.batch} predictions differ)",
-               style="green" if result.predictions_differ == 0 else "yellow")
-    table.add_row("accuracy", acc)
-    table.add_row("verdict", status_text(result.passed, "" if result.passed else
-                  "a layer failed verification or predictions differ from the CPU reference"))
-    if result.device is None:
-        table.add_row("compile time", "none (the cpu variant is NumPy)")
+def course_line(result: RunResult) -> str:
+    """The course's last line: Correctness for Fashion-MNIST, top-1 agreement for ImageNet."""
+    if result.accuracy is not None:
+        return f"Correctness: {result.accuracy:.4f} Model: {result.model}"
+    return (f"Top-1 vs float64: {result.predictions_differ} of {result.batch} differ, max |p - p64| "
+            f"{fmt_err(result.max_prob_error or 0.0)} Model: {result.model}")
+
+
+def run_summary(result: RunResult, width=None) -> Table:
+    rows = []
+    if result.accuracy is not None:
+        acc = Text(f"{result.accuracy:.4f}")
+        acc.append(f"  (CPU reference {result.expected_accuracy:.4f}; "
+                   f"{result.predictions_differ} of {result.batch} predictions differ)",
+                   style="green" if result.predictions_differ == 0 else "yellow")
+        rows.append(["accuracy", acc])
     else:
-        table.add_row("compile time", f"{result.compile_s:.2f} s (NVRTC + module load; CuPy caches "
-                                      "compiled kernels on disk, so repeats are fast)")
-    table.add_row("end-to-end", f"{result.end_to_end_s * 1e3:.1f} ms (host images in, predictions out)")
-    table.add_row("wall time", f"{result.wall_s:.2f} s (whole run)")
+        top1 = Text(f"{result.predictions_differ} of {result.batch} differ from the float64 "
+                    f"forward pass; max |p - p64| {fmt_err(result.max_prob_error or 0.0)}",
+                    style="green" if result.predictions_differ == 0 else "yellow")
+        rows.append(["top-1", top1])
+    verdict = status_text(result.passed)
+    if not result.passed:
+        verdict.append(": a layer failed verification or predictions differ from the reference")
+    rows.append(["verdict", verdict])
+    if result.device is None:
+        rows.append(["compile time", "none (the cpu variant is NumPy)"])
+    else:
+        rows.append(["compile time", f"{result.compile_s:.2f} s (NVRTC + module load; cached on disk)"])
+    if result.forward_ms is not None and result.device is not None:
+        how = "CUDA graph replay" if result.graph else "one launch per step"
+        line = f"{result.forward_ms:.3f} ms ({how}, device-resident input)"
+        if result.graph and result.eager_forward_ms is not None:
+            line += f"; {result.eager_forward_ms:.3f} ms launched step by step"
+        rows.append(["forward", line])
+    if result.torch_ms is not None:
+        ratio = result.torch_ms / result.forward_ms if result.forward_ms else float("nan")
+        rows.append(["PyTorch eager", f"{result.torch_ms:.3f} ms ({ratio:.2f}x ours; {result.torch_note})"])
+    elif result.torch_note:
+        rows.append(["PyTorch eager", f"not measured: {result.torch_note}"])
+    if result.htod_ms is not None:
+        rows.append(["copies", f"HtoD {result.htod_ms:.3f} ms, DtoH {result.dtoh_ms:.3f} ms "
+                               "(pinned host buffers)"])
+    rows.append(["end-to-end", f"{result.end_to_end_s * 1e3:.2f} ms (host images in, predictions out)"])
+    rows.append(["wall time", f"{result.wall_s:.2f} s (whole run)"])
     if result.device:
-        table.add_row("device", result.device["name"])
+        rows.append(["device", result.device["name"]])
     for note in result.notes:
-        table.add_row("note", Text(note))
-    return table
+        rows.append(["note", Text(note)])
+    return fitted_table(None, [Col("", "left", style="bold"), Col("", "left", wrap=True)], rows,
+                        width, show_header=False, box=None)
+
+
+def sweep_table(results: list[RunResult], width=None, wide=False) -> Table:
+    """One row per batch size: where the time of a forward pass goes (the assignment's table)."""
+    cols = [Col("batch"), Col("conv ms"), Col("pool", key=False, priority=3),
+            Col("LRN", key=False, priority=4), Col("FC", key=False, priority=2),
+            Col("other", key=False, priority=6), Col("HtoD", key=False, priority=5),
+            Col("DtoH", key=False, priority=7), Col("forward"), Col("end-to-end"),
+            Col("PyTorch", key=False, priority=1), Col("x PyTorch"), Col("check", "left")]
+    rows = []
+    for r in results:
+        other = r.time_in("softmax") + r.time_in("activation")
+        ratio = (r.torch_ms / r.forward_ms) if r.torch_ms and r.forward_ms else None
+        rows.append([str(r.batch), fmt_ms(r.time_in("conv")), fmt_ms(r.time_in("pool")),
+                     fmt_ms(r.time_in("lrn")), fmt_ms(r.time_in("fc")), fmt_ms(other),
+                     _num(r.htod_ms, ".3f"), _num(r.dtoh_ms, ".3f"), _num(r.forward_ms, ".3f"),
+                     f"{r.end_to_end_s * 1e3:.3f}", _num(r.torch_ms, ".3f"),
+                     _num(ratio, ".2f"), status_text(r.passed)])
+    first = results[0]
+    title = (f"{first.model}, kernel '{first.kernel}' ({first.precision}): ms per forward pass "
+             f"by batch")
+    return fitted_table(title, cols, rows, width, wide)
 
 
 # --- convlab compare -------------------------------------------------------------------------
 
-COMPARE_COLUMNS = ("batch", "variant", "prec", "status", "Op Time ms", "min ms", "RSE", "runs",
-                   "GFLOP/s", "GB/s", "% floor", "x naive", "x cuDNN", "rel err", "accuracy")
-
-
-def _num(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+COMPARE_COLUMNS = [
+    Col("batch"), Col("variant", "left"), Col("prec", "left"), Col("status", "left"),
+    Col("ms"), Col("min ms", key=False, priority=4), Col("RSE", key=False, priority=6),
+    Col("runs", key=False, priority=7), Col("GFLOP/s", key=False, priority=1),
+    Col("GB/s", key=False, priority=5), Col("%floor"), Col("x naive", key=False, priority=3),
+    Col("x cuDNN"), Col("rel err"), Col("err/bound", key=False, priority=2),
+    Col("accuracy", key=False, priority=8),
+]
 
 
 def compare_cells(row) -> list[str]:
@@ -137,14 +286,15 @@ def compare_cells(row) -> list[str]:
     acc = "-" if row.accuracy is None else f"{row.accuracy:.4f}"
     if row.predictions_differ:
         acc += f" ({row.predictions_differ} differ)"
-    status = row.status if row.status == "PASS" else f"{row.status}: {row.reason}"
+    ratio = getattr(row, "bound_ratio", None)
     return [
-        str(row.batch), row.variant, row.precision, status,
+        str(row.batch), row.variant, row.precision, row.status,
         _num(t and t.median_ms, ".4f"), _num(t and t.min_ms, ".4f"),
         "-" if t is None else f"{100 * t.rse:.1f}%", "-" if t is None else str(t.n),
         _num(row.gflops, ",.0f"), _num(row.gbps, ",.0f"), _num(row.pct_floor, ".0f"),
         _num(row.speedup_naive, ".2f"), _num(row.speedup_cudnn, ".2f"),
-        "-" if row.max_rel_error is None or not row.valid else fmt_err(row.max_rel_error), acc,
+        "-" if row.max_rel_error is None or not row.valid else fmt_err(row.max_rel_error),
+        "-" if ratio is None or not row.valid else f"{ratio:.2g}", acc,
     ]
 
 
@@ -157,29 +307,27 @@ def _layers(comparison):
 
 def _layer_title(comparison, first_row) -> str:
     what = comparison.model or "layer"
-    ceil = comparison.ceilings
-    title = f"{what}: {first_row.label}, {first_row.shape.brief()}"
-    if ceil:
-        title += f"  [floor: max(bytes / {ceil['copy_gbps']:,.0f} GB/s, FLOPs / rate)]"
-    return title
+    label = first_row.label if first_row.status == "PASS" else first_row.layer
+    return f"{what}: {label}, {first_row.shape.brief()}"
 
 
-def compare_tables(comparison) -> list[Table]:
-    tables = []
+def compare_tables(comparison, width=None, wide=False) -> list[tuple[Table, list[str]]]:
+    """Per layer: the table and the lines below it (why rows FAILed or were skipped)."""
+    out = []
     for (layer, epilogue), first in _layers(comparison).items():
-        table = Table(title=_layer_title(comparison, first))
-        for col in COMPARE_COLUMNS:
-            table.add_column(col, justify="left" if col in ("variant", "prec", "status") else "right")
+        rows, notes = [], []
         for row in comparison.rows:
             if (row.layer, row.epilogue) != (layer, epilogue):
                 continue
             cells = compare_cells(row)
             style = "bold green" if row.best else None
-            status_style = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}[row.status]
-            table.add_row(*[Text(c, style=status_style if i == 3 else style)
-                            for i, c in enumerate(cells)])
-        tables.append(table)
-    return tables
+            rows.append([Text(c, style=STATUS_STYLE[row.status] if i == 3 else style)
+                         for i, c in enumerate(cells)])
+            if row.status != "PASS":
+                notes.append(f"{row.status} {row.variant} @ batch {row.batch}: {row.reason}")
+        out.append((fitted_table(_layer_title(comparison, first), COMPARE_COLUMNS, rows, width,
+                                 wide), notes))
+    return out
 
 
 def compare_header(comparison) -> str:
@@ -191,15 +339,19 @@ def compare_header(comparison) -> str:
             f"CuPy {d.get('cupy', '?')}); ceilings: copy {c.get('copy_gbps', 0):,.0f} GB/s, "
             f"FP32 {c.get('fp32_gflops', 0) / 1e3:,.1f} TFLOP/s, TF32 {c.get('tf32_gflops', 0) / 1e3:,.1f} "
             f"TFLOP/s; timing: CUDA events, median until RSE <= {100 * policy.get('target_rse', 0.01):g}% "
-            f"or {policy.get('budget_s', 2):g} s per row; {cold}. Best PASS time per layer in bold.")
+            f"or {policy.get('budget_s', 2):g} s per row; {cold}. %floor: the roofline floor "
+            "max(bytes / copy bandwidth, FLOPs / the precision's rate) over the time; x cuDNN: "
+            "cuDNN of the same precision over the time. Best PASS time per layer in bold.")
 
 
 def compare_markdown(comparison) -> str:
+    headers = [c.header for c in COMPARE_COLUMNS]
     lines = [f"# convlab compare: {comparison.model or 'single layer'}", "", compare_header(comparison), ""]
     for (layer, epilogue), first in _layers(comparison).items():
         lines += [f"## {_layer_title(comparison, first)}", "",
-                  "| " + " | ".join(COMPARE_COLUMNS) + " |",
-                  "|" + "|".join("---" if i in (1, 2, 3) else "---:" for i in range(len(COMPARE_COLUMNS))) + "|"]
+                  "| " + " | ".join(headers) + " |",
+                  "|" + "|".join("---" if i in (1, 2, 3) else "---:" for i in range(len(headers))) + "|"]
+        notes = []
         for row in comparison.rows:
             if (row.layer, row.epilogue) != (layer, epilogue):
                 continue
@@ -207,33 +359,41 @@ def compare_markdown(comparison) -> str:
             if row.best:
                 cells[4] = f"**{cells[4]}**"
             lines.append("| " + " | ".join(cells) + " |")
+            if row.status != "PASS":
+                notes.append(f"- {row.status} {row.variant} @ batch {row.batch}: "
+                             f"{row.reason.replace('|', '/')}")
         lines.append("")
+        if notes:
+            lines += notes + [""]
     return "\n".join(lines)
 
 
-def diff_table(deltas) -> Table:
-    table = Table(title="against the baseline (ratio = new / old; beyond the noise only)")
-    for col in ("variant", "batch", "layer", "old ms", "new ms", "ratio", "noise", "verdict"):
-        table.add_column(col, justify="right" if col in ("batch", "old ms", "new ms", "ratio", "noise") else "left")
+def diff_table(deltas, width=None, wide=False) -> Table:
+    cols = [Col("variant", "left"), Col("batch"), Col("layer", "left"), Col("old ms"),
+            Col("new ms"), Col("ratio"), Col("noise", key=False, priority=1),
+            Col("verdict", "left")]
     styles = {"slower": "bold red", "faster": "bold green", "same": None, "new": "yellow",
               "missing": "yellow", "not comparable": "yellow"}
+    rows = []
     for d in deltas:
         variant, batch, _, _ = d.key
-        table.add_row(variant, str(batch), d.label, _num(d.old_ms, ".4f"), _num(d.new_ms, ".4f"),
-                      _num(d.ratio, ".3f"), "-" if d.noise is None else f"±{100 * d.noise:.1f}%",
-                      Text(d.verdict, style=styles[d.verdict]))
-    return table
+        rows.append([variant, str(batch), d.label, _num(d.old_ms, ".4f"), _num(d.new_ms, ".4f"),
+                     _num(d.ratio, ".3f"), "-" if d.noise is None else f"±{100 * d.noise:.1f}%",
+                     Text(d.verdict, style=styles[d.verdict])])
+    return fitted_table("against the baseline (ratio = new / old; beyond the noise only)", cols,
+                        rows, width, wide)
 
 
 def ladder_markdown(comparison, batch: int | None = None) -> str:
     """One row per variant, one column pair per layer: time at one batch size and its speed
-    relative to cuDNN fp32 (like SGEMM_CUDA's table relative to cuBLAS)."""
+    relative to cuDNN of the same precision (like SGEMM_CUDA's table relative to cuBLAS)."""
     batch = batch or max(comparison.batches)
     rows = [r for r in comparison.rows if r.batch == batch]
     layers = list(dict.fromkeys((r.layer, r.epilogue) for r in rows))
     head = ["variant", "precision"]
     for layer, epilogue in layers:
-        head += [f"{layer}{' + tanh + pool' if epilogue else ''} ms", "vs cuDNN"]
+        suffix = {"tanh-pool": " + tanh + pool", "relu": " + ReLU"}.get(epilogue, "")
+        head += [f"{layer}{suffix} ms", "vs cuDNN"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (2 * len(layers))]
     for variant in dict.fromkeys(r.variant for r in rows):
         cells = [variant, next(r.precision for r in rows if r.variant == variant)]

@@ -19,7 +19,7 @@ from .errors import DataError
 SCHEMA_VERSION = 1
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, timeout=5)
@@ -32,7 +32,7 @@ def to_record(comparison: Comparison, command: str = "") -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "convlab_version": __version__,
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,
         "model": comparison.model,
@@ -85,6 +85,15 @@ def load_record(path: Path) -> dict:
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path}: malformed record ({type(exc).__name__}: {exc})") from None
     return record
+
+
+def record_kind(path: Path) -> str:
+    """"profile" for a `convlab profile` record, else "compare" (checked when it is loaded)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return "compare"  # load_record gives the clear error
+    return record.get("kind", "compare") if isinstance(record, dict) else "compare"
 
 
 def record_name(record: dict) -> str:

@@ -43,6 +43,7 @@ RECIPES = {
     "ece408-low": Recipe("sgd", 0.01, 32, 1, 3_200, seed=408),
     "ece408": Recipe("adam", 1e-3, 64, 8, 60_000, seed=408, decay_epochs=(4, 6)),
 }
+TRAINABLE = tuple(RECIPES)  # the Fashion-MNIST models; alexnet's weights are imported
 
 
 def _require_torch():

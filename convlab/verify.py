@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .reference import conv2d_with_magnitude, max_pool, relu
+from .models import LRN, Dense, MaxPool, ReLU, Softmax, Tanh
+from .reference import apply_layer, conv2d_with_magnitude, max_pool, relu
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 LAMBDA = 8.0
@@ -150,6 +151,44 @@ def reference_output(x: np.ndarray, w: np.ndarray, shape, epilogue: str | None,
     elif epilogue is not None:
         raise ValueError(f"no reference for epilogue {epilogue!r}")
     return Reference(values, magnitude, shape.reduction, EPILOGUE_ABSOLUTE.get(epilogue, 0.0))
+
+
+def layer_reference(layers: tuple, x: np.ndarray, arrays: dict) -> Reference:
+    """The float64 result of a step of non-conv layers (activation, max-pool, LRN, FC, softmax,
+    or a fused pair of them) on input x, with the scale of a correct float32 result's error:
+    - max-pool and ReLU only select or pass values: exact, held to a few ulps of each value;
+    - tanh, LRN and softmax are a few float32 operations per value (tanhf, powf, expf each
+      within a few ulps; LRN sums `size` squares, softmax n exponentials): relative error of a
+      few u times that count, so magnitude = |value| and n = the values summed;
+    - FC is a reduction like a conv: magnitude = sum |x * w| + |b| over in_features + 1 terms.
+    Activations and the max-pool are 1-Lipschitz, so a bound carries through them unchanged."""
+    x = np.asarray(x, dtype=np.float64)
+    values = x
+    magnitude = None
+    length = 1
+    absolute = 0.0
+    for layer in layers:
+        out = apply_layer(layer, values, arrays)
+        if isinstance(layer, Dense):
+            w = np.asarray(arrays[f"{layer.name}.weight"], dtype=np.float64)
+            b = np.asarray(arrays[f"{layer.name}.bias"], dtype=np.float64)
+            magnitude = np.abs(values) @ np.abs(w).T + np.abs(b)
+            length = layer.in_features + 1
+        elif isinstance(layer, MaxPool):
+            if magnitude is not None:
+                magnitude = max_pool(magnitude, layer.size, layer.step)
+        elif isinstance(layer, LRN):
+            magnitude, length = np.abs(out), max(length, layer.size)
+        elif isinstance(layer, Softmax):
+            magnitude, length = np.abs(out), max(length, out.shape[1])
+        elif isinstance(layer, Tanh):
+            absolute += EPILOGUE_ABSOLUTE["tanh-pool"]
+        elif not isinstance(layer, ReLU):
+            raise TypeError(f"no error model for layer {layer!r}")
+        values = out
+    if magnitude is None or magnitude.shape != values.shape:
+        magnitude = np.abs(values)
+    return Reference(values, magnitude, length, absolute)
 
 
 def random_problem(shape, rng: np.random.Generator, signed: bool = False):

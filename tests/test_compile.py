@@ -4,7 +4,8 @@ import pytest
 
 from convlab.errors import KernelCompileError
 from convlab.jit import build_options, compile_cubin, nvrtc_version
-from convlab.kernels import kernel_variants
+from convlab.kernels import RELU, kernel_variants
+from convlab.models import MODELS
 from convlab.shapes import ConvShape
 
 SHAPES = [
@@ -14,8 +15,30 @@ SHAPES = [
     ConvShape(3, 3, 17, 13, 10, 3),
     ConvShape(1, 16, 14, 14, 65, 5),
 ]
+# General layers, small enough to compile quickly: every stride/padding/groups/bias switch,
+# a group boundary inside a channel block's reach, and a channel count that tensorcore stages
+# in slabs.
+GENERAL = [
+    ConvShape(2, 4, 11, 19, 6, 5, stride=2, pad=1, groups=2, bias=True),
+    ConvShape(3, 6, 9, 10, 8, 3, stride=3, pad=2, groups=2),
+    ConvShape(1, 8, 7, 7, 12, 3, pad=1, groups=4, bias=True),
+    ConvShape(2, 3, 23, 23, 16, 11, stride=4, bias=True),
+    ConvShape(1, 4, 9, 9, 140, 3, pad=3, groups=2, bias=True),
+    ConvShape(2, 512, 9, 9, 64, 3, pad=1, groups=2),
+]
+# AlexNet's conv layers at the largest batch (batch is not compiled in; ReLU is what they run).
+ALEXNET = list(MODELS["alexnet"].conv_shapes(1024).values())
+# The course's layers with the epilogues they run (ReLU, AlexNet's, is compiled on the layers below).
 CASES = [(v, s, e) for v in kernel_variants() for s in SHAPES for e in (None, *v.epilogues)
-         if v.supports(s)]
+         if e != RELU and v.supports(s) and (e is None or v.supports_epilogue(s, e))]
+# The epilogue switches are a few lines of the store: each general shape is compiled with one
+# epilogue, taken in turn, so that every epilogue meets general shapes without compiling the
+# whole product (NVRTC takes seconds per case).
+CASES += [(v, s, e) for v in kernel_variants()
+          for i, s in enumerate(GENERAL) for e in [(None, *v.epilogues)[i % (1 + len(v.epilogues))]]
+          if v.supports(s) and (e is None or v.supports_epilogue(s, e))]
+CASES += [(v, s, RELU if RELU in v.epilogues else None) for v in kernel_variants() for s in ALEXNET
+          if v.supports(s)]
 
 
 def test_nvrtc_is_available():
@@ -31,6 +54,17 @@ def test_variant_compiles_for_sm90(variant, shape, epilogue):
 
 def test_every_kernel_variant_is_covered():
     assert {v.name for v, _, _ in CASES} == {v.name for v in kernel_variants()}
+
+
+def test_every_general_feature_and_epilogue_is_compiled():
+    """Each feature and epilogue a variant implements is compiled at least once, and each
+    epilogue also on a general layer."""
+    for variant in kernel_variants():
+        cases = [(s, e) for v, s, e in CASES if v is variant]
+        used = {f for s, _ in cases for f in s.features()}
+        assert variant.general <= used, (variant.name, variant.general - used)
+        general = {e for s, e in cases if not s.is_plain}
+        assert set(variant.epilogues) <= general, (variant.name, set(variant.epilogues) - general)
 
 
 def test_compile_error_names_variant_and_shows_log():

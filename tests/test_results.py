@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -52,7 +53,7 @@ def test_fail_and_skip_rows_show_no_speed():
         assert r.speedup_cudnn is None and not r.best
         cells = report.compare_cells(r)
         assert cells[4:13] == ["-"] * 9
-        assert cells[3].startswith(r.status + ": ")
+        assert cells[3] == r.status  # the reason goes below the table
 
 
 def test_record_round_trip(tmp_path):
@@ -122,9 +123,36 @@ def test_results_show_renders_the_saved_record(tmp_path, monkeypatch):
     runner = CliRunner()
     out = runner.invoke(main, ["results", "show", str(json_path)])
     assert out.exit_code == 0
-    assert "register-tiled" in out.output and "FAIL: max relative error" in out.output
+    assert "register-tiled" in out.output and "FAIL broken @ batch 100: max relative error" in out.output
     md = runner.invoke(main, ["results", "show", "--markdown", str(json_path)])
     assert md.output.strip() == report.compare_markdown(comparison).strip()
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_results_show_keeps_every_key_cell_whole(tmp_path, width):
+    """At 80 columns (a pipe) and 200: variant names, times, speedups and errors whole, reasons
+    below the table, so `convlab results show rec.json | grep cudnn` finds the cuDNN rows."""
+    comparison = sample()
+    json_path, _ = results.save(results.to_record(comparison), tmp_path,
+                                report.compare_markdown(comparison))
+    out = CliRunner().invoke(main, ["results", "show", str(json_path)], terminal_width=width,
+                             env={"COLUMNS": str(width)})
+    assert out.exit_code == 0 and "…" not in out.output
+    assert all(len(line) <= width for line in out.output.splitlines() if "ceilings" not in line)
+    lines = out.output.splitlines()
+    titles = [i for i, line in enumerate(lines) if line.strip().startswith("ece408-high: conv")]
+    plain = lines[titles[0]:titles[1]]  # the table of the plain conv rows
+    for r in comparison.rows:
+        if r.epilogue is not None:
+            continue
+        row = next(line for line in plain
+                   if re.match(rf"\s*{r.batch}\s+{re.escape(r.variant)}\s", line))
+        cells = report.compare_cells(r)
+        for i in (1, 2, 3, 4, 10, 12, 13):  # variant, precision, status, ms, %floor, x cuDNN, rel err
+            assert cells[i] in row, (cells[i], row)
+    grepped = [line for line in lines if "cudnn" in line]
+    assert any(re.search(r"cudnn\s+fp32\s+PASS\s+1\.0000", line) for line in grepped)
+    assert any(line.startswith("FAIL broken @ batch 100: max relative error") for line in lines)
 
 
 def test_results_show_missing_file_is_a_clear_error(tmp_path):
@@ -135,9 +163,12 @@ def test_results_show_missing_file_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--kernels", "nope"], "unknown kernel 'nope'"),
     (["--kernels", ","], "at least one variant"),
-    (["--layer", "1,2,3"], "six integers"),
-    (["--layer", "a,b,c,d,e,f"], "six integers"),
+    (["--layer", "1,2,3"], "six to nine integers"),
+    (["--layer", "a,b,c,d,e,f"], "six to nine integers"),
     (["--layer", "1,1,3,3,2,5"], "does not fit"),
+    (["--layer", "1,4,9,9,6,3,1,1,4,7"], "six to nine integers"),
+    (["--layer", "1,4,9,9,6,3,1,1,3"], "3 groups must divide both C=4 and M=6"),
+    (["--bias", "--model", "ece408"], "--bias goes with --layer"),
     (["--batch", ""], "at least one batch size"),
     (["--batch", "10,x"], "comma-separated integers"),
     (["--batch", "0"], "between 1 and 10000"),
@@ -164,6 +195,9 @@ def test_plan_defaults():
     assert list(p.shapes_for(10)) == ["conv"]
     with pytest.raises(ConvlabError):
         compare.parse_layer("1,2")
+    assert compare.parse_layer("128,96,27,27,256,5,1,2,2", bias=True) == ConvShape(
+        128, 96, 27, 27, 256, 5, stride=1, pad=2, groups=2, bias=True)
+    assert compare.parse_layer("1,3,227,227,96,11,4") == ConvShape(1, 3, 227, 227, 96, 11, stride=4)
 
 
 def test_plot_needs_matplotlib_or_writes_png(tmp_path):

@@ -4,7 +4,7 @@ from ..errors import ConvlabError
 from .base import RELU, TANH_POOL, Op, Support, Variant
 from .constant import Constant
 from .cpu import Cpu
-from .cudnn import Cudnn, CudnnTF32
+from .cudnn import Cudnn, CudnnBF16, CudnnFP16, CudnnTF32
 from .fused import Fused
 from .im2col import Im2col
 from .implicit_gemm import ImplicitGemm
@@ -19,11 +19,14 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         Cpu(), Naive(), Tiled(), Constant(), Unrolled(), RegisterTiled(), Im2col(),
-        ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Fused(), Cudnn(), CudnnTF32(),
+        ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Fused(), Cudnn(), CudnnTF32(), CudnnFP16(),
+        CudnnBF16(),
     )
 }
 
-REFERENCE_VARIANTS = ("cudnn", "cudnn-tf32")
+REFERENCE_VARIANTS = ("cudnn", "cudnn-tf32", "cudnn-fp16", "cudnn-bf16")
+# The cuDNN row each precision class is measured against.
+CUDNN_FOR = {"fp32": "cudnn", "tf32": "cudnn-tf32", "fp16": "cudnn-fp16", "bf16": "cudnn-bf16"}
 
 
 def get_variant(name: str) -> Variant:
@@ -39,5 +42,5 @@ def kernel_variants() -> list[Variant]:
     return [v for v in VARIANTS.values() if v.source]
 
 
-__all__ = ["RELU", "TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS",
+__all__ = ["RELU", "TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS", "CUDNN_FOR",
            "get_variant", "kernel_variants"]

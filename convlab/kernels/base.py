@@ -63,6 +63,7 @@ class Op:
     compile_seconds: float = 0.0
     epilogue: str | None = None
     stage_input: Callable[[object], object] | None = None
+    capturable: bool = True  # only kernel launches on the given buffers: a CUDA graph can hold it
     # Variants that cannot write into a caller's buffer (cuDNN through PyTorch) return their own.
     _result: object = None
 

@@ -1,8 +1,11 @@
-"""cudnn, cudnn-tf32: PyTorch's F.conv2d (cuDNN) on the same device arrays, as reference rows.
+"""cudnn, cudnn-tf32, cudnn-fp16, cudnn-bf16: PyTorch's F.conv2d (cuDNN) on the same device
+arrays, as reference rows: each of our variants is compared with cuDNN in its own precision.
 
 PyTorch is optional: without it these variants report SKIP with the reason. Arrays cross from
-CuPy to PyTorch through DLPack (no copies); cuDNN's autotuner (cudnn.benchmark) is on, and
-prepare() runs the op once so the algorithm search stays out of any timed region.
+CuPy to PyTorch through DLPack (no copies); cuDNN's autotuner (cudnn.benchmark) is on, and the
+warm-up runs keep the algorithm search out of any timed region. The half-precision rows get
+half inputs and weights, converted once outside the timed region (Op.stage), like ours, and
+return cuDNN's half output as it is: converting it back is left out of their time.
 """
 
 from ..shapes import FEATURES
@@ -23,6 +26,7 @@ class Cudnn(Variant):
     epilogues = (TANH_POOL, RELU)
     general = frozenset(FEATURES)
     allow_tf32 = False
+    dtype = "float32"  # what cuDNN reads and writes
 
     def supports(self, shape):
         if _torch() is None:
@@ -35,8 +39,9 @@ class Cudnn(Variant):
         if torch is None:
             raise RuntimeError(self.supports(shape).reason)
         F = torch.nn.functional
-        w = torch.from_dlpack(device_weights(weights))
-        b = torch.from_dlpack(device_weights(bias)) if bias is not None else None
+        dtype = getattr(torch, self.dtype)
+        w = torch.from_dlpack(device_weights(weights)).to(dtype)
+        b = torch.from_dlpack(device_weights(bias)).to(dtype) if bias is not None else None
         stride, pad, groups = shape.stride, shape.pad, shape.groups
         allow_tf32 = self.allow_tf32
         cache: dict = {}
@@ -56,7 +61,18 @@ class Cudnn(Variant):
             cache["out"] = out
             return cupy.from_dlpack(out)
 
-        return Op(launch, self.output_shape(shape, epilogue), epilogue=epilogue)
+        stage = None
+        if self.dtype != "float32":
+            def stage(x):
+                return cupy_from_torch(torch.from_dlpack(x).to(dtype))
+        return Op(launch, self.output_shape(shape, epilogue), epilogue=epilogue, capturable=False,
+                  stage_input=stage)
+
+
+def cupy_from_torch(tensor):
+    import cupy
+
+    return cupy.from_dlpack(tensor)
 
 
 class CudnnTF32(Cudnn):
@@ -64,3 +80,17 @@ class CudnnTF32(Cudnn):
     summary = "cuDNN via PyTorch F.conv2d with TF32 tensor cores allowed"
     precision = "tf32"
     allow_tf32 = True
+
+
+class CudnnFP16(Cudnn):
+    name = "cudnn-fp16"
+    summary = "cuDNN via PyTorch F.conv2d on half inputs and weights (FP32 accumulation)"
+    precision = "fp16"
+    dtype = "float16"
+
+
+class CudnnBF16(Cudnn):
+    name = "cudnn-bf16"
+    summary = "cuDNN via PyTorch F.conv2d on bfloat16 inputs and weights"
+    precision = "bf16"
+    dtype = "bfloat16"

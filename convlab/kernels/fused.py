@@ -12,8 +12,11 @@ SOURCE = r"""
 // conv although it stores 4x less). A thread's strip covers an even number of rows (TH even),
 // so it pools vertically in registers; the horizontal partner column is the neighbouring lane,
 // reached with one shuffle. Threads walk an even width (WOE): partners share a warp.
-// Where no tanh + pool follows, the plain register-tiled conv_forward included below runs
-// (the pooling kernel is compiled only when WOE is defined).
+// General layers as in register-tiled (stride, zero padding, groups, bias): the strip code is
+// shared, and the bias is added to the pooled maximum before the tanh (a bias is constant over
+// each pool window, so max-then-add equals add-then-max). Where no tanh + pool follows, the
+// register-tiled conv_forward included below runs, with its bias + ReLU epilogue (the pooling
+// kernel is compiled only when WOE is defined).
 """ + REGISTER_TILED_SOURCE + r"""
 #ifdef WOE
 #define HP (HO / 2)
@@ -29,8 +32,8 @@ __device__ __forceinline__ float fast_tanh(float v)
 }
 
 extern "C" __global__ void BOUNDS
-conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
-               int B)
+conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k,
+               const float* __restrict__ bias, float* __restrict__ y, int B)
 {
     const int m0 = blockIdx.y * MT;
     load_filters(k, m0);
@@ -42,7 +45,7 @@ conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* 
     const long long b = t / (WOE * NSTRIP);
     const bool live = b < B;
     float acc[MT][TH];
-    conv_strip(x + (live ? b : B - 1) * (C * H * W), h0, min(col, WO - 1), acc);
+    conv_strip(group_input(x, live ? b : B - 1, m0), h0, min(col, WO - 1), acc);
     const bool writer = live && (col & 1) == 0 && col / 2 < WP;
     float* yb = y + ((live ? b : 0) * M + m0) * (HP * WP) + (h0 / 2) * WP + col / 2;
 #pragma unroll
@@ -51,13 +54,14 @@ conv_tanh_pool(const float* __restrict__ x, const float* __restrict__ k, float* 
         for (int r = 0; r < TH; r += 2) {
             float v = fmaxf(acc[m][r], acc[m][r + 1]);
             v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-            if (writer && h0 / 2 + r / 2 < HP) yb[m * (HP * WP) + (r / 2) * WP] = fast_tanh(v);
+            if (writer && h0 / 2 + r / 2 < HP)
+                yb[m * (HP * WP) + (r / 2) * WP] = fast_tanh(finish_output(v, bias, m0 + m));
         }
 }
 #endif
 """
 
-from .base import TANH_POOL, blocks, check_inputs  # noqa: E402
+from .base import RELU, TANH_POOL, blocks, check_inputs  # noqa: E402
 from .register_tiled import RegisterTiled, pick_tiling  # noqa: E402
 
 # (C, H, W, M, K) -> (TH, MT, MINB) for the pooling kernel (TH even), measured like
@@ -72,7 +76,7 @@ class Fused(RegisterTiled):
     name = "fused"
     summary = "conv + tanh + 2x2 max-pool in one kernel, writing the pooled map only"
     source = SOURCE
-    epilogues = (TANH_POOL,)
+    epilogues = (TANH_POOL, RELU)
     fuses_in_network = True
 
     def tuned(self, epilogue=None):
@@ -94,7 +98,7 @@ class Fused(RegisterTiled):
     def prepare(self, shape, weights, epilogue=None, bias=None):
         check_inputs(self, shape, epilogue, bias)
         if epilogue != TANH_POOL:
-            return super().prepare(shape, weights, bias=bias)
+            return super().prepare(shape, weights, epilogue, bias)
         defines = self.defines(shape, epilogue)
-        return self._prepare(shape, weights, epilogue, "conv_tanh_pool",
+        return self._prepare(shape, weights, epilogue, bias, "conv_tanh_pool",
                              columns=defines["WOE"], strips=defines["NSTRIP"])

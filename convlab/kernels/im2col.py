@@ -1,15 +1,19 @@
-"""im2col: unroll the input into a patch matrix, then one cuBLAS GEMM per batch chunk."""
+"""im2col: unroll the input into a patch matrix, then cuBLAS GEMMs per batch chunk."""
 
 SOURCE = r"""
 // im2col: changes from the direct kernels -- the textbook's "unroll + matrix multiply". A
 // simple kernel copies every input patch into a column of X_unroll[b][(c,p,q)][(h,w)], then
 // cuBLAS multiplies the filter matrix W[M][C*K*K] with it for all images of a chunk at once
-// (a strided-batched GEMM whose result is y's layout, so no transpose follows). The GEMM is
-// the fastest code on the GPU, but the unrolled matrix is K*K times the input, written and
-// read again, so the workspace is bounded by doing the batch in chunks.
-// Compile-time: C, H, W, K.
-#define HO (H - K + 1)
-#define WO (W - K + 1)
+// (a batched GEMM whose result is y's layout, so no transpose follows). The GEMM is the fastest
+// code on the GPU, but the unrolled matrix is K*K times the input, written and read again, so
+// the workspace is bounded by doing the batch in chunks. General layers: the unroll applies the
+// stride and writes zeros where a patch reaches into the padding; with G groups the weight
+// matrix is block-diagonal, so the GEMM is G smaller ones per image (group g's M/G filters times
+// its C/G*K*K rows of X_unroll), all in one batched call; a bias and the fused ReLU are one
+// elementwise pass over the chunk's output after the GEMM.
+// Compile-time: C, H, W, K, M, STRIDE, PAD, HAS_BIAS, RELU.
+#define HO ((H + 2 * PAD - K) / STRIDE + 1)
+#define WO ((W + 2 * PAD - K) / STRIDE + 1)
 #define KD (C * K * K)
 
 extern "C" __global__ void unroll(const float* __restrict__ x, float* __restrict__ xu, int images)
@@ -20,14 +24,33 @@ extern "C" __global__ void unroll(const float* __restrict__ x, float* __restrict
     const int k = (int)((i / (HO * WO)) % KD);
     const long long b = i / ((long long)HO * WO * KD);
     const int c = k / (K * K), p = (k / K) % K, q = k % K;
-    const int h = hw / WO, w = hw % WO;
-    xu[i] = x[((b * C + c) * H + h + p) * W + w + q];
+    const int h = hw / WO * STRIDE - PAD + p, w = hw % WO * STRIDE - PAD + q;
+    const bool inside = PAD == 0 || ((unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W);
+    xu[i] = inside ? x[((b * C + c) * H + h) * W + w] : 0.0f;
+}
+
+// y = max(y + bias[m], 0) (the parts HAS_BIAS and RELU ask for) over `images` outputs.
+extern "C" __global__ void bias_relu(float* __restrict__ y, const float* __restrict__ bias,
+                                     int images)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)images * M * HO * WO) return;
+    float v = y[i];
+#if HAS_BIAS
+    v += __ldg(bias + (int)((i / (HO * WO)) % M));
+#endif
+#if RELU
+    v = fmaxf(v, 0.0f);
+#endif
+    y[i] = v;
 }
 """
 
-import numpy as np
+import numpy as np  # noqa: E402
 
-from .base import Op, Variant, blocks, check_inputs, device_weights
+from ..shapes import FEATURES  # noqa: E402
+from .base import RELU, Op, Variant, blocks, check_inputs, device_weights  # noqa: E402
+from .general import device_bias  # noqa: E402
 
 BLOCK = 256
 WORKSPACE_BYTES = 256 * 1024 * 1024
@@ -40,22 +63,35 @@ def chunk_images(shape) -> int:
 
 class Im2col(Variant):
     name = "im2col"
-    summary = "unroll kernel + cuBLAS strided-batched SGEMM, in batch chunks"
+    summary = "unroll kernel + cuBLAS batched SGEMM (per group), in batch chunks"
     source = SOURCE
-    kernels = ("unroll",)
+    kernels = ("unroll", "bias_relu")
+    general = frozenset(FEATURES)
+    epilogues = (RELU,)
 
     def defines(self, shape, epilogue=None):
-        return {"C": shape.C, "H": shape.H, "W": shape.W, "K": shape.K}
+        return {"C": shape.C, "H": shape.H, "W": shape.W, "K": shape.K, "M": shape.M,
+                "STRIDE": shape.stride, "PAD": shape.pad, "HAS_BIAS": int(shape.bias),
+                "RELU": int(epilogue == RELU)}
 
     def prepare(self, shape, weights, epilogue=None, bias=None):
         import cupy
 
         check_inputs(self, shape, epilogue, bias)
-        compiled = self.compile(shape)
+        compiled = self.compile(shape, epilogue)
         unroll = compiled.module.get_function("unroll")
-        kd = shape.C * shape.K * shape.K
-        hw = shape.Ho * shape.Wo
-        w = device_weights(weights).reshape(shape.M, kd)
+        finish = compiled.module.get_function("bias_relu") if shape.bias or epilogue == RELU else None
+        G, kd = shape.groups, shape.C * shape.K * shape.K
+        kdg, hw = kd // G, shape.Ho * shape.Wo
+        w = device_weights(weights)
+        if G == 1:  # one filter matrix times each image's X_unroll
+            w, rows, outs = w.reshape(shape.M, kd), (kd, hw), (shape.M, hw)
+        else:
+            # Group g's filters (M/G x C/G*K*K) multiply rows g*kdg ... of each image's X_unroll
+            # (ordered by input channel, so a group's rows are contiguous) into output channels
+            # g*M/G ...: one batch of n*G GEMMs over views of the workspace and y, no copies.
+            w, rows, outs = w.reshape(G, shape.Mg, kdg), (G, kdg, hw), (G, shape.Mg, hw)
+        b = device_bias(bias)
         chunk = chunk_images(shape)
         workspace = cupy.empty((chunk, kd, hw), dtype=cupy.float32)
 
@@ -64,6 +100,9 @@ class Im2col(Variant):
                 n = min(chunk, shape.B - b0)
                 xu = workspace[:n]
                 unroll((blocks(n * kd * hw, BLOCK),), (BLOCK,), (x[b0:b0 + n], xu, np.int32(n)))
-                cupy.matmul(w, xu, out=y[b0:b0 + n].reshape(n, shape.M, hw))
+                out = y[b0:b0 + n]
+                cupy.matmul(w, xu.reshape(n, *rows), out=out.reshape(n, *outs))
+                if finish is not None:
+                    finish((blocks(n * shape.M * hw, BLOCK),), (BLOCK,), (out, b, np.int32(n)))
 
-        return Op(launch, shape.output_shape, compiled.seconds)
+        return Op(launch, shape.output_shape, compiled.seconds, epilogue)

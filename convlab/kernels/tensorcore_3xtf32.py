@@ -6,10 +6,11 @@ COMMENT = r"""
 // tensorcore-3xtf32: changes from tensorcore -- each operand is split into a TF32 part and a
 // TF32 residual, f = big + small, and three products are accumulated: small*big, big*small,
 // big*big (small terms first). Only small*small, about 2^-22 of the product, is dropped, so the
-// result matches FP32 arithmetic (checked at 1e-5 like the FP32 variants) while still running on
+// result matches FP32 arithmetic (checked with the FP32 bound, like the FP32 variants) while running on
 // the tensor cores: three mma instructions per k-step instead of one, a trade that pays where
 // FP32 FMAs are the bottleneck (CUTLASS calls this 3xTF32). The host splits the filters into
-// their two parts; the inputs are staged unrounded and split in registers. Tiling as tensorcore.
+// their two parts; the inputs are staged unrounded and split in registers. Tiling, general
+// layers (stride, padding, groups, bias + ReLU) and the staging of the input as tensorcore.
 """
 
 MMA_STEP = r"""

@@ -1,0 +1,355 @@
+"""Defences that keep a timed kernel honest: it must do the whole job on every timed run.
+
+Timing runs the same op many times, which invites kernels (deliberate or not) that skip work
+the check will not see. Each defence answers one way of skipping:
+
+- Input rotation (InputRotation): the timed runs cycle through ROTATION input buffers with
+  different contents (the real input with its images rolled and mirrored), and right before
+  the last timed run the buffer it reads is refilled with contents no run has seen. Only that
+  run's output is verified, so a kernel that computes on its first call only, or only for an
+  input pointer it has not seen, or that copies a result cached on an earlier call, is caught.
+- The verified sample (verify_output): SAMPLE_IMAGES images drawn at random on every run are
+  checked whole, and every image's first and last output rows are checked too (a random subset
+  of channels per image when all of them would cost more than ROW_BUDGET multiply-adds), so a
+  kernel that computes only the images or elements a fixed sample would look at is caught;
+  verify="full" checks every output.
+- Work outside the timed stream (StreamWatch, wall_check): after each sample's stop event has
+  completed, a device-wide synchronize must return at once (outstanding work means the op
+  launched on another stream, past the stop event); and the op's CUDA-event time must account
+  for the device-synchronised wall time of the same runs.
+- Lower precision than declared: the error bound of the declared precision (verify.py) does
+  this; nothing here.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .diagnose import diagnose
+from .reference import max_pool
+from .verify import Check, Reference, compare, reference_output
+
+ROTATION = 3
+SAMPLE_IMAGES = 32
+ROW_BUDGET = 300_000_000  # float64 multiply-adds for the first/last rows of every image
+ROW_CHUNK = 64  # (image, channel) pairs computed at once
+FULL_CHUNK = 64  # images per reference computation with verify="full"
+VERIFY_MODES = ("sample", "full")
+# After a stop event completed, a device-wide synchronize on an idle device returns in a few
+# microseconds; work still running takes this long at least before it is flagged...
+OUTSTANDING_MIN_MS = 0.05
+# ...and must be this share of the op's event time (so jitter on a long op is no finding).
+OUTSTANDING_SHARE = 0.25
+WALL_RUNS = 10
+WALL_SLACK_MS = 0.05  # host timer jitter and synchronisation latency
+WALL_SLACK_SHARE = 0.5
+
+
+# --- input rotation ----------------------------------------------------------------------------
+
+def _content(xp, x, j: int):
+    """Input contents number j: the batch rolled by j images and mirrored one of four ways (so
+    contents differ even for a batch of one image)."""
+    out = xp.roll(x, j, axis=0) if x.shape[0] > 1 else x
+    if j % 4 in (1, 3):
+        out = out[..., ::-1]
+    if j % 4 in (2, 3):
+        out = out[..., ::-1, :]
+    return xp.ascontiguousarray(out)
+
+
+class InputRotation:
+    """ROTATION input buffers of different contents, launched in turn by `launch`."""
+
+    def __init__(self, x, stage: Callable, count: int = ROTATION):
+        self.xp = _array_module(x)
+        self.source = x
+        self.stage = stage
+        self.buffers = [_content(self.xp, x, j) for j in range(count)]
+        self.staged = [stage(b) for b in self.buffers]
+        self.contents = list(range(count))  # which contents each buffer holds
+        self.next = 0
+        self.last: int | None = None
+
+    def launch(self, op, y) -> None:
+        i = self.next
+        op(self.staged[i], y)
+        self.last, self.next = i, (i + 1) % len(self.buffers)
+
+    def refresh_next(self) -> None:
+        """Give the buffer the next launch reads contents no launch has read, at its old address."""
+        i = self.next
+        fresh = max(self.contents) + 1
+        self.xp.copyto(self.buffers[i], _content(self.xp, self.source, fresh))
+        staged = self.stage(self.buffers[i])
+        if staged is not self.buffers[i]:
+            self.xp.copyto(self.staged[i], staged)
+        self.contents[i] = fresh
+
+    @property
+    def last_input(self):
+        """The float32 input of the last launch."""
+        return self.buffers[self.last]
+
+
+def _array_module(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+# --- the verified sample -------------------------------------------------------------------------
+
+def draw_images(batch: int, rng: np.random.Generator, count: int = SAMPLE_IMAGES) -> list[int]:
+    """`count` distinct images at random (all of them in a small batch), sorted."""
+    if batch <= count:
+        return list(range(batch))
+    return sorted(int(i) for i in rng.choice(batch, size=count, replace=False))
+
+
+_INDEX = re.compile(r"y\[(\d+)((?:,\d+)*)\]")
+
+
+def relabel(check: Check, rename: Callable[[tuple[int, ...]], tuple[int, ...]]) -> Check:
+    """The check with every y[i,...] in its reason renamed (sample positions -> batch indices)."""
+    def sub(match):
+        index = tuple(int(v) for v in (match.group(1) + match.group(2)).split(","))
+        return "y[" + ",".join(str(v) for v in rename(index)) + "]"
+
+    return replace(check, reason=_INDEX.sub(sub, check.reason))
+
+
+def merge(checks: Sequence[Check]) -> Check:
+    """One check from several parts of the output: passes when all pass; the first failure's
+    reason; the largest errors; the counts added up."""
+    failed = [c for c in checks if not c.passed]
+    first = failed[0] if failed else checks[0]
+    return Check(not failed, max(c.max_rel_error for c in checks),
+                 max(c.bound_ratio for c in checks), first.reason,
+                 sum(c.unwritten for c in checks), sum(c.exceeded for c in checks), first.rule)
+
+
+@dataclass
+class Layer:
+    """What verifying one conv layer's output needs."""
+
+    shape: object  # ConvShape
+    weights: np.ndarray
+    bias: np.ndarray | None
+    epilogue: str | None
+    precision: str
+
+
+def check_images(layer: Layer, x, out, images: Sequence[int]) -> tuple[Check, np.ndarray, np.ndarray, Reference]:
+    """Whole output maps of the given images against float64: (check, host input, host output,
+    reference), with y[...] in the reason naming batch indices."""
+    x_h = host(x[list(images)])
+    got = host(out[list(images)])
+    ref = reference_output(x_h, layer.weights, layer.shape.with_batch(len(images)),
+                           layer.epilogue, layer.bias)
+    check = compare(got, ref, layer.precision)
+    return relabel(check, lambda i: (images[i[0]], *i[1:])), x_h, got, ref
+
+
+def _conv_rows(epilogue: str | None, out_row: int) -> tuple[int, int]:
+    """(first conv row, count) an output row needs: a pooled row needs two conv rows."""
+    if epilogue == "tanh-pool":
+        return 2 * out_row, 2
+    return out_row, 1
+
+
+def edge_row_reference(layer: Layer, x_rows: np.ndarray, first_input_row: int, conv_row: int,
+                       rows: int, pairs: np.ndarray) -> Reference:
+    """float64 values and magnitudes of `rows` conv rows starting at `conv_row` (through the
+    epilogue), for (image, channel) pairs; x_rows holds input rows from `first_input_row` on
+    (unpadded coordinates), enough for those rows."""
+    shape = layer.shape
+    K, S, P = shape.K, shape.stride, shape.pad
+    top = conv_row * S - P  # first input row the window reads, maybe in the padding
+    span = (rows - 1) * S + K
+    padded = np.zeros((x_rows.shape[0], x_rows.shape[1], span, shape.W + 2 * P))
+    for i in range(span):
+        src = top + i - first_input_row
+        if 0 <= top + i < shape.H and 0 <= src < x_rows.shape[2]:
+            padded[:, :, i, P:P + shape.W] = x_rows[:, :, src]
+    win = np.lib.stride_tricks.sliding_window_view(padded, (K, K), axis=(2, 3))
+    win = win[:, :, ::S, ::S][:, :, :rows, :shape.Wo]  # (B, C, rows, Wo, K, K)
+    w = np.asarray(layer.weights, dtype=np.float64)
+    values = np.empty((len(pairs), rows, shape.Wo))
+    magnitude = np.empty_like(values)
+    for start in range(0, len(pairs), ROW_CHUNK):
+        chunk = pairs[start:start + ROW_CHUNK]
+        b, m = chunk[:, 0], chunk[:, 1]
+        c0 = (m // shape.Mg) * shape.Cg
+        channels = c0[:, None] + np.arange(shape.Cg)[None, :]
+        xs = win[b[:, None], channels]  # (n, Cg, rows, Wo, K, K)
+        ws = w[m]  # (n, Cg, K, K)
+        values[start:start + len(chunk)] = np.einsum("ncrwpq,ncpq->nrw", xs, ws)
+        magnitude[start:start + len(chunk)] = np.einsum("ncrwpq,ncpq->nrw", np.abs(xs), np.abs(ws))
+    if layer.bias is not None:
+        bias = np.asarray(layer.bias, dtype=np.float64)[pairs[:, 1]]
+        values += bias[:, None, None]
+        magnitude += np.abs(bias)[:, None, None]
+    absolute = 0.0
+    if layer.epilogue == "relu":
+        values = np.maximum(values, 0)
+    elif layer.epilogue == "tanh-pool":
+        values = max_pool(np.tanh(values)[:, None], 2)[:, 0]
+        magnitude = max_pool(magnitude[:, None], 2)[:, 0]
+        absolute = 1e-6
+    return Reference(values, magnitude, shape.reduction, absolute)
+
+
+def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator) -> Check:
+    """Every image's first and last output rows, for all channels or as many random channels
+    per image as ROW_BUDGET allows."""
+    shape = layer.shape
+    B, M, rows_out = out.shape[0], out.shape[1], out.shape[2]
+    per_pair = 2 * shape.Wo * shape.reduction * (2 if layer.epilogue == "tanh-pool" else 1)
+    channels = max(1, min(M, ROW_BUDGET // max(1, B * per_pair)))
+    if channels == M:
+        pairs = np.array([(b, m) for b in range(B) for m in range(M)])
+    else:
+        pairs = np.array([(b, int(m)) for b in range(B)
+                          for m in rng.choice(M, size=channels, replace=False)])
+    parts = []
+    for out_row in sorted({0, rows_out - 1}):
+        conv_row, count = _conv_rows(layer.epilogue, out_row)
+        lo = max(0, conv_row * shape.stride - shape.pad)
+        hi = min(shape.H, (conv_row + count - 1) * shape.stride - shape.pad + shape.K)
+        x_rows = host(x[:, :, lo:hi])
+        ref = edge_row_reference(layer, x_rows, lo, conv_row, count, pairs)
+        got_rows = host(out[:, :, out_row])  # (B, M, Wo')
+        got = got_rows[pairs[:, 0], pairs[:, 1]][:, None, :]
+        check = compare(got, ref, layer.precision)
+        parts.append(relabel(check, lambda i, r=out_row: (int(pairs[i[0], 0]), int(pairs[i[0], 1]),
+                                                          r, i[2])))
+    return merge(parts)
+
+
+def verify_output(layer: Layer, x, out, mode: str = "sample",
+                  rng: np.random.Generator | None = None) -> Check:
+    """Check the op's output `out` (device or host) for input `x`. With mode "sample",
+    SAMPLE_IMAGES random images whole plus every image's first and last rows; with "full",
+    everything. A failing check's reason ends with a diagnosis of the wrong outputs' pattern."""
+    if mode not in VERIFY_MODES:
+        raise ValueError(f"verify mode {mode!r} is none of {', '.join(VERIFY_MODES)}")
+    rng = rng or np.random.default_rng()
+    B = out.shape[0]
+    chunks = [list(range(s, min(B, s + FULL_CHUNK))) for s in range(0, B, FULL_CHUNK)] \
+        if mode == "full" else [draw_images(B, rng)]
+    parts, failed = [], None
+    for images in chunks:
+        check, x_h, got, ref = check_images(layer, x, out, images)
+        parts.append(check)
+        if not check.passed and failed is None:
+            failed = (images, x_h, got, ref)
+    if mode == "sample" and B > len(chunks[0]):
+        rows = check_edge_rows(layer, x, out, rng)
+        parts.append(rows)
+        if not rows.passed and failed is None:
+            found = _INDEX.search(rows.reason)
+            images = [int(found.group(1))] if found else [0]
+            failed = (images, *check_images(layer, x, out, images)[1:])
+    check = merge(parts)
+    if failed is not None:
+        images, x_h, got, ref = failed
+        found = diagnose(got, ref, x_h, layer.weights, layer.shape.with_batch(len(images)),
+                         layer.precision, layer.bias, layer.epilogue, images)
+        check = replace(check, reason=f"{check.reason}. Diagnosis: {found.text()}")
+    return check
+
+
+# --- work outside the timed stream -------------------------------------------------------------
+
+class StreamWatch:
+    """After each timed sample (its stop event has completed), time a device-wide synchronize:
+    on an idle device it returns at once; if work is still running, the op left it outside the
+    timed stream."""
+
+    def __init__(self):
+        self.outstanding_ms: list[float] = []
+
+    def after_sample(self) -> None:
+        import cupy
+
+        from .isolate import gpu_wait
+
+        start = time.perf_counter()
+        with gpu_wait():
+            cupy.cuda.Device().synchronize()
+        self.outstanding_ms.append((time.perf_counter() - start) * 1e3)
+
+    def finding(self, event_median_ms: float) -> str | None:
+        if not self.outstanding_ms:
+            return None
+        outstanding = float(np.median(self.outstanding_ms))
+        if outstanding > max(OUTSTANDING_MIN_MS, OUTSTANDING_SHARE * event_median_ms):
+            return (f"work outside the timed stream: after each run's stop event completed, the "
+                    f"device was still busy for {outstanding:.3g} ms (median; the op's event time "
+                    f"is {event_median_ms:.3g} ms); launch on the current stream only")
+        return None
+
+
+def _empty_launch_ms(runs: int) -> float:
+    """Host time of launching an empty kernel and synchronising the device (the overhead any
+    wall-clock measurement of one op includes)."""
+    import cupy
+
+    from .jit import load_module
+
+    kernel = load_module("guard:empty", 'extern "C" __global__ void empty() {}', (),
+                         ("empty",)).module.get_function("empty")
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        kernel((1,), (1,), ())
+        cupy.cuda.Device().synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return float(np.median(times))
+
+
+def wall_check(fn: Callable[[], None], event_median_ms: float, runs: int = WALL_RUNS) -> str | None:
+    """Compare the event time with a device-synchronised wall time of `runs` more runs: the
+    device work of one run may not exceed what the events measured by more than host overheads."""
+    import cupy
+
+    from .isolate import gpu_wait
+
+    overhead = _empty_launch_ms(runs)
+    launch, wall = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        launched = time.perf_counter()
+        with gpu_wait():
+            cupy.cuda.Device().synchronize()
+        done = time.perf_counter()
+        launch.append((launched - start) * 1e3)
+        wall.append((done - start) * 1e3)
+    wall_ms, launch_ms = float(np.median(wall)), float(np.median(launch))
+    allowed = launch_ms + event_median_ms + overhead + max(WALL_SLACK_MS,
+                                                           WALL_SLACK_SHARE * event_median_ms)
+    if wall_ms > allowed:
+        return (f"the device-synchronised wall time of a run ({wall_ms:.3g} ms, of which "
+                f"{launch_ms:.3g} ms launching) exceeds its CUDA-event time ({event_median_ms:.3g} "
+                "ms) by more than launch and synchronisation overheads: the op works outside "
+                "the timed stream or past its stop event")
+    return None
+
+
+def timer_failure(check: Check, finding: str) -> Check:
+    return replace(check, passed=False, reason=f"timer: {finding}"
+                   + (f"; also {check.reason}" if check.reason else ""))
+

@@ -1,0 +1,189 @@
+"""ImageNet input and output for the alexnet model: the 1000 class names, image preprocessing
+as the Caffe weights expect it, and the top-5 classes of a forward pass.
+
+Preprocessing (bvlc_alexnet was trained on Caffe's pipeline): RGB image, short side resized to
+256 (bilinear), centre crop 227x227, channels reordered to BGR, the ILSVRC-2012 mean pixel
+subtracted, float32 NCHW in the 0-255 scale. A .npy of shape (N, 3, 227, 227) float32 is taken
+as input already preprocessed that way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+from rich.table import Table
+
+from . import lab
+from .errors import ConvlabError, DataError
+from .models import IMAGENET, ModelSpec, Weights, get_model
+from .report import Col, fitted_table
+
+CLASSES = 1000
+RESIZE_SHORT_SIDE = 256
+# Caffe's ilsvrc_2012_mean.npy averaged over its pixels, per channel in B, G, R order.
+MEAN_BGR = np.array([104.00698793, 116.66876762, 122.67891434], dtype=np.float32)
+TOP = 5
+PILLOW_HINT = 'reading images needs Pillow: pip install -e ".[image]"'
+
+
+@dataclass(frozen=True)
+class ImageNetClass:
+    index: int
+    wnid: str  # WordNet synset id, e.g. n01440764
+    name: str  # its lemmas, e.g. "tench, Tinca tinca"
+
+
+@lru_cache(maxsize=1)
+def classes() -> tuple[ImageNetClass, ...]:
+    """The ILSVRC-2012 classes in the index order of the bvlc_alexnet fc8 output."""
+    text = (resources.files("convlab") / "assets" / "imagenet" / "synset_words.txt").read_text(
+        encoding="ascii")
+    lines = text.splitlines()
+    if len(lines) != CLASSES:
+        raise DataError(f"synset_words.txt lists {len(lines)} classes, expected {CLASSES}: "
+                        "the package is damaged; reinstall convlab")
+    return tuple(ImageNetClass(i, *line.split(" ", 1)) for i, line in enumerate(lines))
+
+
+def _pillow():
+    try:
+        from PIL import Image, ImageOps
+    except ImportError:
+        raise ConvlabError(PILLOW_HINT) from None
+    return Image, ImageOps
+
+
+def preprocess(image, size: int = 227) -> np.ndarray:
+    """A Pillow image -> float32 (3, size, size): short side to 256 (bilinear), centre crop,
+    BGR, mean pixel subtracted."""
+    Image, ImageOps = _pillow()
+    image = ImageOps.exif_transpose(image).convert("RGB")
+    width, height = image.size
+    scale = RESIZE_SHORT_SIDE / min(width, height)
+    resized = (round(width * scale), round(height * scale))
+    image = image.resize(resized, Image.BILINEAR)
+    left = (resized[0] - size) // 2
+    top = (resized[1] - size) // 2
+    rgb = np.asarray(image.crop((left, top, left + size, top + size)), dtype=np.float32)
+    bgr = rgb[:, :, ::-1] - MEAN_BGR
+    return np.ascontiguousarray(bgr.transpose(2, 0, 1))
+
+
+def load_image(path: Path, size: int = 227) -> np.ndarray:
+    Image, _ = _pillow()
+    try:
+        image = Image.open(path)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, not an image") from None
+    except Image.UnidentifiedImageError:
+        raise DataError(f"{path}: not an image Pillow can read (give a JPEG or PNG, or a "
+                        ".npy of preprocessed input)") from None
+    except Image.DecompressionBombError as exc:
+        raise DataError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    with image:
+        try:
+            image.load()
+        except (OSError, SyntaxError, ValueError) as exc:  # Pillow's errors for corrupt data
+            raise DataError(f"{path}: cannot decode the image ({exc})") from None
+        return preprocess(image, size)
+
+
+def load_array(path: Path, input_shape: tuple[int, int, int]) -> np.ndarray:
+    """A .npy of already-preprocessed input, (N, *input_shape) float32, finite."""
+    expected = f"float32 of shape (N, {', '.join(map(str, input_shape))})"
+    try:
+        x = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, not a .npy file") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable numeric .npy array ({exc})") from None
+    if not isinstance(x, np.ndarray):
+        raise DataError(f"{path}: an .npz archive, expected a .npy array {expected}")
+    if x.ndim != 4 or x.shape[1:] != input_shape or x.shape[0] < 1 or x.dtype != np.float32:
+        raise DataError(f"{path}: preprocessed input must be {expected}, got {x.dtype} of "
+                        f"shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise DataError(f"{path}: preprocessed input holds non-finite values (NaN or inf)")
+    return np.ascontiguousarray(x)
+
+
+def load_inputs(paths: list[Path], spec: ModelSpec) -> tuple[np.ndarray, list[str]]:
+    """Network input for every file (an image, or a .npy holding several) and a label for each
+    row: the file name, with [i] for rows of a .npy."""
+    batches, labels = [], []
+    for path in map(Path, paths):
+        if path.suffix.lower() == ".npy":
+            x = load_array(path, spec.input_shape)
+            labels += [f"{path}[{i}]" for i in range(len(x))]
+        else:
+            x = load_image(path, spec.input_size)[None]
+            labels.append(str(path))
+        batches.append(x)
+    return np.concatenate(batches), labels
+
+
+@dataclass(frozen=True)
+class Prediction:
+    cls: ImageNetClass
+    probability: float
+
+
+@dataclass(frozen=True)
+class Classified:
+    input: str
+    top: list[Prediction]
+
+    def as_dict(self) -> dict:
+        return {"input": self.input,
+                "top": [{"rank": rank, "index": p.cls.index, "wnid": p.cls.wnid,
+                         "name": p.cls.name, "probability": p.probability}
+                        for rank, p in enumerate(self.top, 1)]}
+
+
+def top_classes(probabilities: np.ndarray, k: int = TOP) -> list[list[Prediction]]:
+    """The k most probable classes of each row, most probable first (ties: lower index first)."""
+    names = classes()
+    if probabilities.ndim != 2 or probabilities.shape[1] != len(names):
+        raise ValueError(f"probabilities of shape {probabilities.shape}, expected (N, {len(names)})")
+    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :k]
+    return [[Prediction(names[i], float(row[i])) for i in indices]
+            for row, indices in zip(probabilities, order)]
+
+
+def classify(model: str, kernel: str, paths: list[Path], weights: Weights) -> list[Classified]:
+    """Top-5 classes of every input file, the forward pass computed by `kernel`."""
+    spec = get_model(model)
+    if spec.task != IMAGENET:
+        raise ConvlabError(f"model '{model}' classifies {spec.task}, not ImageNet images; "
+                           "classify takes --model alexnet")
+    x, labels = load_inputs(paths, spec)
+    probabilities = lab.infer(model, kernel, x, weights)
+    return [Classified(label, top) for label, top in zip(labels, top_classes(probabilities))]
+
+
+def format_probability(p: float) -> str:
+    """Four decimals, and small probabilities in scientific notation rather than as 0.0000."""
+    if p == 0 or p >= 1e-3:
+        return f"{p:.4f}"
+    return f"{p:.1e}"
+
+
+def predictions_table(item: Classified, width: int | None = None) -> Table:
+    """One input's top classes; the class names wrap at spaces rather than being cut. No
+    title: rich would wrap a long input path inside it, so the caller prints the path."""
+    cols = [Col("#"), Col("probability"), Col("class", justify="left", wrap=True),
+            Col("index", key=False), Col("WordNet id", justify="left", key=False)]
+    rows = [[str(rank), format_probability(p.probability), p.cls.name, str(p.cls.index),
+             p.cls.wnid]
+            for rank, p in enumerate(item.top, 1)]
+    return fitted_table(None, cols, rows, width)

@@ -1,0 +1,180 @@
+"""`convlab check FILE`: compile a kernel file for each layer it would run, show the compiler's
+messages at the user's own file and line, and what each kernel costs in registers, shared and
+local memory, spills and occupancy. Needs NVRTC, not a GPU."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cubin
+from .gpu import gpu_available
+from .jit import CHECK_ARCH
+from .kernels.base import Support
+from .shapes import ConvShape
+from .userkernel import LINEINFO, KernelFile, load_kernel_file
+
+
+@dataclass
+class KernelReport:
+    resources: cubin.KernelResources
+    occupancy: cubin.Occupancy | None
+    note: str = ""  # why occupancy is missing
+
+    def as_dict(self) -> dict:
+        return {"resources": self.resources.as_dict(),
+                "occupancy": self.occupancy.as_dict() if self.occupancy else None,
+                "note": self.note}
+
+
+@dataclass
+class LayerReport:
+    layer: str
+    shape: ConvShape
+    support: Support
+    options: tuple[str, ...] = ()
+    compiled: bool = False
+    kernels: list[KernelReport] = field(default_factory=list)
+
+
+@dataclass
+class CheckReport:
+    path: Path
+    arch: str
+    kernel: KernelFile
+    layers: list[LayerReport]
+    messages: list[str]  # compiler errors and warnings, located in the user's files
+
+    @property
+    def ok(self) -> bool:
+        return all(layer.compiled for layer in self.layers if layer.support)
+
+
+def target_arch() -> str:
+    """The GPU's architecture when there is one, else sm_90 (what convlab builds for)."""
+    if not gpu_available():
+        return CHECK_ARCH
+    import cupy
+
+    return f"sm_{cupy.cuda.Device().compute_capability}"
+
+
+def locate_messages(log: str, program: str, display: str, offset: int) -> str:
+    """NVRTC names lines `program(LINE)`; rewrite them as `display:LINE` in the user's file."""
+    pattern = re.compile(r"(?m)^[^\n(]*?" + re.escape(program) + r"\((\d+)\)")
+    return pattern.sub(lambda m: f"{display}:{int(m.group(1)) + offset}", log)
+
+
+def _launch(variant, shape: ConvShape, kernel: cubin.KernelResources) -> tuple[int | None, int | None, str]:
+    """(threads per block, dynamic shared bytes, note) of a launch, as far as they are known."""
+    hook = getattr(variant, "launch_resources", None)
+    if hook is not None:
+        threads, shared = hook(shape)
+        return threads, shared, ""
+    if re.search(r"extern\s+__shared__", variant.source):
+        return kernel.max_threads, None, ("dynamic shared memory unknown: define "
+                                          "launch_resources(shape, epilogue) in the .py")
+    if kernel.max_threads is None:
+        return None, 0, ("block size unknown: give the kernel __launch_bounds__ or define "
+                         "launch_resources(shape, epilogue) in the .py")
+    return kernel.max_threads, 0, "block size taken from __launch_bounds__"
+
+
+def check_file(path: str | Path, shapes: dict[str, ConvShape], arch: str | None = None) -> CheckReport:
+    """Compile the kernel file for every layer shape it supports and report its resources."""
+    kernel = load_kernel_file(path)
+    variant = kernel.variant
+    arch = arch or target_arch()
+    limits = cubin.ARCH_LIMITS.get(arch)
+    display, offset = kernel.source_location()
+    program = Path(display).name if not display.startswith("<") else f"{variant.name}.cu"
+    compiled: dict[tuple[str, ...], cubin.Compiled] = {}
+    messages: list[str] = []
+    layers = []
+    for layer, shape in shapes.items():
+        support = variant.supports(shape)
+        report = LayerReport(layer, shape, support)
+        layers.append(report)
+        if not support:
+            continue
+        options = tuple(variant.compile_options(shape))
+        if LINEINFO not in options:
+            options += (LINEINFO,)
+        report.options = options
+        if options not in compiled:
+            result = cubin.compile_with_log(program, variant.source, options + (cubin.PTXAS_VERBOSE,), arch)
+            compiled[options] = result
+            text = locate_messages(cubin.strip_ptxas_report(result.log), program, display, offset)
+            if text and text not in messages:
+                messages.append(text)
+        result = compiled[options]
+        if result.cubin is None:
+            continue
+        report.compiled = True
+        for resources in cubin.resources(result).values():
+            threads, shared, note = _launch(variant, shape, resources)
+            occ = None
+            if limits is None:
+                note = f"no occupancy limits known for {arch}"
+            elif threads is not None and shared is not None:
+                occ = cubin.occupancy(resources, threads, shared, limits)
+            report.kernels.append(KernelReport(resources, occ, note))
+    return CheckReport(Path(path), arch, kernel, layers, messages)
+
+
+# --- presenting a report -------------------------------------------------------------------------
+
+def _kb(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "?"
+    return f"{nbytes}" if nbytes < 1024 else f"{nbytes / 1024:.1f} KB"
+
+
+def report_table(report: CheckReport):
+    """A rich table: one row per layer and kernel."""
+    from rich.table import Table
+
+    table = Table(title=f"{report.path} on {report.arch}: {report.kernel.variant.name} "
+                        f"({report.kernel.variant.precision})", title_justify="left")
+    for column in ("layer", "kernel", "regs", "smem static+dyn", "local", "spills st/ld", "block",
+                   "occupancy per SM", "limited by"):
+        table.add_column(column, justify="left" if column in ("layer", "kernel", "limited by") else "right")
+    for layer in report.layers:
+        label = f"{layer.layer} {layer.shape.brief()}"
+        if not layer.support:
+            table.add_row(label, f"[yellow]not supported: {layer.support.reason}[/yellow]")
+            continue
+        if not layer.compiled:
+            table.add_row(label, "[red]did not compile[/red]")
+            continue
+        for k in layer.kernels:
+            r, occ = k.resources, k.occupancy
+            spills = "?" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads} B"
+            if r.spill_stores:
+                spills = f"[red]{spills}[/red]"
+            if occ is None:
+                occupancy, limit, block, dynamic = "?", k.note, "?", "?"
+            elif occ.blocks_per_sm == 0:
+                occupancy, limit = "[red]cannot launch[/red]", occ.reason
+                block, dynamic = str(occ.threads_per_block), _kb(occ.dynamic_shared)
+            else:
+                occupancy = (f"{occ.blocks_per_sm} blocks, {occ.warps_per_sm} warps "
+                             f"({occ.percent:.0f}%)")
+                limit = ", ".join(occ.limited_by) + (f"; {k.note}" if k.note else "")
+                block, dynamic = str(occ.threads_per_block), _kb(occ.dynamic_shared)
+            table.add_row(label, r.name, str(r.registers), f"{_kb(r.static_shared)}+{dynamic}",
+                          _kb(r.local_bytes), spills, block, occupancy, limit)
+            label = ""
+    return table
+
+
+def report_dict(report: CheckReport) -> dict:
+    """The report as JSON: the kernel file's record (hash and text) included."""
+    return {"path": str(report.path), "arch": report.arch, "ok": report.ok,
+            "messages": report.messages, "kernel_file": report.kernel.record(),
+            "layers": [{"layer": layer.layer, "shape": layer.shape.as_dict(),
+                        "supported": bool(layer.support), "reason": layer.support.reason,
+                        "options": list(layer.options), "compiled": layer.compiled,
+                        "kernels": [k.as_dict() for k in layer.kernels]}
+                       for layer in report.layers]}

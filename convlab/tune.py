@@ -1,0 +1,473 @@
+"""`convlab tune`: search a variant's tiling space for one layer and remember the winner.
+
+Every configuration in `variant.configs(shape, epilogue)` is compiled, verified and timed by
+`lab.run_layer` (the variant's first configuration is its own heuristic choice, the baseline the
+others are measured against), each in a child process of its own (convlab.isolate): a candidate
+that faults leaves the CUDA context unusable, one that hangs never returns, and either would
+otherwise end the sweep or fail every candidate after it. A configuration that fails to compile,
+to verify or to run, or that crashes or hangs its process, is a FAIL row with its reason and
+the sweep goes on. The fastest verified one is stored in an on-disk
+cache keyed by the GPU (name and compute capability), the variant, a hash of the variant's
+source (its CUDA C and the Python module that launches it: an edited kernel is tuned afresh),
+the layer shape (batch included) and the epilogue.
+
+`lookup` is the cache's read side, for variants' default choices: no GPU work, memoised on the
+cache file's modification time, and it never raises: a missing, unreadable or corrupt cache is
+no entry (and the next store rewrites a corrupt file whole). The cache is one JSON file under
+CONVLAB_CACHE_DIR (default ~/.cache/convlab); a store is a read-modify-write under an exclusive
+lock on a side file, written to a temporary file and moved into place with os.replace, so
+concurrent tuners lose no entry and a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from .errors import ConvlabError
+from .gpu import gpu_available, unavailable_reason
+from .measure import Timing, TimingPolicy
+from .shapes import ConvShape
+from .verify import Check
+
+CACHE_FILE = "tune-cache.json"
+CACHE_FORMAT = 1
+PASS, FAIL = "PASS", "FAIL"
+LAYER_SYNTAX = "B,C,H,W,M,K[,stride,pad,groups]"
+LAYER_FIELDS = ("B", "C", "H", "W", "M", "K", "stride", "pad", "groups")
+
+
+# --- the layer ------------------------------------------------------------------------------
+
+def parse_layer(spec: str, bias: bool = False) -> ConvShape:
+    """'B,C,H,W,M,K[,stride,pad,groups]' (six to nine integers; left out: stride 1, pad 0, one
+    group) -> ConvShape, with a bias if `bias`; ConvlabError for anything else, naming --layer."""
+    parts = [p.strip() for p in spec.split(",")]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if not 6 <= len(values) <= 9:
+        raise ConvlabError(f"--layer takes six to nine integers {LAYER_SYNTAX} (e.g. "
+                           f"128,256,13,13,384,3,1,1 or 128,384,13,13,384,3,1,1,2); got '{spec}'")
+    return ConvShape(**dict(zip(LAYER_FIELDS, values)), bias=bias)
+
+
+def layer_text(shape: ConvShape) -> str:
+    """The layer in --layer syntax (the long form), plus ',bias' when it has one."""
+    s = shape
+    text = f"{s.B},{s.C},{s.H},{s.W},{s.M},{s.K},{s.stride},{s.pad},{s.groups}"
+    return text + (",bias" if s.bias else "")
+
+
+def config_text(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+def cache_path() -> Path:
+    directory = os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab")
+    return Path(directory) / CACHE_FILE
+
+
+@lru_cache(maxsize=None)
+def _device_name(device_id: int) -> str:
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return f"{name} (CC {props['major']}.{props['minor']})"
+
+
+def device_key() -> str | None:
+    """The current GPU as the cache names it (name and compute capability); None without one."""
+    if not gpu_available():
+        return None
+    import cupy
+
+    return _device_name(cupy.cuda.Device().id)
+
+
+@lru_cache(maxsize=256)
+def _hash(source: str, module_file: str | None) -> str:
+    digest = hashlib.sha256(source.encode())
+    if module_file is not None:
+        with contextlib.suppress(OSError):
+            digest.update(Path(module_file).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def source_hash(variant) -> str:
+    """Hash of the variant's CUDA source and of the module its class is defined in."""
+    try:
+        module_file = inspect.getsourcefile(type(variant))
+    except TypeError:
+        module_file = None
+    return _hash(variant.source or "", module_file)
+
+
+def cache_key(device: str, variant_name: str, digest: str, shape: ConvShape,
+              epilogue: str | None) -> str:
+    return f"{device} | {variant_name} | {digest} | {layer_text(shape)} | {epilogue or 'none'}"
+
+
+_memo: dict[Path, tuple[tuple[int, int, int], dict]] = {}
+
+
+def _read_entries(path: Path) -> dict:
+    """The cache's entries, {} for a missing, unreadable or corrupt file."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return {}
+    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    memo = _memo.get(path)
+    if memo is not None and memo[0] == stamp:
+        return memo[1]
+    try:
+        data = json.loads(path.read_bytes())
+        entries = data["entries"] if data.get("format") == CACHE_FORMAT else {}
+        if not isinstance(entries, dict):
+            entries = {}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        entries = {}
+    _memo[path] = (stamp, entries)
+    return entries
+
+
+def lookup(variant, shape: ConvShape, epilogue: str | None = None) -> dict | None:
+    """The tuned configuration of `variant` (a name or a Variant) for this layer on the current
+    GPU, or None: no GPU, no entry, or an unreadable cache. Never raises."""
+    try:
+        if isinstance(variant, str):
+            from .kernels import VARIANTS
+
+            variant = VARIANTS.get(variant)
+            if variant is None:
+                return None
+        device = device_key()
+        if device is None:
+            return None
+        key = cache_key(device, variant.name, source_hash(variant), shape, epilogue)
+        entry = _read_entries(cache_path()).get(key)
+        config = entry.get("config") if isinstance(entry, dict) else None
+        return dict(config) if isinstance(config, dict) else None
+    except Exception:  # a variant's default choice must not fail because of its cache
+        return None
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path):
+    """Holds an exclusive lock on path's side file (POSIX; elsewhere os.replace alone keeps the
+    file whole, and concurrent stores may drop one another's entry)."""
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        try:
+            import fcntl
+        except ImportError:
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def store(key: str, entry: dict, path: Path | None = None) -> Path:
+    """Add or replace one entry; a corrupt cache file is replaced by one holding this entry."""
+    path = path or cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(path):
+        _memo.pop(path, None)
+        entries = dict(_read_entries(path))
+        entries[key] = entry
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+# --- the sweep ------------------------------------------------------------------------------
+
+@dataclass
+class Candidate:
+    config: dict
+    status: str = PASS
+    reason: str = ""
+    timing: Timing | None = None
+    bound_ratio: float | None = None
+    max_rel_error: float | None = None
+    compile_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS and self.timing is not None
+
+    @property
+    def median_ms(self) -> float | None:
+        return self.timing.median_ms if self.passed else None
+
+    def as_dict(self) -> dict:
+        return {"config": self.config, "status": self.status, "reason": self.reason,
+                "timing": self.timing.as_dict() if self.timing else None,
+                "bound_ratio": self.bound_ratio, "max_rel_error": self.max_rel_error,
+                "compile_s": self.compile_s}
+
+
+@dataclass
+class TuneResult:
+    variant: str
+    precision: str
+    shape: ConvShape
+    epilogue: str | None
+    device: str
+    source_hash: str
+    candidates: list[Candidate] = field(default_factory=list)
+    cache_path: str | None = None  # where the best configuration was stored
+    cache_error: str = ""
+
+    @property
+    def best(self) -> Candidate | None:
+        passed = [c for c in self.candidates if c.passed]
+        return min(passed, key=lambda c: c.median_ms) if passed else None
+
+    @property
+    def baseline(self) -> Candidate | None:
+        """The variant's own first choice (configs()[0]), if it passed."""
+        first = self.candidates[0] if self.candidates else None
+        return first if first is not None and first.passed else None
+
+    def as_dict(self) -> dict:
+        best = self.best
+        return {"variant": self.variant, "precision": self.precision,
+                "shape": self.shape.as_dict(), "epilogue": self.epilogue, "device": self.device,
+                "source_hash": self.source_hash,
+                "best": best.config if best else None,
+                "best_ms": best.median_ms if best else None,
+                "candidates": [c.as_dict() for c in self.candidates],
+                "cache_path": self.cache_path, "cache_error": self.cache_error}
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a candidate failed (the compiler's first error for a compile error)."""
+    from .errors import KernelCompileError
+
+    if isinstance(exc, KernelCompileError):
+        lines = [ln.strip() for ln in exc.log.splitlines() if ln.strip()]
+        first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "")
+        return f"does not compile: {first}"
+    text = str(exc).strip().splitlines()
+    detail = text[0] if text else ""
+    return detail if isinstance(exc, ConvlabError) else f"{type(exc).__name__}: {detail}"
+
+
+def _variants_with_configs(shape: ConvShape, epilogue: str | None) -> list[str]:
+    from .kernels import VARIANTS
+
+    names = []
+    for name, v in VARIANTS.items():
+        with contextlib.suppress(Exception):
+            if v.supports(shape) and (epilogue is None or epilogue in v.epilogues) \
+                    and v.configs(shape, epilogue):
+                names.append(name)
+    return names
+
+
+def measure_candidate(variant: dict, config: dict, shape: dict, epilogue: str | None,
+                      policy: dict) -> dict:
+    """One candidate, run in an isolated child (tune calls it through isolate.run_isolated):
+    the variant is rebuilt as module.class().configured(config). Returns the timing, the check
+    and the compile time, or {"error": reason} for an error the child survived."""
+    from . import lab
+
+    cls = getattr(importlib.import_module(variant["module"]), variant["class"])
+    try:
+        layer = lab.run_layer(ConvShape(**shape), cls().configured(config),
+                              TimingPolicy(**policy), epilogue)
+    except Exception as exc:  # the parent lists it as a FAIL row
+        return {"error": _reason(exc)}
+    return {"timing": layer.timing.as_dict(), "check": layer.check.as_dict(),
+            "compile_s": layer.compile_s}
+
+
+def _in_process(variant, config: dict, shape: ConvShape, epilogue: str | None,
+                policy: TimingPolicy) -> Candidate:
+    from . import lab
+
+    try:
+        layer = lab.run_layer(shape, variant.configured(config), policy, epilogue)
+    except Exception as exc:  # a broken candidate is a FAIL row, never the end of the sweep
+        return Candidate(config, FAIL, _reason(exc))
+    return _candidate(config, layer.timing, layer.check, layer.compile_s)
+
+
+def _isolated(variant, config: dict, shape: ConvShape, epilogue: str | None,
+              policy: TimingPolicy) -> Candidate:
+    from .isolate import run_isolated
+
+    spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
+    record = run_isolated("convlab.tune:measure_candidate",
+                          {"variant": spec, "config": config, "shape": shape.as_dict(),
+                           "epilogue": epilogue, "policy": dataclasses.asdict(policy)})
+    value = record["result"] if record["status"] == "ok" else {"error": record["reason"]}
+    if "error" in value:
+        return Candidate(config, FAIL, value["error"])
+    return _candidate(config, Timing.from_dict(value["timing"]), Check(**value["check"]),
+                      value["compile_s"])
+
+
+def _candidate(config: dict, timing: Timing, check: Check, compile_s: float) -> Candidate:
+    return Candidate(config, PASS if check.passed else FAIL, "" if check.passed else check.reason,
+                     timing, check.bound_ratio, check.max_rel_error, compile_s)
+
+
+def tune(shape: ConvShape, kernel, epilogue: str | None = None,
+         policy: TimingPolicy | None = None,
+         on_step: Callable[[int, int, dict | None], None] | None = None,
+         isolate: bool = True) -> TuneResult:
+    """Compile, verify and time every configuration of `kernel` (a name or a Variant) for
+    `shape`; store the fastest verified one in the cache. on_step(done, total, config) is called
+    before each candidate (config) and once at the end (None). With `isolate` (the default)
+    each candidate runs in a child process, which rebuilds the variant as type(variant)();
+    without, in this process (a fault can then spoil the candidates after it)."""
+    from .kernels import get_variant
+
+    variant = get_variant(kernel) if isinstance(kernel, str) else kernel
+    support = variant.supports(shape)
+    if not support:
+        raise ConvlabError(f"kernel '{variant.name}' does not support {shape.describe()}: "
+                           f"{support.reason}")
+    if epilogue is not None and epilogue not in variant.epilogues:
+        raise ConvlabError(f"kernel '{variant.name}' has no {epilogue} epilogue; leave out "
+                           f"--epilogue or choose a kernel that has it")
+    configs = variant.configs(shape, epilogue)
+    if not configs:
+        others = _variants_with_configs(shape, epilogue)
+        raise ConvlabError(f"kernel '{variant.name}' has no tiling space to search; kernels with "
+                           f"one for this layer: {', '.join(others) or 'none'}")
+    device = device_key()
+    if device is None:
+        raise ConvlabError(f"tuning times kernels on a CUDA GPU: {unavailable_reason()}")
+    policy = policy or TimingPolicy()
+    step = on_step or (lambda done, total, config: None)
+    result = TuneResult(variant.name, variant.precision, shape, epilogue, device,
+                        source_hash(variant))
+    run = _isolated if isolate else _in_process
+    for i, config in enumerate(configs):
+        step(i, len(configs), config)
+        result.candidates.append(run(variant, config, shape, epilogue, policy))
+    step(len(configs), len(configs), None)
+    best = result.best
+    if best is not None:
+        entry = {"device": device, "variant": variant.name, "source_hash": result.source_hash,
+                 "shape": shape.as_dict(), "epilogue": epilogue, "config": best.config,
+                 "median_ms": best.median_ms, "tried": len(configs),
+                 "passed": sum(c.passed for c in result.candidates),
+                 "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        key = cache_key(device, variant.name, result.source_hash, shape, epilogue)
+        try:
+            result.cache_path = str(store(key, entry))
+        except OSError as exc:
+            result.cache_error = f"could not write the tuning cache {cache_path()}: {exc}"
+    return result
+
+
+# --- what the sweep shows -------------------------------------------------------------------
+
+def sweep_table(result: TuneResult, width: int | None = None, wide: bool = False):
+    """One row per candidate, in the order tried; the best in bold green. Failure reasons are
+    listed below the table (failure_lines)."""
+    from rich.text import Text
+
+    from .measure import gflops
+    from .report import Col, fitted_table
+
+    best = result.best
+    cols = [Col("#"), Col("config", "left", wrap=True), Col("status", "left"), Col("Op Time ms"),
+            Col("x best"), Col("min ms", key=False, priority=1),
+            Col("GFLOP/s", key=False, priority=2), Col("err/bound", key=False, priority=3),
+            Col("RSE", key=False, priority=4), Col("runs", key=False, priority=5),
+            Col("compile s", key=False, priority=6)]
+    rows = []
+    for i, c in enumerate(result.candidates, 1):
+        t = c.timing if c.passed else None
+        style = "bold green" if c is best else None
+        cells = [str(i), config_text(c.config), c.status,
+                 "-" if t is None else f"{t.median_ms:.4f}",
+                 "-" if t is None else f"{t.median_ms / best.median_ms:.2f}",
+                 "-" if t is None else f"{t.min_ms:.4f}",
+                 "-" if t is None else f"{gflops(result.shape, t.median_ms):,.0f}",
+                 "-" if c.bound_ratio is None else f"{c.bound_ratio:.2g}",
+                 "-" if t is None else f"{100 * t.rse:.1f}%", "-" if t is None else str(t.n),
+                 "-" if c.timing is None else f"{c.compile_s:.2f}"]
+        row = [Text(cell, style=style) for cell in cells]
+        row[2] = Text(c.status, style="green" if c.passed else "bold red")
+        rows.append(row)
+    title = (f"{result.variant} ({result.precision}) on {result.device}: "
+             f"{result.shape.describe()}{', + ' + result.epilogue if result.epilogue else ''}")
+    return fitted_table(title, cols, rows, width, wide)
+
+
+def failure_lines(result: TuneResult) -> list[str]:
+    return [f"#{i} {config_text(c.config)}: {c.reason}"
+            for i, c in enumerate(result.candidates, 1) if not c.passed]
+
+
+def summary(result: TuneResult) -> str:
+    best, base = result.best, result.baseline
+    if best is None:
+        return "no configuration passed verification: nothing was stored"
+    text = f"best: {config_text(best.config)}, {best.median_ms:.4f} ms"
+    if base is not None and base is not best:
+        text += f", {base.median_ms / best.median_ms:.2f}x faster than the default choice (#1)"
+    elif base is best:
+        text += ", the default choice (#1)"
+    if result.cache_path:
+        text += f"; stored in {result.cache_path}"
+    return text
+
+
+def plot_sweep(result: TuneResult, path: Path) -> Path:
+    """A bar per candidate in the order tried: Op Time, the best in green, FAILs marked."""
+    from .plot import _pyplot
+
+    plt = _pyplot()
+    best = result.best
+    n = len(result.candidates)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * n + 2.5), 5.5))
+    heights = [c.median_ms if c.passed else 0.0 for c in result.candidates]
+    colours = ["tab:green" if c is best else "tab:blue" if c.passed else "tab:red"
+               for c in result.candidates]
+    ax.bar(range(n), heights, color=colours)
+    for i, c in enumerate(result.candidates):
+        if not c.passed:
+            ax.annotate("FAIL", (i, 0), ha="center", va="bottom", color="tab:red", fontsize=8,
+                        rotation=90)
+    ax.set_xticks(range(n), [config_text(c.config) for c in result.candidates], rotation=60,
+                  ha="right", fontsize=8)
+    ax.set_ylabel("Op Time (ms, median)")
+    ax.set_title(f"convlab tune: {result.variant} on {result.shape.brief()} "
+                 f"(batch {result.shape.B}), {result.device}", fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,224 @@
+"""The timer defences on the CPU: input rotation, the random sample with every image's first and
+last rows, and cheating host variants run through lab.time_and_verify (the GPU cheats, with CUDA
+kernels, are in test_userkernel_gpu.py)."""
+
+import numpy as np
+import pytest
+
+from convlab import guard, lab, measure
+from convlab.kernels.base import Op
+from convlab.kernels.cpu import Cpu
+from convlab.reference import conv2d
+from convlab.shapes import ConvShape
+from convlab.verify import Check, random_problem, reference_output
+
+POLICY = measure.TimingPolicy(warmup=1, min_runs=4, max_runs=6, budget_s=0.2)
+
+
+def test_rotation_contents_differ_even_for_one_image(rng):
+    x = rng.random((1, 2, 5, 6), dtype=np.float32)
+    rotation = guard.InputRotation(x, lambda a: a)
+    contents = [b.copy() for b in rotation.buffers]
+    rotation.refresh_next()
+    contents.append(rotation.buffers[0])
+    for i in range(len(contents)):
+        for j in range(i):
+            assert not np.array_equal(contents[i], contents[j])
+
+
+def test_rotation_launches_in_turn_and_refreshes_in_place(rng):
+    x = rng.random((4, 1, 3, 3), dtype=np.float32)
+    rotation = guard.InputRotation(x, lambda a: a)
+    seen = []
+    for _ in range(4):
+        rotation.launch(lambda xin, y: seen.append(id(xin)), None)
+    assert seen[:3] == [id(b) for b in rotation.buffers] and seen[3] == seen[0]
+    address = rotation.buffers[rotation.next].__array_interface__["data"][0]
+    before = rotation.buffers[rotation.next].copy()
+    rotation.refresh_next()
+    after = rotation.buffers[rotation.next]
+    assert after.__array_interface__["data"][0] == address and not np.array_equal(before, after)
+    rotation.launch(lambda xin, y: None, None)
+    assert rotation.last_input is after
+
+
+def test_draw_images_is_random_per_call(rng):
+    first, second = guard.draw_images(1000, rng), guard.draw_images(1000, rng)
+    assert len(first) == 32 == len(set(first)) and first == sorted(first) and first != second
+    assert guard.draw_images(10, rng) == list(range(10))
+
+
+SHAPES = [ConvShape(3, 4, 11, 9, 6, 3), ConvShape(2, 4, 13, 12, 6, 5, stride=2, pad=2, groups=2, bias=True),
+          ConvShape(2, 3, 12, 12, 4, 3, pad=1), ConvShape(2, 2, 7, 7, 3, 7)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.brief())
+@pytest.mark.parametrize("epilogue", [None, "relu", "tanh-pool"])
+def test_edge_row_reference_equals_the_full_reference(rng, shape, epilogue):
+    if epilogue == "tanh-pool" and (shape.Ho < 2 or shape.bias):
+        pytest.skip("tanh-pool needs a 2x2 output and takes no bias here")
+    x, w, b = random_problem(shape, rng, signed=True)
+    full = reference_output(x, w, shape, epilogue, b)
+    layer = guard.Layer(shape, w, b, epilogue, "fp32")
+    pairs = np.array([(bi, m) for bi in range(shape.B) for m in range(shape.M)])
+    rows_out = full.values.shape[2]
+    for out_row in (0, rows_out - 1):
+        conv_row, count = guard._conv_rows(epilogue, out_row)
+        ref = guard.edge_row_reference(layer, x, 0, conv_row, count, pairs)
+        expected = full.values[pairs[:, 0], pairs[:, 1], out_row]
+        magnitude = full.magnitude[pairs[:, 0], pairs[:, 1], out_row]
+        # Same products, summed in another order: equal to float64 rounding of the magnitude.
+        assert np.allclose(ref.values[:, 0], expected, rtol=0, atol=1e-12 * magnitude.max())
+        assert np.allclose(ref.magnitude[:, 0], magnitude, rtol=1e-12)
+        assert ref.length == full.length and ref.absolute == full.absolute
+
+
+def layer_and_output(rng, shape):
+    x, w, b = random_problem(shape, rng)
+    out = conv2d(x, w, shape.stride, shape.pad, shape.groups, b)
+    return guard.Layer(shape, w, b, None, "fp32"), x, out
+
+
+def test_sample_passes_a_correct_output(rng):
+    layer, x, out = layer_and_output(rng, ConvShape(100, 2, 10, 10, 3, 3))
+    assert guard.verify_output(layer, x, out, "sample", rng).passed
+
+
+def test_sample_catches_a_kernel_that_computes_a_fixed_sample(rng):
+    shape = ConvShape(100, 2, 10, 10, 3, 3)
+    layer, x, out = layer_and_output(rng, shape)
+    cheat = np.zeros_like(out)
+    cheat[:32] = out[:32]  # the first 32 images, as a fixed sample would look at them...
+    cheat[:, :, 0], cheat[:, :, -1] = out[:, :, 0], out[:, :, -1]  # ...and every edge row
+    check = guard.verify_output(layer, x, cheat, "sample", rng)
+    assert not check.passed and "y[" in check.reason and "Diagnosis:" in check.reason
+    wrong_image = int(check.reason.split("y[")[1].split(",")[0])
+    assert wrong_image >= 32  # named by its index in the batch, not in the sample
+
+
+def test_every_images_edge_rows_are_checked(rng):
+    shape = ConvShape(300, 1, 9, 9, 2, 3)
+    layer, x, out = layer_and_output(rng, shape)
+    images = guard.draw_images(shape.B, np.random.default_rng(7))
+    victim = next(i for i in range(shape.B) if i not in images)
+    broken = out.copy()
+    broken[victim, :, -1, 3] += 1.0  # one wrong element in the last row of an unsampled image
+    check = guard.verify_output(layer, x, broken, "sample", np.random.default_rng(7))
+    assert not check.passed and f"y[{victim}," in check.reason
+
+
+def test_full_verification_sees_every_element(rng):
+    shape = ConvShape(70, 1, 9, 9, 2, 3)
+    layer, x, out = layer_and_output(rng, shape)
+    broken = out.copy()
+    broken[69, 1, 3, 3] = -broken[69, 1, 3, 3] - 1.0  # a middle row: no sample need see it
+    assert not guard.verify_output(layer, x, broken, "full").passed
+    with pytest.raises(ValueError, match="verify mode"):
+        guard.verify_output(layer, x, out, "most")
+
+
+def test_relabel_and_merge():
+    check = Check(False, 1.0, 3.0, "error at y[1,2,3,4] (first at y[0,0,0,0])", 0, 2, "rule")
+    renamed = guard.relabel(check, lambda i: (i[0] + 10, *i[1:]))
+    assert renamed.reason == "error at y[11,2,3,4] (first at y[10,0,0,0])"
+    ok = Check(True, 0.5, 0.5, "", 0, 0, "rule")
+    merged = guard.merge([ok, check])
+    assert not merged.passed and merged.reason == check.reason and merged.bound_ratio == 3.0
+    assert guard.merge([ok, ok]).passed
+
+
+def test_stream_watch_findings():
+    watch = guard.StreamWatch()
+    watch.outstanding_ms = [0.004, 0.006, 0.005]
+    assert watch.finding(1.0) is None
+    watch.outstanding_ms = [0.9, 1.1, 1.0]
+    assert "outside the timed stream" in watch.finding(0.01)
+    assert watch.finding(10.0) is None  # 1 ms of jitter on a 10 ms op is not a finding
+
+
+# --- cheating host variants through lab.time_and_verify ---------------------------------------
+
+class FirstCallOnly(Cpu):
+    name = "test-cpu-first-call-only"
+
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        real = super().prepare(shape, weights, epilogue, bias)
+        calls = []
+
+        def launch(x, y):
+            if not calls:
+                real(x, y)
+            calls.append(1)
+
+        return Op(launch, real.output_shape, epilogue=epilogue)
+
+
+class NewPointerOnly(Cpu):
+    name = "test-cpu-new-pointer-only"
+
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        real = super().prepare(shape, weights, epilogue, bias)
+        seen = set()
+
+        def launch(x, y):
+            if x.__array_interface__["data"][0] not in seen:
+                seen.add(x.__array_interface__["data"][0])
+                real(x, y)
+
+        return Op(launch, real.output_shape, epilogue=epilogue)
+
+
+class CachedCopy(Cpu):
+    name = "test-cpu-cached-copy"
+
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        real = super().prepare(shape, weights, epilogue, bias)
+        cache = {}
+
+        def launch(x, y):
+            if "y" not in cache:
+                real(x, y)
+                cache["y"] = y.copy()
+            y[...] = cache["y"]
+
+        return Op(launch, real.output_shape, epilogue=epilogue)
+
+
+class PerPointerCache(Cpu):
+    name = "test-cpu-per-pointer-cache"
+
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        real = super().prepare(shape, weights, epilogue, bias)
+        cache = {}
+
+        def launch(x, y):
+            key = x.__array_interface__["data"][0]
+            if key not in cache:
+                real(x, y)
+                cache[key] = y.copy()
+            y[...] = cache[key]
+
+        return Op(launch, real.output_shape, epilogue=epilogue)
+
+
+LAYER = ConvShape(40, 2, 10, 10, 3, 3)
+
+
+def test_the_cpu_variant_still_passes():
+    result = lab.run_layer(LAYER, Cpu(), POLICY)
+    assert result.check.passed, result.check.reason
+    assert result.timing.n >= POLICY.min_runs + 1  # the stop rule's runs, then the verified one
+
+
+@pytest.mark.parametrize("cheat", [FirstCallOnly, NewPointerOnly, CachedCopy, PerPointerCache],
+                         ids=lambda c: c.name)
+def test_timer_cheats_fail(cheat):
+    result = lab.run_layer(LAYER, cheat(), POLICY)
+    assert not result.check.passed
+    assert "Diagnosis:" in result.check.reason
+
+
+def test_skipping_cheats_leave_poison():
+    for cheat in (FirstCallOnly, NewPointerOnly):
+        result = lab.run_layer(LAYER, cheat(), measure.TimingPolicy(warmup=3, min_runs=4, max_runs=4))
+        assert "not written" in result.check.reason and "never written" in result.check.reason

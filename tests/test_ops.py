@@ -1,0 +1,414 @@
+"""The non-convolution ops on any machine: every kernel configuration their plans can choose
+compiles with NVRTC for sm_90, the float64 references agree with reference.py and with literal
+loops, each bound is the arithmetic its error analysis states, and the plans choose as designed."""
+
+import math
+
+import numpy as np
+import pytest
+
+from convlab import reference
+from convlab.jit import compile_cubin
+from convlab.models import LRN, MODELS, Dense, MaxPool, ReLU, Softmax, Tanh
+from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, softmax
+from convlab.verify import LAMBDA, TINY, compare
+
+U = 2.0 ** -24
+ACTS = (None, "relu", "tanh")
+MODEL_BATCHES = {"ece408-high": (1, 100, 10000), "ece408": (1, 100, 10000),
+                 "alexnet": (1, 2, 8, 128, 1024)}
+
+
+# --- every kernel configuration compiles ------------------------------------------------------
+
+def model_specs():
+    """The kernels the network's layers get, through the same plan functions prepare uses."""
+    for name, batches in MODEL_BATCHES.items():
+        for batch in batches:
+            trace = MODELS[name].trace(batch)
+            for i, (layer, in_shape, _) in enumerate(trace):
+                nxt = trace[i + 1][0] if i + 1 < len(trace) else None
+                if isinstance(layer, MaxPool):
+                    yield from (pool.max_pool_kernel(in_shape, layer.size, layer.step, a)
+                                for a in ACTS)
+                elif isinstance(layer, LRN):
+                    yield lrn.lrn_kernel(in_shape, layer.size, layer.alpha, layer.beta, layer.k)
+                    if isinstance(nxt, MaxPool):
+                        yield lrn.lrn_max_pool_kernel(in_shape, layer.size, layer.alpha,
+                                                      layer.beta, layer.k, nxt.size, nxt.step)
+                elif isinstance(layer, Dense):
+                    act = {ReLU: "relu", Tanh: "tanh"}.get(type(nxt))
+                    plan = dense.plan_dense(batch, layer.in_features, layer.out_features)
+                    yield from dense.dense_kernels(batch, layer.in_features, layer.out_features,
+                                                   act, plan)
+                    yield dense_cublas.bias_activation_kernel(batch, layer.out_features, act)
+                elif isinstance(layer, (ReLU, Tanh)):
+                    yield activation.activation_kernel(in_shape, "relu" if isinstance(layer, ReLU)
+                                                       else "tanh")
+                elif isinstance(layer, Softmax):
+                    yield softmax.softmax_kernel(*in_shape)
+
+
+# Shapes that reach every compile-time branch: float4 and scalar paths, every tile, with and
+# without split-K, every GEMV width, every activation.
+DENSE_ODD = ((130, 37, 150), (70, 264, 68))  # K, N not multiples of 4; then both multiples
+
+
+def structural_specs():
+    for mb in range(1, dense.GEMV_MAX_BATCH + 1):
+        k = 37 if mb % 2 else 260
+        yield from dense.dense_kernels(mb, k, 29, ACTS[mb % 3], dense.gemv_plan())
+    for i, tile in enumerate(dense.TILES):
+        for splits in (1, 3):
+            for j, (m, k, n) in enumerate(DENSE_ODD):
+                yield from dense.dense_kernels(m, k, n, ACTS[(i + j + splits) % 3],
+                                               dense.gemm_plan(k, tile, splits))
+    for a in ACTS:
+        yield dense_cublas.bias_activation_kernel(3, 7, a)
+        yield activation.activation_kernel((3, 5), a or "relu")
+    for shape, size, stride in (((2, 3, 13, 11), 3, 2), ((1, 2, 8, 10), 4, 3), ((1, 1, 5, 5), 5, 1)):
+        yield from (pool.max_pool_kernel(shape, size, stride, a) for a in ACTS)
+    for shape, size, ps, pst in (((2, 7, 5, 6), 5, 3, 2), ((1, 3, 7, 345), 4, 3, 2),
+                                 ((1, 2, 70, 70), 1, 5, 1), ((1, 11, 6, 6), 7, 6, 1)):
+        yield lrn.lrn_kernel(shape, size, 0.1, 0.75, 1.0, sms=1)
+        yield lrn.lrn_max_pool_kernel(shape, size, 0.1, 0.75, 1.0, ps, pst, sms=1)
+    yield softmax.softmax_kernel(3, 1)
+    yield softmax.softmax_kernel(5, 2049)
+
+
+def unique_modules(specs):
+    """One entry per (source, options): the functions one NVRTC compile must contain."""
+    modules: dict = {}
+    for s in specs:
+        modules.setdefault((s.module, s.source, s.options), set()).add(s.function)
+    return [(module, source, options, sorted(functions))
+            for (module, source, options), functions in modules.items()]
+
+
+ALL_SPECS = list(model_specs()) + list(structural_specs())
+MODULES = unique_modules(ALL_SPECS)
+
+
+@pytest.mark.parametrize("module,source,options,functions", MODULES,
+                         ids=[f"{m[0]}-{'+'.join(m[3])}-{i}" for i, m in enumerate(MODULES)])
+def test_op_kernels_compile_for_sm90(module, source, options, functions):
+    cubin = compile_cubin(module, source, options)
+    assert cubin[:4] == b"\x7fELF"
+    for function in functions:
+        assert function.encode() in cubin, f"{function} missing from the compiled module"
+
+
+def test_compiled_configurations_cover_every_choice():
+    gemm = {(d["BM"], d["BN"], d["SPLITS"] > 1, d["VEC_K"], d["VEC_N"])
+            for d in (dict(s.defines) for s in ALL_SPECS if s.function == "dense_gemm")}
+    for tile in dense.TILES:
+        for split in (False, True):
+            for vec in (0, 1):
+                assert (*tile, split, vec, vec) in gemm
+    gemv = {(d["MB"], d["VEC_K"]) for d in (dict(s.defines) for s in ALL_SPECS
+                                           if s.function == "dense_gemv")}
+    assert {mb for mb, _ in gemv} == set(range(1, dense.GEMV_MAX_BATCH + 1))
+    assert {vec for _, vec in gemv} == {0, 1}
+    functions = {s.function for s in ALL_SPECS}
+    assert functions == {"max_pool", "lrn", "lrn_max_pool", "dense_gemm", "dense_splitk_reduce",
+                         "dense_gemv", "bias_activation", "softmax_rows", "activation"}
+    acts = {(s.function, dict(s.defines).get("ACT")) for s in ALL_SPECS}
+    for function in ("max_pool", "dense_gemm", "dense_gemv", "bias_activation"):
+        assert {a for f, a in acts if f == function} == {0, 1, 2}
+
+
+# --- references agree with reference.py and literal loops -------------------------------------
+
+def pool_loop_nest(x, size, stride):
+    B, C, H, W = x.shape
+    ho, wo = (H - size) // stride + 1, (W - size) // stride + 1
+    y = np.empty((B, C, ho, wo))
+    for b in range(B):
+        for c in range(C):
+            for h in range(ho):
+                for w in range(wo):
+                    best = -math.inf
+                    for p in range(size):
+                        for q in range(size):
+                            best = max(best, x[b, c, h * stride + p, w * stride + q])
+                    y[b, c, h, w] = best
+    return y
+
+
+POOLS = [((2, 3, 13, 11), 3, 2), ((1, 2, 9, 7), 3, 1), ((2, 2, 8, 10), 4, 3), ((1, 1, 5, 5), 5, 1),
+         ((1, 2, 7, 7), 2, 2), ((2, 4, 24, 24), 2, 2)]
+
+
+@pytest.mark.parametrize("shape,size,stride", POOLS)
+def test_max_pool_reference_matches_loop_nest(rng, shape, size, stride):
+    x = (2 * rng.random(shape) - 1).astype(np.float32)
+    expected = pool_loop_nest(x.astype(np.float64), size, stride)
+    np.testing.assert_array_equal(pool.reference_max_pool(x, size, stride).values, expected)
+    np.testing.assert_array_equal(pool.reference_max_pool(x, size, stride, "relu").values,
+                                  np.maximum(expected, 0))
+    np.testing.assert_allclose(pool.reference_max_pool(x, size, stride, "tanh").values,
+                               np.tanh(expected), rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(pool.reference_max_pool(x, size, stride).values,
+                                  reference.max_pool(x, size, stride))
+
+
+def lrn_loops(x, size, alpha, beta, k):
+    """Caffe's LRN, one channel at a time: y[c] = x[c] / (k + alpha/size * S[c])^beta with S[c]
+    the sum of squares over channels c - (size-1)//2 ... clipped to the existing channels.
+    Returns y and the denominator base d = k + alpha/size * S."""
+    B, C, H, W = x.shape
+    before = (size - 1) // 2
+    y = np.empty(x.shape)
+    d = np.empty(x.shape)
+    for c in range(C):
+        lo, hi = max(0, c - before), min(C, c - before + size)
+        s = np.zeros((B, H, W))
+        for j in range(lo, hi):
+            s += x[:, j] ** 2
+        d[:, c] = k + alpha / size * s
+        y[:, c] = x[:, c] / d[:, c] ** beta
+    return y, d
+
+
+LRNS = [((2, 7, 5, 6), 5, 1e-4, 0.75, 1.0), ((1, 9, 4, 3), 3, 0.5, 0.75, 2.0),
+        ((2, 3, 5, 5), 5, 1.0, 0.75, 1.0), ((1, 6, 3, 4), 4, 0.1, 1.5, 1.0),
+        ((1, 5, 2, 3), 1, 0.3, 0.5, 1.5)]
+
+
+@pytest.mark.parametrize("shape,size,alpha,beta,k", LRNS)
+def test_lrn_reference_matches_channel_loop_and_reference_py(rng, shape, size, alpha, beta, k):
+    x = (8 * rng.standard_normal(shape)).astype(np.float32)
+    expected, _ = lrn_loops(x.astype(np.float64), size, alpha, beta, k)
+    got = lrn.reference_lrn(x, size, alpha, beta, k).values
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(got, reference.lrn(x.astype(np.float64), size, alpha, beta, k),
+                               rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("shape,size,alpha,beta,k", LRNS)
+def test_lrn_max_pool_reference_is_lrn_then_pool(rng, shape, size, alpha, beta, k):
+    x = (8 * rng.standard_normal(shape)).astype(np.float32)
+    ps, pst = (3, 2) if min(shape[2:]) >= 3 else (2, 1)
+    expected = pool_loop_nest(lrn_loops(x.astype(np.float64), size, alpha, beta, k)[0], ps, pst)
+    got = lrn.reference_lrn_max_pool(x, size, alpha, beta, k, ps, pst).values
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_dense_reference_matches_network_definition(rng, act):
+    x = (2 * rng.random((5, 37)) - 1).astype(np.float32)
+    w = rng.standard_normal((11, 37)).astype(np.float32)
+    b = rng.standard_normal(11).astype(np.float32)
+    layer = Dense("fc", 37, 11)
+    expected = reference.apply_layer(layer, x.astype(np.float64),
+                                     {"fc.weight": w, "fc.bias": b})
+    expected = {None: expected, "relu": reference.relu(expected), "tanh": np.tanh(expected)}[act]
+    np.testing.assert_allclose(dense.reference_dense(x, w, b, act).values, expected,
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_softmax_and_activation_references_match_reference_py(rng):
+    z = (5 * rng.standard_normal((4, 13))).astype(np.float32)
+    np.testing.assert_allclose(softmax.reference_softmax(z).values,
+                               reference.softmax(z.astype(np.float64)), rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(activation.reference_activation(z, "relu").values,
+                                  reference.relu(z.astype(np.float64)))
+    np.testing.assert_array_equal(activation.reference_activation(z, "tanh").values,
+                                  np.tanh(z.astype(np.float64)))
+
+
+# --- each bound is what its comment says ------------------------------------------------------
+
+def test_max_pool_and_activation_bounds_are_exact_except_tanhf(rng):
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    assert np.all(pool.reference_max_pool(x, 3, 2).bound("fp32") == TINY)
+    assert np.all(pool.reference_max_pool(x, 3, 2, "relu").bound("fp32") == TINY)
+    assert np.allclose(pool.reference_max_pool(x, 3, 2, "tanh").bound("fp32"),
+                       4 * 2.0 ** -24 + TINY, rtol=1e-15)
+    assert np.all(activation.reference_activation(x, "relu").bound("fp32") == TINY)
+    assert np.allclose(activation.reference_activation(x, "tanh").bound("fp32"),
+                       4 * 2.0 ** -24 + TINY, rtol=1e-15)
+
+
+@pytest.mark.parametrize("shape,size,alpha,beta,k", LRNS)
+def test_lrn_bound_follows_its_error_analysis(rng, shape, size, alpha, beta, k):
+    x = (8 * rng.standard_normal(shape)).astype(np.float32)
+    y, d = lrn_loops(x.astype(np.float64), size, alpha, beta, k)
+    # beta*LAMBDA*sqrt(size)*u for the window sum, (beta*(2 + |ln d|) + 2*8 + 1)*u for the rest.
+    expected = U * np.abs(y) * (beta * LAMBDA * math.sqrt(size)
+                                + beta * (2 + np.abs(np.log(d))) + 17) + size * TINY
+    ref = lrn.reference_lrn(x, size, alpha, beta, k)
+    assert ref.length == size
+    np.testing.assert_allclose(ref.bound("fp32"), expected, rtol=1e-12, atol=0)
+    ps, pst = (3, 2) if min(shape[2:]) >= 3 else (2, 1)
+    pooled = lrn.reference_lrn_max_pool(x, size, alpha, beta, k, ps, pst)
+    np.testing.assert_allclose(pooled.bound("fp32"), pool_loop_nest(expected, ps, pst),
+                               rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_dense_bound_is_the_conv_rule_over_in_plus_one_terms(rng, act):
+    x = (2 * rng.random((3, 37)) - 1).astype(np.float32)
+    w = rng.standard_normal((5, 37)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    magnitude = np.array([[sum(abs(float(x[m, i]) * float(w[n, i])) for i in range(37))
+                           + abs(float(b[n])) for n in range(5)] for m in range(3)])
+    expected = LAMBDA * math.sqrt(38) * U * magnitude + 38 * TINY
+    if act == "tanh":
+        expected += 4 * 2.0 ** -24
+    ref = dense.reference_dense(x, w, b, act)
+    assert ref.length == 38
+    np.testing.assert_allclose(ref.bound("fp32"), expected, rtol=1e-12, atol=0)
+
+
+def test_softmax_bound_follows_its_error_analysis(rng):
+    z = (5 * rng.standard_normal((3, 17))).astype(np.float32).astype(np.float64)
+    y = reference.softmax(z)
+    expected = np.empty_like(z)
+    for r in range(3):
+        d = z[r] - z[r].max()
+        e = np.exp(d)
+        mean = sum(e[j] * abs(d[j]) for j in range(17)) / e.sum()
+        for i in range(17):
+            # LAMBDA*sqrt(n)*u for the sum, (|d_i| + mean|d| + 2*8 + 1)*u for the rest.
+            expected[r, i] = U * y[r, i] * (LAMBDA * math.sqrt(17) + abs(d[i]) + mean + 17)
+    ref = softmax.reference_softmax(z)
+    assert ref.length == 17
+    np.testing.assert_allclose(ref.bound("fp32"), expected + 17 * TINY, rtol=1e-12, atol=0)
+
+
+# --- the bounds admit float32 arithmetic in another order, and reject wrong results ----------
+
+def lrn_float32(x, size, alpha, beta, k, drop_last=False):
+    """LRN in float32 with a direct window sum (not the cumulative sums of reference.lrn, whose
+    differences cancel); drop_last leaves out the window's last channel, a plausible bug."""
+    before = (size - 1) // 2
+    padded = np.pad(np.square(x), ((0, 0), (before, size - 1 - before), (0, 0), (0, 0)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, size, axis=1)
+    s = windows[..., :-1].sum(axis=-1) if drop_last else windows.sum(axis=-1)
+    d = np.float32(alpha / size) * s + np.float32(k)
+    return x * np.power(d, np.float32(-beta))
+
+
+def test_lrn_bound_admits_float32_and_catches_a_missing_channel(rng):
+    x = (8 * rng.standard_normal((2, 16, 5, 5))).astype(np.float32)
+    ref = lrn.reference_lrn(x, 5, 1e-4, 0.75, 1.0)
+    assert compare(lrn_float32(x, 5, 1e-4, 0.75, 1.0), ref, "fp32").passed
+    assert not compare(lrn_float32(x, 5, 1e-4, 0.75, 1.0, drop_last=True), ref, "fp32").passed
+
+
+def test_softmax_bound_admits_float32_and_catches_a_missing_term(rng):
+    z = (5 * rng.standard_normal((8, 1000))).astype(np.float32)
+    ref = softmax.reference_softmax(z)
+    assert compare(reference.softmax(z), ref, "fp32").passed
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    short = e / (e.sum(axis=1, keepdims=True) - e[:, :1])
+    assert not compare(short.astype(np.float32), ref, "fp32").passed
+
+
+def test_dense_bound_admits_float32_and_catches_a_missing_term(rng):
+    x = (2 * rng.random((9, 300)) - 1).astype(np.float32)
+    w = (rng.standard_normal((40, 300)) / np.sqrt(300)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(40)).astype(np.float32)
+    ref = dense.reference_dense(x, w, b, "relu")
+    assert compare(np.maximum(x @ w.T + b, 0), ref, "fp32").passed
+    assert not compare(np.maximum(x[:, 1:] @ w[:, 1:].T + b, 0), ref, "fp32").passed
+
+
+# --- the plans choose as designed --------------------------------------------------------------
+
+FC_LAYERS = [(layer.in_features, layer.out_features) for spec in MODELS.values()
+             for layer in spec.layers if isinstance(layer, Dense)]
+
+
+@pytest.mark.parametrize("inputs,outputs", sorted(set(FC_LAYERS)))
+def test_dense_plan_is_gemv_up_to_batch_8(inputs, outputs):
+    for batch in range(1, dense.GEMV_MAX_BATCH + 1):
+        assert dense.plan_dense(batch, inputs, outputs).kind == "gemv"
+    assert dense.plan_dense(dense.GEMV_MAX_BATCH + 1, inputs, outputs).kind == "gemm"
+
+
+def test_dense_plan_splits_k_where_tiles_are_few():
+    sms = dense.DEFAULT_SMS
+    for inputs, outputs in ((9216, 4096), (4096, 4096), (4096, 1000)):
+        plan = dense.plan_dense(128, inputs, outputs, sms)
+        tiles = math.ceil(128 / plan.tile_m) * math.ceil(outputs / plan.tile_n)
+        slots = sms * dense.resident_blocks(plan.threads)
+        assert tiles < slots and plan.splits > 1, plan
+        assert tiles * plan.splits <= slots  # one wave
+    fc6_128 = dense.plan_dense(128, 9216, 4096, sms)
+    assert (fc6_128.tile_m, fc6_128.tile_n, fc6_128.splits) == (128, 128, 8)
+    # 256 tiles of 128 x 128 fill the 264 slots: no split.
+    assert dense.plan_dense(1024, 9216, 4096, sms).splits == 1
+    assert dense.plan_dense(10000, 7200, 500, sms).splits == 1
+    # k too short to be worth splitting.
+    assert dense.plan_dense(100, 160, 10, sms).splits == 1
+
+
+@pytest.mark.parametrize("inputs", [1, 5, 8, 37, 255, 256, 1030, 4096, 9216])
+@pytest.mark.parametrize("splits", [1, 2, 3, 8, 33, 64])
+def test_split_k_ranges_partition_k(inputs, splits):
+    plan = dense.gemm_plan(inputs, (128, 128), splits)
+    assert plan.k_per_split % dense.BK == 0 and 1 <= plan.splits <= splits
+    covered = []
+    for z in range(plan.splits):
+        lo, hi = z * plan.k_per_split, min(inputs, (z + 1) * plan.k_per_split)
+        assert lo < hi  # no block gets an empty range
+        covered += range(lo, hi)
+    assert covered == list(range(inputs))
+
+
+@pytest.mark.parametrize("tile", dense.TILES)
+def test_gemm_tiles_divide_evenly_among_threads(tile):
+    bm, bn = tile
+    threads = dense.gemm_plan(64, tile).threads
+    # Each thread loads whole float4s of both operand slices, and its two row (column) groups
+    # of 4 sit half a tile apart.
+    assert (bm * dense.BK // 4) % threads == 0 and (bn * dense.BK // 4) % threads == 0
+    assert (bm // 2) % 4 == 0 and (bn // 2) % 4 == 0 and threads % 32 == 0
+    assert dense.resident_blocks(threads) * threads * dense.MAX_REGISTERS <= dense.REGISTERS_PER_SM
+
+
+@pytest.mark.parametrize("shape,ps,pst", [((128, 96, 55, 55), 3, 2), ((1, 256, 27, 27), 3, 2),
+                                          ((1, 3, 7, 345), 3, 2), ((2, 2, 70, 70), 5, 1),
+                                          ((1, 4, 40, 9), 2, 2), ((1, 4, 64, 64), 32, 32)])
+@pytest.mark.parametrize("sms", [1, 132])
+def test_lrn_max_pool_tiles_cover_every_output_once(shape, ps, pst, sms):
+    s = lrn.lrn_max_pool_kernel(shape, 5, 1e-4, 0.75, 1.0, ps, pst, sms=sms)
+    d = dict(s.defines)
+    tiles_h = s.grid[0] // d["TILES_W"]
+    assert s.grid[0] == tiles_h * d["TILES_W"]
+    assert (tiles_h - 1) * d["TOH"] < d["HO"] <= tiles_h * d["TOH"]
+    assert (d["TILES_W"] - 1) * d["TOW"] < d["WO"] <= d["TILES_W"] * d["TOW"]
+    assert d["IH"] == (d["TOH"] - 1) * pst + ps and d["IW"] == (d["TOW"] - 1) * pst + ps
+    assert d["NPIX"] == d["IH"] * d["IW"] <= lrn.MAX_TILE_PIXELS <= d["PPT"] * lrn.BLOCK
+    assert d["NPIX"] > (d["PPT"] - 1) * lrn.BLOCK
+    assert (s.grid[1] - 1) * d["CB"] < shape[1] <= s.grid[1] * d["CB"]  # no empty channel range
+    assert s.grid[2] == shape[0]
+
+
+def test_lrn_splits_channels_only_where_the_batch_leaves_sms_idle():
+    assert dict(lrn.lrn_max_pool_kernel((128, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2,
+                                        sms=132).defines)["CB"] == 48
+    assert dict(lrn.lrn_max_pool_kernel((1024, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2,
+                                        sms=132).defines)["CB"] == 96
+    small = dict(lrn.lrn_max_pool_kernel((1, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2,
+                                         sms=132).defines)
+    assert small["CB"] == lrn.MIN_CHANNELS_PER_BLOCK
+
+
+def test_names_and_bad_arguments():
+    assert pool.max_pool_name(3, 2) == "max-pool 3x3/2"
+    assert pool.max_pool_name(2, 2, "tanh") == "tanh + max-pool 2x2/2"
+    assert dense.dense_name(9216, 4096, "relu") == "FC 9216->4096 + ReLU"
+    assert dense.dense_name(4096, 1000, None) == "FC 4096->1000"
+    with pytest.raises(ValueError, match="activation"):
+        base.check_activation("gelu")
+    with pytest.raises(ValueError, match="does not fit"):
+        pool.max_pool_kernel((1, 1, 2, 2), 3, 1)
+    with pytest.raises(ValueError, match="alpha"):
+        lrn.lrn_kernel((1, 4, 5, 5), 5, -1.0, 0.75, 1.0)
+    with pytest.raises(ValueError, match="at most 8"):
+        dense.dense_kernels(9, 16, 16, None, dense.gemv_plan())
+    with pytest.raises(ValueError, match="bias"):
+        dense.check_dense_weights(np.zeros((4, 3)), np.zeros(3))

@@ -1,0 +1,322 @@
+"""The autotuner without a GPU: the layer parser, the on-disk cache (round trip, corruption,
+source hashes, concurrent writers), the search loop on a fake variant whose configurations
+"time" deterministically, the sweep table at 80 and 200 columns, and the CLI command."""
+
+import io
+import json
+import multiprocessing
+import types
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from convlab import lab, tune
+from convlab.cli import main
+from convlab.errors import ConvlabError, KernelCompileError
+from convlab.kernels import RELU, Support, Variant
+from convlab.measure import Timing
+from convlab.shapes import ConvShape
+from convlab.verify import Check
+
+SHAPE = ConvShape(16, 32, 13, 13, 48, 3, pad=1, bias=True)
+DEVICE = "Fake GPU (CC 9.0)"
+
+
+class FakeTiles(Variant):
+    """Configurations {"ms": t} take t ms; "crash" raises, "wrong" fails verification."""
+
+    name = "fake-tiles"
+    source = "// fake kernel, version 1"
+    epilogues = (RELU,)
+
+    def __init__(self, space=(3.0, 1.0, 2.0, "crash", "wrong", "nvrtc"), chosen=None):
+        self.space, self.chosen = space, chosen
+
+    def supports(self, shape):
+        return Support(shape.K == 3, "" if shape.K == 3 else "3x3 only")
+
+    def configs(self, shape, epilogue=None):
+        return [{"ms": v} for v in self.space]
+
+    def configured(self, config):
+        return type(self)(self.space, config["ms"])
+
+
+class EditedTiles(FakeTiles):
+    source = "// fake kernel, version 2"
+
+
+def fake_run_layer(shape, variant, policy=None, epilogue=None, seed=None):
+    value = variant.chosen
+    if value == "crash":
+        raise RuntimeError("an illegal memory access was encountered")
+    if value == "nvrtc":
+        raise KernelCompileError(variant.name, 'fake.cu(7): error: identifier "oops" is undefined\n'
+                                               "1 error detected", ("-DX=1",))
+    if value == "wrong":
+        check = Check(False, 0.5, 9.0, "error 0.5 at y[0,0,0,0] is 9x its bound", exceeded=3)
+        return types.SimpleNamespace(timing=Timing([0.5] * 10), check=check, compile_s=0.1)
+    check = Check(True, 1e-7, 0.01 * value)
+    return types.SimpleNamespace(timing=Timing([value] * 10), check=check, compile_s=0.1)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tune, "device_key", lambda: DEVICE)
+    monkeypatch.setattr(lab, "run_layer", fake_run_layer)
+    return tmp_path / tune.CACHE_FILE
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+def test_parse_six_to_nine_integers():
+    assert tune.parse_layer("128,256,13,13,384,3") == ConvShape(128, 256, 13, 13, 384, 3)
+    assert tune.parse_layer("8,16,9,9,4,3,2") == ConvShape(8, 16, 9, 9, 4, 3, stride=2)
+    assert tune.parse_layer("8,16,9,9,4,3,1,1") == ConvShape(8, 16, 9, 9, 4, 3, pad=1)
+    assert tune.parse_layer(" 128, 384,13,13,384,3,1,1,2", bias=True) == \
+        ConvShape(128, 384, 13, 13, 384, 3, 1, 1, 2, True)
+
+
+@pytest.mark.parametrize("spec", ["1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,1,1,1,1", "a,b,c,d,e,f",
+                                  "", "1,2,3,4,5,6,,1"])
+def test_parse_refuses_other_forms_naming_the_option(spec):
+    with pytest.raises(ConvlabError,
+                       match=r"--layer takes six to nine integers B,C,H,W,M,K\[,stride,pad,groups\]"):
+        tune.parse_layer(spec)
+
+
+def test_parse_passes_on_shape_errors():
+    with pytest.raises(ConvlabError, match="groups must divide"):
+        tune.parse_layer("1,6,9,9,4,3,1,1,4")
+
+
+def test_layer_text_is_the_long_form_of_the_syntax():
+    assert tune.parse_layer(tune.layer_text(SHAPE).removesuffix(",bias"), bias=True) == SHAPE
+
+
+# --- the cache --------------------------------------------------------------------------------
+
+def test_search_stores_the_best_and_lookup_finds_it(cache):
+    steps = []
+    result = tune.tune(SHAPE, FakeTiles(), RELU, on_step=lambda *a: steps.append(a))
+    assert [c.status for c in result.candidates] == ["PASS", "PASS", "PASS", "FAIL", "FAIL", "FAIL"]
+    assert result.best.config == {"ms": 1.0} and result.baseline.config == {"ms": 3.0}
+    assert steps[0] == (0, 6, {"ms": 3.0}) and steps[-1] == (6, 6, None) and len(steps) == 7
+    assert result.cache_path == str(cache)
+    assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
+    entry = next(iter(json.loads(cache.read_text())["entries"].values()))
+    assert entry["median_ms"] == 1.0 and entry["tried"] == 6 and entry["passed"] == 3
+    assert entry["device"] == DEVICE and entry["shape"] == SHAPE.as_dict()
+
+
+def test_lookup_by_registered_name(cache):
+    from convlab.kernels import get_variant
+
+    variant = get_variant("register-tiled")
+    key = tune.cache_key(DEVICE, variant.name, tune.source_hash(variant), SHAPE, None)
+    tune.store(key, {"config": {"TH": 4, "MT": 8, "MINB": 0}})
+    assert tune.lookup("register-tiled", SHAPE) == {"TH": 4, "MT": 8, "MINB": 0}
+    assert tune.lookup("no-such-kernel", SHAPE) is None
+
+
+def test_failures_keep_their_reasons_and_never_stop_the_sweep(cache):
+    result = tune.tune(SHAPE, FakeTiles(), RELU)
+    reasons = {c.config["ms"]: c.reason for c in result.candidates if not c.passed}
+    assert reasons["crash"] == "RuntimeError: an illegal memory access was encountered"
+    assert reasons["wrong"].startswith("error 0.5 at y[0,0,0,0]")
+    assert reasons["nvrtc"] == 'does not compile: fake.cu(7): error: identifier "oops" is undefined'
+    lines = tune.failure_lines(result)
+    assert len(lines) == 3 and lines[0].startswith("#4 ms=crash: RuntimeError")
+
+
+def test_the_key_holds_device_epilogue_shape_and_source(cache, monkeypatch):
+    tune.tune(SHAPE, FakeTiles(), RELU)
+    assert tune.lookup(FakeTiles(), SHAPE, None) is None
+    assert tune.lookup(FakeTiles(), SHAPE.with_batch(17), RELU) is None
+    assert tune.lookup(EditedTiles(), SHAPE, RELU) is None  # an edited kernel is tuned afresh
+    assert tune.source_hash(EditedTiles()) != tune.source_hash(FakeTiles())
+    monkeypatch.setattr(tune, "device_key", lambda: "Other GPU (CC 8.0)")
+    assert tune.lookup(FakeTiles(), SHAPE, RELU) is None
+    monkeypatch.setattr(tune, "device_key", lambda: None)  # no GPU: no entry, no error
+    assert tune.lookup(FakeTiles(), SHAPE, RELU) is None
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\x00\xff", b"[1, 2]", b'{"format": 99}',
+                                     b'{"format": 1, "entries": [1]}',
+                                     b'{"format": 1, "entries": {"k": 5}}'])
+def test_a_corrupt_cache_is_ignored_then_rewritten(cache, content):
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(content)
+    assert tune.lookup(FakeTiles(), SHAPE, RELU) is None
+    tune.tune(SHAPE, FakeTiles(), RELU)
+    assert json.loads(cache.read_text())["format"] == tune.CACHE_FORMAT
+    assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
+
+
+def test_lookup_without_a_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "missing" / "dir"))
+    monkeypatch.setattr(tune, "device_key", lambda: DEVICE)
+    assert tune.lookup(FakeTiles(), SHAPE) is None
+
+
+def test_lookup_reads_the_file_once_until_it_changes(cache, monkeypatch):
+    tune.tune(SHAPE, FakeTiles(), RELU)
+    reads = []
+    real = tune.json.loads
+
+    def counting(text, *args, **kwargs):
+        reads.append(1)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(tune, "json", types.SimpleNamespace(loads=counting, dumps=json.dumps))
+    for _ in range(100):
+        assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
+    assert len(reads) == 1
+    tune.tune(SHAPE, FakeTiles((0.5,)), RELU)  # a store replaces the file: read again
+    assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 0.5}
+
+
+def _store_many(directory, worker, count):
+    import os
+
+    os.environ["CONVLAB_CACHE_DIR"] = directory
+    for i in range(count):
+        tune.store(f"worker {worker} key {i}", {"config": {"worker": worker, "i": i}})
+
+
+def test_concurrent_writers_lose_no_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_store_many, args=(str(tmp_path), w, 25)) for w in range(6)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(60)
+        assert p.exitcode == 0
+    entries = json.loads((tmp_path / tune.CACHE_FILE).read_text())["entries"]
+    assert len(entries) == 150
+    assert entries["worker 5 key 24"]["config"] == {"worker": 5, "i": 24}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# --- what tune() refuses --------------------------------------------------------------------
+
+def test_refusals(cache, monkeypatch):
+    with pytest.raises(ConvlabError, match="does not support .*3x3 only"):
+        tune.tune(ConvShape(1, 4, 9, 9, 4, 5), FakeTiles())
+    with pytest.raises(ConvlabError, match="has no tanh-pool epilogue; leave out --epilogue"):
+        tune.tune(SHAPE, FakeTiles(), "tanh-pool")
+    with pytest.raises(ConvlabError, match="has no tiling space to search"):
+        tune.tune(SHAPE, FakeTiles(()))
+    monkeypatch.setattr(tune, "device_key", lambda: None)
+    with pytest.raises(ConvlabError, match="CUDA GPU"):
+        tune.tune(SHAPE, FakeTiles())
+
+
+def test_nothing_passing_stores_nothing(cache):
+    result = tune.tune(SHAPE, FakeTiles(("crash", "wrong")))
+    assert result.best is None and result.cache_path is None and not cache.exists()
+    assert "nothing was stored" in tune.summary(result)
+
+
+# --- the table, the summary, the plot -------------------------------------------------------
+
+def _render(table, width):
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(table)
+    return out.getvalue()
+
+
+def winograd_like_result():
+    shape = ConvShape(128, 256, 13, 13, 384, 3, pad=1, bias=True)
+    result = tune.TuneResult("winograd", "fp32", shape, RELU, "NVIDIA H100 80GB HBM3 (CC 9.0)",
+                             "0123456789abcdef")
+    for i, (chunk, block) in enumerate([(128, 256), (128, 128), (64, 256), (32, 128)]):
+        ms = [0.61, 0.58, 0.5432, 0.55][i]
+        result.candidates.append(tune.Candidate({"tile": 2, "chunk": chunk, "block": block}, "PASS",
+                                                timing=Timing([ms] * 12), bound_ratio=0.031,
+                                                max_rel_error=2e-7, compile_s=0.42))
+    crash = "RuntimeError: an illegal memory access was encountered"
+    result.candidates.append(tune.Candidate({"tile": 2, "chunk": 16, "block": 256}, "FAIL", crash))
+    return result
+
+
+def test_table_fits_80_columns_and_cuts_nothing():
+    text = _render(tune.sweep_table(winograd_like_result(), 80), 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for word in ("#", "config", "status", "Op Time ms", "x best", "chunk=128", "block=256",
+                 "0.5432", "1.12", "FAIL"):
+        assert word in text
+
+
+def test_table_at_200_columns_shows_every_column():
+    text = _render(tune.sweep_table(winograd_like_result(), 200), 200)
+    for header in ("min ms", "GFLOP/s", "err/bound", "RSE", "runs", "compile s"):
+        assert header in text
+    assert "tile=2 chunk=64 block=256" in text and "70,4" in text  # 38.3 GFLOP in 0.5432 ms
+
+
+def test_wide_shows_every_column_at_any_width():
+    text = _render(tune.sweep_table(winograd_like_result(), 80, wide=True), 250)
+    assert "compile s" in text
+
+
+def test_summary_names_the_best_and_its_gain_over_the_default():
+    result = winograd_like_result()
+    result.cache_path = "/tmp/x/tune-cache.json"
+    text = tune.summary(result)
+    assert text.startswith("best: tile=2 chunk=64 block=256, 0.5432 ms, 1.12x faster than the "
+                           "default choice (#1); stored in /tmp/x/tune-cache.json")
+
+
+def test_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tune.plot_sweep(winograd_like_result(), tmp_path / "sweep.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_result_as_json():
+    record = json.loads(json.dumps(winograd_like_result().as_dict()))
+    assert record["best"] == {"tile": 2, "chunk": 64, "block": 256}
+    assert record["candidates"][4]["status"] == "FAIL" and record["best_ms"] == 0.5432
+
+
+# --- the command ----------------------------------------------------------------------------
+
+def test_cli_reports_a_bad_layer_naming_the_option():
+    result = CliRunner().invoke(main, ["tune", "--layer", "1,2,3", "--kernel", "register-tiled"])
+    assert result.exit_code == 1 and "--layer takes" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_prints_the_sweep(monkeypatch):
+    calls = []
+
+    def fake_tune(shape, kernel, epilogue, policy, on_step):
+        calls.append((shape, kernel, epilogue, policy.budget_s))
+        on_step(0, 1, {"tile": 2})
+        on_step(1, 1, None)
+        return winograd_like_result()
+
+    monkeypatch.setattr(tune, "tune", fake_tune)
+    result = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3,1,1,1",
+                                       "--kernel", "register-tiled", "--bias", "--epilogue",
+                                       "relu", "--budget", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert calls == [(ConvShape(128, 256, 13, 13, 384, 3, pad=1, bias=True), "register-tiled",
+                      RELU, 0.5)]
+    assert "chunk=64" in result.output and "best: tile=2 chunk=64 block=256" in result.output
+    assert "FAIL #5 tile=2 chunk=16 block=256: RuntimeError" in result.output
+
+
+def test_cli_json_and_exit_status_without_a_passing_config(monkeypatch):
+    failed = winograd_like_result()
+    failed.candidates = failed.candidates[4:]
+    monkeypatch.setattr(tune, "tune", lambda *args: failed)
+    result = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3", "--kernel",
+                                       "register-tiled", "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.output)["best"] is None
