@@ -14,8 +14,14 @@ from rich.syntax import Syntax
 from . import __version__, lab, measure, report
 from .errors import ConvlabError, GPUUnavailable
 from .gpu import gpu_available, unavailable_reason
+from .guard import VERIFY_MODES
+from .isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
 from .models import MODELS, get_model, load_weights
+from .sanitize import DEFAULT_BATCH as DEFAULT_SANITIZE_BATCH
+from .sanitize import SANITIZER_TIMEOUT_S
+from .sanitize import TOOLS as SANITIZER_TOOLS
+from .userkernel import load_kernel_file
 
 WIDE_HELP = "Show every column, however wide the table gets (default: what fits the terminal)."
 
@@ -85,19 +91,32 @@ def show(name, raw):
         console().print(Syntax(variant.source.strip("\n"), "cuda", line_numbers=True))
 
 
+KERNEL_FILE_HELP = ("Your own kernel: a .cu file with a convlab header or a .py file defining a "
+                    "Variant (see `convlab new`); it runs in a child process, so a fault or a "
+                    "hang ends its run, not convlab.")
+HANG_HELP = "seconds a wait on the device may last before the run counts as a hang and is killed"
+VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked against float64: a "
+               "sample drawn at random (32 whole images, every image's first and last rows) or "
+               "all of them.")
+
+
 @main.command()
 @click.option("--kernel", callback=_variant_choice,
               help="Variant for the conv layers (default: tiled for the ECE408 models and the "
                    "fastest general fp32 variant for alexnet on a GPU machine, else cpu).")
+@click.option("--kernel-file", type=click.Path(dir_okay=False, path_type=Path),
+              help=KERNEL_FILE_HELP)
 @click.option("--model", default="ece408-high", show_default=True,
               help=f"One of: {', '.join(MODELS)}.")
 @click.option("--batch", "batches", default=None,
               help="Images per forward pass, or a comma-separated list to run each "
-                   "(default: 10000 for the ECE408 models, 128 for alexnet).")
+                   "(default: 10000 for the ECE408 models, 128 for alexnet; "
+                   f"{DEFAULT_SANITIZE_BATCH} with --sanitize).")
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
               help="A weights file for the model (alexnet: from `convlab import-weights`).")
 @click.option("--fallback", callback=_variant_choice,
-              help="Variant for the conv layers --kernel does not support (default: none, an error).")
+              help="Variant for the conv layers --kernel (or --kernel-file) does not support "
+                   "(default: none, an error).")
 @click.option("--repeat", type=click.IntRange(1), default=None,
               help="Timed runs per conv layer at least (default 10 on GPU, 3 on CPU); more are "
                    "taken until the median is known to 1%.")
@@ -106,28 +125,58 @@ def show(name, raw):
               help="Also time the same network in PyTorch eager mode (cuDNN, TF32 off).")
 @click.option("--no-graph", is_flag=True,
               help="Launch every step of the end-to-end pass instead of replaying a CUDA graph.")
+@click.option("--verify", type=click.Choice(VERIFY_MODES), default="sample", show_default=True,
+              help=VERIFY_HELP)
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
+              help=f"With --kernel-file or --sanitize: {HANG_HELP} (default "
+                   f"{DEFAULT_TIMEOUT_S:g}; {SANITIZER_TIMEOUT_S:g} with --sanitize).")
+@click.option("--sanitize", type=click.Choice(SANITIZER_TOOLS), is_flag=False, flag_value="memcheck",
+              default=None,
+              help="Instead of timing: one checked launch per conv layer under NVIDIA's "
+                   "compute-sanitizer (memcheck when no tool is named), its first errors at your "
+                   "file and line.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON records instead of tables.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
-def run(kernel, model, batches, weights_path, fallback, repeat, cold, pytorch, no_graph, as_json,
-        wide):
+def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, cold, pytorch,
+        no_graph, verify, timeout, sanitize, as_json, wide):
     """Run a model's forward pass with a chosen conv kernel: on the Fashion-MNIST test set for
     the ECE408 models, on a fixed random batch for alexnet."""
     get_model(model)
-    batch_list = lab.parse_batches(str(lab.default_batch(model)) if batches is None else batches, model)
+    if kernel is not None and kernel_file is not None:
+        raise ConvlabError("give --kernel or --kernel-file, not both")
+    if timeout is not None and kernel_file is None and sanitize is None:
+        raise ConvlabError("--timeout goes with --kernel-file or --sanitize (the built-in kernels "
+                           "run in this process)")
+    if sanitize is not None:
+        unused = [option for option, given in (
+            ("--fallback", fallback is not None), ("--repeat", repeat is not None),
+            ("--cold", cold), ("--pytorch", pytorch), ("--no-graph", no_graph),
+            ("--verify", verify != "sample")) if given]
+        if unused:
+            raise ConvlabError(f"--sanitize makes one checked launch per layer and times nothing: "
+                               f"leave out {', '.join(unused)}")
+    default_batch = DEFAULT_SANITIZE_BATCH if sanitize is not None else lab.default_batch(model)
+    batch_list = lab.parse_batches(str(default_batch) if batches is None else batches, model)
     weights = load_weights(model, weights_path)
+    loaded = load_kernel_file(kernel_file) if kernel_file is not None else None
     note = None
-    if kernel is None:
+    if loaded is None and kernel is None:
         kernel, note = lab.default_kernel(model)
-    on_gpu = get_variant(kernel).on_gpu
-    policy = measure.TimingPolicy(min_runs=repeat or (10 if on_gpu else 3), cold=cold)
+    variant = loaded.variant if loaded is not None else get_variant(kernel)
     out = console()
     if note and not as_json:
         out.print(f"[yellow]{escape(note)}[/yellow]")
+    if sanitize is not None:
+        _sanitize_run(out, model, batch_list, variant, kernel_file, sanitize, timeout, as_json)
+        return
+    policy = measure.TimingPolicy(min_runs=repeat or (10 if variant.on_gpu else 3), cold=cold)
 
     def on_event(name, payload=None):
         if as_json:
             return
-        if name == "loading-data":
+        if name == "isolated":
+            click.echo(f"Running {kernel_file} at batch {payload} in a child process...")
+        elif name == "loading-data":
             what = "fashion-mnist data" if get_model(model).task == "fashion-mnist" else "random input batch"
             click.echo(f"Loading {what}...", nl=False)
         elif name == "loading-model":
@@ -141,8 +190,13 @@ def run(kernel, model, batches, weights_path, fallback, repeat, cold, pytorch, n
             click.echo(report.course_line(payload))
 
     try:
-        results = lab.run_batches(model, kernel, batch_list, policy, on_event, weights=weights,
-                                  fallback=fallback, compare_torch=pytorch, graph=not no_graph)
+        if loaded is not None:
+            results = lab.run_kernel_file(model, loaded, batch_list, policy, on_event, weights_path,
+                                          fallback, pytorch, not no_graph, verify, timeout)
+        else:
+            results = lab.run_batches(model, kernel, batch_list, policy, on_event, weights=weights,
+                                      fallback=fallback, compare_torch=pytorch,
+                                      graph=not no_graph, verify=verify)
     except GPUUnavailable as exc:
         raise _cpu_hint(exc) from None
     for result in results:
@@ -160,22 +214,47 @@ def run(kernel, model, batches, weights_path, fallback, repeat, cold, pytorch, n
 
 
 def _print_runs(out, results, wide):
-    if len(results) == 1:
+    """Run results; a kernel file's run that ended without one (lab.FailedRun) is a FAIL line."""
+    finished = [r for r in results if not isinstance(r, lab.FailedRun)]
+    if len(results) == 1 and finished:
         result = results[0]
         out.print(report.run_table(result, out.width, wide))
         steps = report.steps_table(result, out.width, wide)
         if steps is not None:
             out.print(steps)
-    else:
-        out.print(report.sweep_table(results, out.width, wide))
+    elif finished:
+        out.print(report.sweep_table(finished, out.width, wide))
     for result in results:
-        for line in report.failure_lines(result):
+        lines = [result.reason] if isinstance(result, lab.FailedRun) else report.failure_lines(result)
+        for line in lines:
             out.print(f"[bold red]FAIL[/bold red] batch {result.batch}: {escape(line)}")
-    if len(results) == 1:
+    if len(results) == 1 and finished:
         out.print(report.run_summary(results[0], out.width))
     else:
         for note in dict.fromkeys(n for r in results for n in r.notes):
             out.print(f"note: {escape(note)}")
+
+
+def _sanitize_run(out, model, batches, variant, kernel_file, tool, timeout, as_json):
+    from .sanitize import sanitize_model
+
+    if not variant.on_gpu:
+        raise ConvlabError(f"--sanitize watches GPU kernels; '{variant.name}' runs on the CPU")
+    timeout = SANITIZER_TIMEOUT_S if timeout is None else timeout
+    runs = {batch: sanitize_model(model, batch, variant, kernel_file, tool, timeout)
+            for batch in batches}
+    if as_json:
+        click.echo(json.dumps([{"model": model, "kernel": variant.name, "batch": batch,
+                                "tool": tool, "layers": [layer.as_dict() for layer in layers]}
+                               for batch, layers in runs.items()], indent=2))
+    else:
+        for batch, layers in runs.items():
+            out.print(f"{model}, kernel '{escape(variant.name)}', batch {batch}:")
+            for layer in layers:
+                for line in layer.lines():
+                    out.print(escape(line), soft_wrap=True)
+    if not all(layer.clean for layers in runs.values() for layer in layers):
+        raise SystemExit(1)
 
 
 @main.command()
@@ -241,6 +320,9 @@ def device(ceilings, refresh, as_json):
 @click.option("--kernels", default="all", show_default=True,
               help="Comma-separated variants, or 'all' (every variant supporting the layers). "
                    "cuDNN rows of the precisions present are always added.")
+@click.option("--kernel-file", "kernel_files", multiple=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help=KERNEL_FILE_HELP[:-1] + " (repeatable).")
 @click.option("--model", default=None, help="Model whose conv layers to compare (default ece408-high).")
 @click.option("--layer", default=None,
               help="A single layer instead: B,C,H,W,M,K[,stride,pad,groups] (random inputs).")
@@ -252,6 +334,10 @@ def device(ceilings, refresh, as_json):
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
 @click.option("--budget", type=float, default=measure.DEFAULT_BUDGET_S, show_default=True,
               help="Seconds of timing per row at most, once 10 runs are in.")
+@click.option("--verify", type=click.Choice(VERIFY_MODES), default="sample", show_default=True,
+              help=VERIFY_HELP)
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
+              help=f"With --kernel-file: {HANG_HELP} (default {DEFAULT_TIMEOUT_S:g}).")
 @click.option("--save", "save_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write the JSON record and a markdown table into this folder.")
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path),
@@ -260,8 +346,8 @@ def device(ceilings, refresh, as_json):
               help="Write a PNG: Op Time vs batch, and speedup over cuDNN.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of tables.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
-def compare_cmd(kernels, model, layer, bias, weights_path, batches, cold, budget, save_dir,
-                baseline, plot_path, as_json, wide):
+def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches, cold, budget,
+                verify, timeout, save_dir, baseline, plot_path, as_json, wide):
     """Verify, then time, variants side by side with cuDNN and the roofline floor."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -270,8 +356,12 @@ def compare_cmd(kernels, model, layer, bias, weights_path, batches, cold, budget
     weights = load_weights(model, weights_path) if weights_path is not None else None
     if weights_path is not None and model is None:
         raise ConvlabError("--weights goes with --model")
+    if timeout is not None and not kernel_files:
+        raise ConvlabError("--timeout goes with --kernel-file (the built-in kernels run in this "
+                           "process)")
     default = str(lab.default_batch(model)) if model else "10,100,1000,10000"
-    plan = compare.plan(kernels, model, layer, default if batches is None else batches, bias, weights)
+    plan = compare.plan(kernels, model, layer, default if batches is None else batches, bias, weights,
+                        kernel_files, weights_path, verify, timeout)
     base = results.from_record(results.load_record(baseline)) if baseline else None
     if plot_path is not None:
         from .plot import _pyplot

@@ -3,13 +3,16 @@
 A row's speed counts only after the variant passed on fresh random inputs (several draws, like
 KernelBench's correctness trials) and its last timed output on real data passed again. A FAIL
 row keeps its reason and is never ranked. cuDNN rows (through PyTorch, when importable) come
-from the same process and the same device arrays.
+from the same process and the same device arrays. Kernel files (--kernel-file) get the same
+rows from a child process (convlab.isolate), one per batch size: a fault, a hang or a crash
+there makes that run's rows FAIL with the reason, and the comparison goes on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+import os
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -18,11 +21,12 @@ from .errors import ConvlabError
 from .kernels import CUDNN_FOR, RELU, REFERENCE_VARIANTS, TANH_POOL, VARIANTS, get_variant
 from .models import Conv, ReLU, Weights, get_model
 from .network import conv_epilogue
-from .shapes import ConvShape
+from .shapes import ConvShape, parse_layer
 from .verify import compare as compare_output
 from .verify import random_problem, reference_output
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+COMPARE_JOB = "convlab.filejobs:compare_rows"
 RANDOM_TRIALS = 3
 RANDOM_TRIAL_BATCH = 9  # images per random trial: small, and no multiple of any block size
 CUDNN_FUSED = "cudnn"   # the reference for fused rows: conv, tanh and pool as 3 PyTorch calls
@@ -109,30 +113,18 @@ class Comparison:
     ceilings: dict | None = None
     device: dict | None = None
     policy: dict | None = None
-
-
-def parse_layer(spec: str, bias: bool = False) -> ConvShape:
-    """'B,C,H,W,M,K[,stride,pad,groups]' -> ConvShape, with a clear error for anything else."""
-    parts = [p.strip() for p in spec.split(",")]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        values = []
-    if not 6 <= len(values) <= 9:
-        raise ConvlabError("--layer takes six to nine integers B,C,H,W,M,K[,stride,pad,groups] "
-                           f"(e.g. 10000,1,28,28,50,5 or 128,96,27,27,256,5,1,2,2); got '{spec}'")
-    names = ("B", "C", "H", "W", "M", "K", "stride", "pad", "groups")
-    return ConvShape(**dict(zip(names, values)), bias=bias)
+    kernel_files: list[dict] = field(default_factory=list)  # userkernel.KernelFile.record()s
 
 
 def parse_batches(spec: str, model: str | None = None) -> list[int]:
     return lab.parse_batches(spec, model or "ece408-high")
 
 
-def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = False) -> list[str]:
+def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = False,
+                  precisions: Sequence[str] = ()) -> list[str]:
     """'all' (or nothing): every variant that supports the layers (with `partial`, a model's
     layers: any of them, the others showing as SKIP), plus the cuDNN rows of the precisions
-    present."""
+    present (those of the named variants and `precisions`, the kernel files')."""
     if spec is None or spec.strip() == "all":
         fits = any if partial else all
         names = [n for n, v in VARIANTS.items() if v.on_gpu and n not in REFERENCE_VARIANTS
@@ -143,7 +135,7 @@ def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = Fal
             raise ConvlabError("--kernels needs at least one variant name, or 'all'")
         for n in names:
             get_variant(n)
-    precisions = {VARIANTS[n].precision for n in names}
+    precisions = {VARIANTS[n].precision for n in names} | set(precisions)
     for ref in REFERENCE_VARIANTS:
         needed = ref in ("cudnn", "cudnn-tf32") or VARIANTS[ref].precision in precisions
         if needed and ref not in names:
@@ -154,17 +146,24 @@ def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = Fal
 def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, str | None],
                   trials: int = RANDOM_TRIALS) -> tuple[bool, str]:
     """Run the variant on fresh random problems for every layer; the first failure's reason."""
-    import cupy
+    from .guard import host
+    from .isolate import gpu_wait
 
+    xp = np
+    if variant.on_gpu:
+        import cupy as xp
     rng = np.random.default_rng()
     for name, full in shapes.items():
         shape = full.with_batch(min(full.B, RANDOM_TRIAL_BATCH))
         for _ in range(trials):
             x, w, b = random_problem(shape, rng, signed=bool(rng.integers(2)))
             op = variant.prepare(shape, w, epilogues.get(name), b)
-            y = cupy.full(op.output_shape, cupy.nan, dtype=cupy.float32)
-            op(cupy.asarray(x), y)
-            check = compare_output(cupy.asnumpy(op.output(y)),
+            y = xp.full(op.output_shape, xp.nan, dtype=xp.float32)
+            op(op.stage(xp.asarray(x)), y)
+            if variant.on_gpu:
+                with gpu_wait():  # in an isolated child the parent times it: a hang ends here
+                    xp.cuda.Device().synchronize()
+            check = compare_output(host(op.output(y)),
                                    reference_output(x, w, shape, epilogues.get(name), b),
                                    variant.precision)
             if not check.passed:
@@ -192,7 +191,23 @@ def _epilogues(model: str | None, variant, shapes: dict[str, ConvShape]) -> dict
             if isinstance(layer, Conv) and variant.supports(shapes[layer.name])}
 
 
-def _rows_for_run(name, variant, batch, model, policy, shapes, weights=None) -> list[Row]:
+def variant_rows(variant, batch: int, model: str | None, policy: measure.TimingPolicy,
+                 shapes: dict[str, ConvShape], weights: Weights | None = None,
+                 verify: str = "sample") -> list[Row]:
+    """The variant's rows at one batch size: random trials, then the timed and verified run
+    of the model (or the single layer); an error is FAIL rows with its message."""
+    try:
+        return _rows_for_run(variant, batch, model, policy, shapes, weights, verify)
+    except ConvlabError as exc:
+        reason = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a crashing variant is a FAIL row, not a crash
+        reason = f"{type(exc).__name__}: {exc}"
+    return [Row(variant.name, variant.precision, batch, ln, ln, s, None, FAIL, reason)
+            for ln, s in shapes.items()]
+
+
+def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="sample") -> list[Row]:
+    name = variant.name
     epilogues = _epilogues(model, variant, shapes)
     supported = {ln: s for ln, s in shapes.items() if variant.supports(s)}
     natural = _natural_epilogues(model)
@@ -210,11 +225,11 @@ def _rows_for_run(name, variant, batch, model, policy, shapes, weights=None) -> 
     rows = skipped
     if model is None:
         (layer_name, shape), = shapes.items()
-        result = lab.run_layer(shape, name, policy)
+        result = lab.run_layer(shape, variant, policy, verify=verify)
         layers, accuracy, differ, run_ok = [result], None, None, True
     else:
-        run = lab.run(model, name, batch, policy, weights=weights,
-                      fallback=FALLBACK if skipped else None)
+        run = lab.run(model, variant, batch, policy, weights=weights,
+                      fallback=FALLBACK if skipped else None, verify=verify)
         layers = [layer for layer in run.layers if layer.name in supported]
         accuracy, differ = run.accuracy, run.predictions_differ
         if skipped:  # the network's predictions are partly another variant's
@@ -232,7 +247,7 @@ def _rows_for_run(name, variant, batch, model, policy, shapes, weights=None) -> 
     return rows
 
 
-def _cudnn_fused_row(batch, layer_name, shape, policy) -> Row:
+def _cudnn_fused_row(batch, layer_name, shape, policy, verify="sample") -> Row:
     variant = get_variant(CUDNN_FUSED)
     label = f"{layer_name} + tanh + pool (3 PyTorch calls)"
     support = variant.supports(shape)
@@ -240,7 +255,7 @@ def _cudnn_fused_row(batch, layer_name, shape, policy) -> Row:
         return Row(CUDNN_FUSED, variant.precision, batch, layer_name, label, shape, TANH_POOL, SKIP,
                    support.reason)
     try:
-        result = lab.run_layer(shape, CUDNN_FUSED, policy, TANH_POOL)
+        result = lab.run_layer(shape, CUDNN_FUSED, policy, TANH_POOL, verify=verify)
     except Exception as exc:  # noqa: BLE001 - any failure of a reference row is reported, not fatal
         return Row(CUDNN_FUSED, variant.precision, batch, layer_name, label, shape, TANH_POOL, FAIL,
                    f"{type(exc).__name__}: {exc}")
@@ -278,11 +293,21 @@ class Plan:
     kernels: list[str]
     shapes_for: Callable[[int], dict[str, ConvShape]]
     weights: Weights | None = None
+    kernel_files: list = field(default_factory=list)  # userkernel.KernelFiles, run isolated
+    weights_path: str | None = None  # where a kernel file's child process loads `weights` from
+    verify: str = "sample"  # lab.time_and_verify's mode
+    timeout_s: float | None = None  # a kernel file's longest device wait (isolate's default)
 
 
 def plan(kernels: str | None, model: str | None, layer: str | None, batches: str,
-         bias: bool = False, weights: Weights | None = None) -> Plan:
-    """Validate the command's arguments before any timing starts."""
+         bias: bool = False, weights: Weights | None = None,
+         kernel_files: Sequence[str | os.PathLike] = (),
+         weights_path: str | os.PathLike | None = None, verify: str = "sample",
+         timeout_s: float | None = None) -> Plan:
+    """Validate the command's arguments before any timing starts (kernel files are loaded
+    here: a file that cannot be is an error before anything runs)."""
+    from .userkernel import load_kernel_file
+
     if model is not None and layer is not None:
         raise ConvlabError("give --model or --layer, not both")
     if bias and layer is None:
@@ -297,8 +322,45 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
     else:
         model = model or "ece408-high"
         shapes_for = get_model(model).conv_shapes
-    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()), model is not None)
-    return Plan(model, batch_list, names, shapes_for, weights)
+    files = [load_kernel_file(path) for path in kernel_files]
+    seen: dict[str, object] = {}
+    for loaded in files:
+        other = seen.setdefault(loaded.variant.name, loaded)
+        if other is not loaded and other.path.resolve() == loaded.path.resolve():
+            raise ConvlabError(f"kernel file {loaded.path} is given twice")
+        if other is not loaded:
+            raise ConvlabError(f"kernel files {other.path} and {loaded.path} are both named "
+                               f"'{loaded.variant.name}': rename one")
+    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()), model is not None,
+                          [loaded.variant.precision for loaded in files])
+    return Plan(model, batch_list, names, shapes_for, weights, files,
+                None if weights_path is None else str(weights_path), verify, timeout_s)
+
+
+def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: Plan,
+                     policy: measure.TimingPolicy) -> list[Row]:
+    """A kernel file's rows at one batch size, from variant_rows in a child process: a fault,
+    a hang, a crash, or a file that changed meanwhile makes every row FAIL with the reason.
+    Compiler messages name lines of the user's file."""
+    from .isolate import DEFAULT_TIMEOUT_S, run_isolated
+
+    variant = kernel_file.variant
+    job = run_isolated(COMPARE_JOB, {
+        "kernel_file": str(kernel_file.path), "batch": batch,
+        "shapes": {name: shape.as_dict() for name, shape in shapes.items()}, "model": p.model,
+        "policy": vars(policy).copy(), "weights_path": p.weights_path, "verify": p.verify,
+    }, timeout_s=DEFAULT_TIMEOUT_S if p.timeout_s is None else p.timeout_s)
+    if job["status"] == "ok":
+        reason = kernel_file.changed(job["result"]["sha256"])
+        if reason is None:
+            return [replace(row, reason=kernel_file.locate(row.reason))
+                    for row in map(Row.from_dict, job["result"]["rows"])]
+    elif job.get("user_error"):
+        reason = kernel_file.locate(job["message"])
+    else:
+        reason = job["reason"]
+    return [Row(variant.name, variant.precision, batch, ln, ln, s, None, FAIL, reason)
+            for ln, s in shapes.items()]
 
 
 def execute(p: Plan, policy: measure.TimingPolicy,
@@ -307,29 +369,31 @@ def execute(p: Plan, policy: measure.TimingPolicy,
 
     require_cupy("convlab compare")
     ceilings = measure.ceilings()
-    result = Comparison(p.model, p.batches, p.kernels, ceilings=ceilings.as_dict(),
-                        device=measure.device_info(), policy=vars(policy).copy())
-    total = len(p.batches) * len(p.kernels)
+    file_names = [f.variant.name for f in p.kernel_files]
+    result = Comparison(p.model, p.batches, p.kernels + file_names, ceilings=ceilings.as_dict(),
+                        device=measure.device_info(), policy=vars(policy).copy(),
+                        kernel_files=[f.record() for f in p.kernel_files])
+    total = len(p.batches) * (len(p.kernels) + len(p.kernel_files))
     step = 0
     for batch in p.batches:
         shapes = p.shapes_for(batch)
         fused_layers: set[str] = set()
-        for name in p.kernels:
+        for entry in p.kernels + p.kernel_files:
             step += 1
+            isolated = not isinstance(entry, str)
             if progress:
-                progress(f"{name} @ batch {batch}", step, total)
-            variant = get_variant(name)
-            try:
-                rows = _rows_for_run(name, variant, batch, p.model, policy, shapes, p.weights)
-            except ConvlabError as exc:
-                rows = [Row(name, variant.precision, batch, ln, ln, s, None, FAIL, str(exc))
-                        for ln, s in shapes.items()]
-            except Exception as exc:  # noqa: BLE001 - a crashing variant is a FAIL row, not a crash
-                rows = [Row(name, variant.precision, batch, ln, ln, s, None, FAIL,
-                            f"{type(exc).__name__}: {exc}") for ln, s in shapes.items()]
+                name = entry.variant.name if isolated else entry
+                progress(f"{name} @ batch {batch}" + (" (child process)" if isolated else ""),
+                         step, total)
+            if isolated:
+                rows = kernel_file_rows(entry, batch, shapes, p, policy)
+            else:
+                rows = variant_rows(get_variant(entry), batch, p.model, policy, shapes, p.weights,
+                                    p.verify)
             fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
             result.rows += rows
         for layer_name in sorted(fused_layers):
-            result.rows.append(_cudnn_fused_row(batch, layer_name, shapes[layer_name], policy))
+            result.rows.append(_cudnn_fused_row(batch, layer_name, shapes[layer_name], policy,
+                                                p.verify))
     finish(result.rows, ceilings)
     return result

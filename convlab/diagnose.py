@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .reference import conv2d_with_magnitude, max_pool, relu
-from .verify import LAMBDA, Reference, unit_roundoff
+from .verify import Reference, unit_roundoff
 
 ALTERNATIVE_IMAGES = 4
 MATCH_FRACTION = 0.99  # an explanation must fit this share of the outputs it is compared on

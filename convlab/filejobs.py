@@ -1,7 +1,9 @@
 """Jobs that run a kernel in an isolated child process (convlab.isolate): each takes and returns
 JSON-able values. `exercise` is one launch on random inputs, checked: what compute-sanitizer
 watches and what the fault and hang tests run. `time_layer` is `convlab.lab.run_layer` for a
-kernel file: the row a compare of one random layer needs."""
+kernel file. `run_model` is `convlab run --kernel-file` (lab.run), `compare_rows` one kernel
+file's rows of `convlab compare` (compare.variant_rows). Each returns the hash of the file it
+loaded, which the parent compares with the file it recorded."""
 
 from __future__ import annotations
 
@@ -57,3 +59,65 @@ def time_layer(shape: dict, kernel_file: str | None = None, variant: str | None 
     result = lab.run_layer(ConvShape(**shape), chosen, measure.TimingPolicy(**(policy or {})),
                            epilogue, seed)
     return {"layer": result.as_dict(), "kernel_file": record}
+
+
+def run_model(kernel_file: str, model: str, batch: int, policy: dict | None = None,
+              weights_path: str | None = None, fallback: str | None = None,
+              compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> dict:
+    """lab.run with the kernel file: {"sha256", "run": the RunResult as a dict}."""
+    from . import lab, measure
+    from .models import load_weights
+    from .userkernel import load_kernel_file
+
+    loaded = load_kernel_file(kernel_file)
+    if loaded.variant.on_gpu:
+        _launch_alone(loaded.variant, model, batch)
+    result = lab.run(model, loaded.variant, batch, measure.TimingPolicy(**(policy or {})),
+                     weights=load_weights(model, weights_path), fallback=fallback,
+                     compare_torch=compare_torch, graph=graph, verify=verify)
+    return {"sha256": loaded.sha256, "run": result.as_dict()}
+
+
+def _launch_alone(variant, model: str, batch: int) -> None:
+    """One launch per conv layer of the model, each waited for alone, before the network runs.
+    A kernel that faults or never returns does so here, in a device wait the parent times. In
+    the network, kernels launched behind it for the first time (cuBLAS's, loaded lazily by CUDA)
+    may wait for it inside the launch, where the parent sees no device wait and only the job's
+    overall limit would end it. (compare's random trials and `exercise` launch alone too.)"""
+    import cupy
+
+    from .isolate import gpu_wait
+    from .models import Conv, get_model
+    from .network import conv_epilogue
+    from .verify import poison, random_problem
+
+    spec = get_model(model)
+    shapes = spec.conv_shapes(batch)
+    rng = np.random.default_rng()
+    for i, layer in enumerate(spec.layers):
+        if not isinstance(layer, Conv) or not variant.supports(shapes[layer.name]):
+            continue
+        shape = shapes[layer.name]
+        x, w, b = random_problem(shape, rng, signed=True)
+        op = variant.prepare(shape, w, conv_epilogue(variant, spec.layers, i, shape)[0], b)
+        y = cupy.empty(op.output_shape, dtype=cupy.float32)
+        poison(y)
+        op(op.stage(cupy.asarray(x)), y)
+        with gpu_wait():
+            cupy.cuda.Device().synchronize()
+
+
+def compare_rows(kernel_file: str, batch: int, shapes: dict[str, dict], model: str | None = None,
+                 policy: dict | None = None, weights_path: str | None = None,
+                 verify: str = "sample") -> dict:
+    """The kernel file's rows of a compare at one batch size, as a built-in variant gets them:
+    {"sha256", "rows": [Row as a dict]}."""
+    from . import compare, measure
+    from .models import load_weights
+    from .userkernel import load_kernel_file
+
+    loaded = load_kernel_file(kernel_file)
+    weights = load_weights(model, weights_path) if weights_path is not None else None
+    rows = compare.variant_rows(loaded.variant, batch, model, measure.TimingPolicy(**(policy or {})),
+                                {name: ConvShape(**s) for name, s in shapes.items()}, weights, verify)
+    return {"sha256": loaded.sha256, "rows": [row.as_dict() for row in rows]}

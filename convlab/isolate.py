@@ -18,7 +18,10 @@ The protocol (generic over any importable function taking and returning JSON-abl
   float64 references on the CPU are not device waits, so a short `timeout_s` does not cut them.
 - run_isolated returns {"status": "ok" | "error" | "hang" | "timeout" | "crash", "result":
   the function's value or None, "reason": one line for a FAIL row, "wall_s", "returncode",
-  "stdout", "stderr"} (stdout and stderr cut to their last OUTPUT_LIMIT characters).
+  "stdout", "stderr"} (stdout and stderr cut to their last OUTPUT_LIMIT characters); with
+  status "error" also "message" (the exception's whole message), "user_error" (whether it is a
+  ConvlabError: a problem the user can act on, such as a compile error, not a failed kernel)
+  and "traceback".
 
 The child writes nothing but this record: a job must not save results itself, so a job that
 dies leaves nothing partial behind.
@@ -38,6 +41,8 @@ import tempfile
 import time
 import traceback
 from typing import Sequence
+
+from .errors import ConvlabError
 
 FD_VARIABLE = "CONVLAB_ISOLATE_FD"
 DEFAULT_TIMEOUT_S = 5.0  # longest device wait: no conv launch of convlab's takes near this
@@ -84,6 +89,7 @@ def _child() -> int:
         json.dumps(message)  # a value that cannot cross is the job's error, reported as such
     except BaseException as exc:  # noqa: BLE001 - every failure crosses back as a record
         message = {"error": {"type": type(exc).__name__, "message": str(exc).strip(),
+                             "user_error": isinstance(exc, ConvlabError),
                              "traceback": traceback.format_exc(limit=8)}}
     _send(message)
     _channel.close()
@@ -137,6 +143,8 @@ def run_isolated(function: str, args: dict | None = None, timeout_s: float = DEF
         error = message["error"]
         record["status"] = "error"
         record["reason"] = f"{error['type']}: {error['message']}".splitlines()[0]
+        record["message"] = error["message"]
+        record["user_error"] = error.get("user_error", False)
         record["traceback"] = error.get("traceback", "")
     elif status == "crash":
         last = [line for line in stderr.splitlines() if line.strip()][-1:] or ["no output"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 import numpy as np
@@ -18,7 +18,7 @@ from .kernels import Variant, get_variant
 from .models import FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
 from .network import ConvStep, Network, Step
 from .shapes import ConvShape
-from .verify import Check, compare, layer_reference, poison, reference_output
+from .verify import Check, compare, poison
 
 MAX_BATCH = data.TEST_SET_SIZE
 MAX_IMAGENET_BATCH = 4096  # random AlexNet inputs: 618 KB each on the host, again on the device
@@ -161,6 +161,12 @@ class LayerResult:
                 "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
                 "compile_s": self.compile_s, "variant": self.variant}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "LayerResult":
+        return cls(d["name"], d["label"], ConvShape(**d["shape"]), d["epilogue"],
+                   measure.Timing.from_dict(d["timing"]), Check(**d["check"]), d["compile_s"],
+                   d.get("variant", ""))
+
 
 @dataclass
 class StepTime:
@@ -176,6 +182,11 @@ class StepTime:
         return {"label": self.label, "category": self.category, "kernel": self.kernel,
                 "median_ms": self.median_ms,
                 "check": self.check.as_dict() if self.check is not None else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepTime":
+        return cls(d["label"], d["category"], d["kernel"], d["median_ms"],
+                   Check(**d["check"]) if d.get("check") is not None else None)
 
 
 @dataclass
@@ -203,6 +214,7 @@ class RunResult:
     torch_ms: float | None = None  # PyTorch eager forward on the same weights and input
     torch_note: str = ""
     fallback_layers: list[str] = field(default_factory=list)
+    kernel_file: dict | None = None  # a kernel file's record (userkernel.KernelFile.record())
 
     @property
     def task(self) -> str:
@@ -232,7 +244,15 @@ class RunResult:
                 "dtoh_ms": self.dtoh_ms, "end_to_end_s": self.end_to_end_s,
                 "torch_ms": self.torch_ms, "torch_note": self.torch_note,
                 "fallback_layers": self.fallback_layers, "wall_s": self.wall_s,
-                "device": self.device, "notes": self.notes}
+                "device": self.device, "notes": self.notes, "kernel_file": self.kernel_file}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunResult":
+        """The result as_dict() gave (a run in a child process sends it that way)."""
+        lists = {"layers": LayerResult, "steps": StepTime}
+        plain = {f.name for f in fields(cls)} - set(lists)
+        return cls(**{k: v for k, v in d.items() if k in plain},
+                   **{k: [kind.from_dict(item) for item in d[k]] for k, kind in lists.items()})
 
 
 # --- verification and timing of one conv step -------------------------------------------------
@@ -339,6 +359,8 @@ def infer(model: str, kernel: str, x: np.ndarray, weights: Weights | None = None
 def _time_steps(network: Network, passes: int) -> dict[str, list[float]]:
     """Per-step times inside whole forward passes (after the warm-up pass): CUDA events between
     steps on the GPU, the host clock for the cpu variant."""
+    from .isolate import gpu_wait
+
     samples: dict[str, list[float]] = {s.label: [] for s in network.steps}
     if network.on_gpu:
         import cupy
@@ -359,7 +381,8 @@ def _time_steps(network: Network, passes: int) -> dict[str, list[float]]:
         marks = {}
         network.forward(on_step=lambda step, when: marks.__setitem__((step.label, when), clock()))
         if network.on_gpu:
-            network.xp.cuda.Device().synchronize()
+            with gpu_wait():
+                network.xp.cuda.Device().synchronize()
         for s in network.steps:
             samples[s.label].append(elapsed(marks[(s.label, "begin")], marks[(s.label, "end")]))
     return samples
@@ -375,15 +398,18 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
         a = a[idx]
         return network.xp.asnumpy(a) if network.on_gpu else np.asarray(a)
 
-    ref = layer_reference(step.layers, host(step.input), network.weights.arrays)
+    from .ops import reference_for
+
+    ref = reference_for(step.layers, host(step.input).astype(np.float64), network.weights.arrays)
     return compare(host(step.output), ref, "fp32")
 
 
-def run(model: str, kernel: str, batch: int, policy: measure.TimingPolicy | None = None,
+def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPolicy | None = None,
         on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
         fallback: str | None = None, compare_torch: bool = False,
-        graph: bool = True) -> RunResult:
-    """Run `model` on `batch` images with `kernel` computing its conv layers."""
+        graph: bool = True, verify: str = "sample") -> RunResult:
+    """Run `model` on `batch` images with `kernel` computing its conv layers; `verify` is
+    time_and_verify's ("sample" or "full")."""
     start = time.perf_counter()
     emit = on_event or (lambda name, payload=None: None)
     spec = get_model(model)
@@ -402,22 +428,19 @@ def run(model: str, kernel: str, batch: int, policy: measure.TimingPolicy | None
     network.annotate = nvtx.annotate  # layer names on an Nsight Systems timeline
     emit("loaded-model")
 
-    xp = network.xp
-    if network.on_gpu:
-        network.input.set(x)
-    else:
-        network.input[...] = x
+    _load(network, x)
     network.forward()  # warm-up, and every step's input for the timings below
     layers = []
     for step in network.conv_steps:
         step_variant = variant if step.layer.name not in network.fallback_layers else fb
-        timing, check = time_and_verify(step, step_variant, policy)
+        timing, check = time_and_verify(step, step_variant, policy, verify)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
                             step.op.compile_seconds, step_variant.name)
         layers.append(layer)
         emit("layer", layer)
 
-    network.forward()  # every step's input again after the conv timings poisoned outputs
+    # Whole passes again, timed step by step: they also recompute every step's input and
+    # output after the conv timings poisoned outputs.
     times = _time_steps(network, BREAKDOWN_PASSES if network.on_gpu else 1)
     steps = [StepTime(s.label, s.category, s.kernel_label, float(np.median(times[s.label])),
                       None if s.is_conv else _verify_layer_step(s, network))
@@ -427,17 +450,16 @@ def run(model: str, kernel: str, batch: int, policy: measure.TimingPolicy | None
                        predictions_differ=0, compile_s=network.compile_seconds,
                        end_to_end_s=0.0, wall_s=0.0, steps=steps,
                        fallback_layers=list(network.fallback_layers))
-    for s in network.conv_steps:
-        poison(s.output)
 
     if network.on_gpu:
+        for s in network.conv_steps:
+            poison(s.output)
         probs, predictions = _device_end_to_end(network, x, result, policy, graph)
-    else:
-        t0 = time.perf_counter()
-        probs = np.array(network.forward())
+    else:  # the timed pass above was host images in, predictions out already
+        probs = np.array(network.steps[-1].result())
         predictions = probs.argmax(axis=1)
-        result.end_to_end_s = time.perf_counter() - t0
-        result.forward_ms = result.end_to_end_s * 1e3
+        result.forward_ms = sum(st.median_ms for st in steps)
+        result.end_to_end_s = result.forward_ms / 1e3
 
     if spec.task == FASHION_MNIST:
         _, labels = data.load_test_set(batch)
@@ -458,6 +480,13 @@ def run(model: str, kernel: str, batch: int, policy: measure.TimingPolicy | None
     result.wall_s = time.perf_counter() - start
     emit("done", result)
     return result
+
+
+def _load(network: Network, x: np.ndarray) -> None:
+    if network.on_gpu:
+        network.input.set(x)
+    else:
+        network.input[...] = x
 
 
 def _device_end_to_end(network: Network, x: np.ndarray, result: RunResult,
@@ -515,8 +544,10 @@ def run_batches(model: str, kernel: str, batches: list[int], policy: measure.Tim
 
 
 def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPolicy | None = None,
-              epilogue: str | None = None, seed: int | None = None) -> LayerResult:
-    """Time one conv layer alone, on fresh random inputs, and verify the last timed output."""
+              epilogue: str | None = None, seed: int | None = None,
+              verify: str = "sample") -> LayerResult:
+    """Time one conv layer alone, on fresh random inputs, and verify the last timed output
+    (`verify` as in `run`)."""
     from .verify import random_problem
 
     variant = _variant_for(kernel)
@@ -533,7 +564,97 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     step = ConvStep(label="layer", category="conv", kernel_label=f"{kernel} layer", op=op,
                     shape=shape, weights=w, bias=b, epilogue=epilogue, input=xd,
                     staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=xp.float32))
-    timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy())
+    timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy(), verify)
     label = "layer" + (f" + {epilogue}" if epilogue else "")
     return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel)
 
+
+# --- kernel files: the same run, in a child process -------------------------------------------
+
+RUN_JOB = "convlab.filejobs:run_model"
+
+
+@dataclass
+class FailedRun:
+    """A kernel file's run that ended without a result: its child process faulted (the CUDA
+    error), hung in a device wait, died, or read a file that changed meanwhile."""
+
+    model: str
+    kernel: str
+    precision: str
+    batch: int
+    status: str  # isolate's "error", "hang", "timeout" or "crash"; "changed"
+    reason: str
+    kernel_file: dict
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return False
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "kernel": self.kernel, "precision": self.precision,
+                "batch": self.batch, "passed": False, "status": self.status,
+                "reason": self.reason, "wall_s": self.wall_s, "notes": self.notes,
+                "kernel_file": self.kernel_file}
+
+
+def run_kernel_file(model: str, kernel_file, batches: list[int],
+                    policy: measure.TimingPolicy | None = None,
+                    on_event: Callable[[str, object], None] | None = None,
+                    weights_path: str | os.PathLike | None = None, fallback: str | None = None,
+                    compare_torch: bool = False, graph: bool = True, verify: str = "sample",
+                    timeout_s: float | None = None) -> list[RunResult | FailedRun]:
+    """`run` for each batch size with a loaded kernel file (userkernel.KernelFile), each batch
+    in a child process (convlab.isolate): a fault, a device wait longer than `timeout_s` (a
+    hang) or a crash ends that batch as a FailedRun and the next batch goes on. What needs no
+    CUDA is checked here first, and an error the user can act on (a compile error) is raised
+    here with the file's own line numbers, as a built-in's run raises it. Events: "isolated"
+    (batch) before each child, then "layer" and "done" as `run` emits them, or "failed"."""
+    from .isolate import DEFAULT_TIMEOUT_S, run_isolated
+
+    emit = on_event or (lambda name, payload=None: None)
+    spec = get_model(model)
+    variant = _variant_for(kernel_file.variant)
+    fb = _variant_for(fallback) if fallback is not None else None
+    for batch in batches:
+        check_batch(batch, model)
+        check_support(spec, variant, batch, fb)
+    args = {"kernel_file": str(kernel_file.path), "model": model,
+            "policy": vars(policy or measure.TimingPolicy()).copy(),
+            "weights_path": None if weights_path is None else str(weights_path),
+            "fallback": fallback, "compare_torch": compare_torch, "graph": graph, "verify": verify}
+    results: list[RunResult | FailedRun] = []
+    for batch in batches:
+        emit("isolated", batch)
+        job = run_isolated(RUN_JOB, {**args, "batch": batch},
+                           timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+        result = _kernel_file_result(job, kernel_file, model, batch)
+        if isinstance(result, FailedRun):
+            emit("failed", result)
+        else:
+            for layer in result.layers:
+                emit("layer", layer)
+            emit("done", result)
+        results.append(result)
+    return results
+
+
+def _kernel_file_result(job: dict, kernel_file, model: str, batch: int) -> RunResult | FailedRun:
+    variant = kernel_file.variant
+    if job["status"] == "error" and job.get("user_error"):
+        raise ConvlabError(kernel_file.locate(job["message"]))
+    if job["status"] != "ok":
+        return FailedRun(model, variant.name, variant.precision, batch, job["status"],
+                         job["reason"], kernel_file.record(), job["wall_s"])
+    changed = kernel_file.changed(job["result"]["sha256"])
+    if changed:
+        return FailedRun(model, variant.name, variant.precision, batch, "changed", changed,
+                         kernel_file.record(), job["wall_s"])
+    result = RunResult.from_dict(job["result"]["run"])
+    result.kernel_file = kernel_file.record()
+    result.wall_s = job["wall_s"]  # the child's whole life: start-up and compilation included
+    result.notes.append(f"kernel file {kernel_file.path} (sha256 {kernel_file.sha256[:12]}) ran "
+                        "in a child process")
+    return result

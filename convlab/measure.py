@@ -224,19 +224,24 @@ def gbps(shape: ConvShape, ms: float, epilogue: str | None = None) -> float:
 
 # --- device ceilings ------------------------------------------------------------------------
 
-MMA_PEAK_SOURCE = r"""
-// Tensor-core ceiling for the instruction the tensorcore variants use: every warp issues
-// independent mma.sync.m16n8k8 TF32 operations on register fragments, nothing else.
-extern "C" __global__ void mma_peak(float* out, int iters, float seed)
+# Tensor-core ceilings for the instructions the tensor-core variants use: every warp issues
+# independent mma.sync operations on register fragments, nothing else. One kernel per
+# instruction: (name, how the inputs are packed, mma shape and types, k of the shape).
+MMA_PEAKS = {
+    "tf32": ("mma_peak", "cvt.rna.tf32.f32 %0, %1;", "m16n8k8.row.col.f32.tf32.tf32.f32", 8),
+    "fp16": ("mma_peak_f16", "cvt.rn.f16x2.f32 %0, %1, %1;", "m16n8k16.row.col.f32.f16.f16.f32", 16),
+}
+MMA_PEAK_TEMPLATE = r"""
+extern "C" __global__ void NAME(float* out, int iters, float seed)
 {
     unsigned int a[4], b[2];
-    for (int i = 0; i < 4; ++i) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(a[i]) : "f"(seed + i));
-    for (int i = 0; i < 2; ++i) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(b[i]) : "f"(seed - i));
+    for (int i = 0; i < 4; ++i) asm("PACK" : "=r"(a[i]) : "f"(seed + i));
+    for (int i = 0; i < 2; ++i) asm("PACK" : "=r"(b[i]) : "f"(seed - i));
     float d[8][4] = {};
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-            asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+            asm volatile("mma.sync.aligned.SHAPE "
                          "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                          : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -246,6 +251,9 @@ extern "C" __global__ void mma_peak(float* out, int iters, float seed)
     out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 """
+MMA_PEAK_SOURCE = "".join(
+    MMA_PEAK_TEMPLATE.replace("NAME", name).replace("PACK", pack).replace("SHAPE", shape)
+    for name, pack, shape, _ in MMA_PEAKS.values())
 
 
 @dataclass
@@ -256,9 +264,14 @@ class Ceilings:
     tf32_gflops: float  # mma.sync m16n8k8 TF32 issue rate
     measured_at: str = ""
     details: dict = field(default_factory=dict)
+    fp16_gflops: float | None = None  # mma.sync m16n8k16 f16 (and bf16) issue rate
 
     def rate(self, precision: str) -> float:
-        return self.tf32_gflops if precision in ("tf32", "fp16") else self.fp32_gflops
+        """The arithmetic ceiling of a precision class. Ceilings saved before fp16 was measured
+        fall back to twice the TF32 rate (Hopper's ratio for these instructions)."""
+        if precision in ("fp16", "bf16"):
+            return self.fp16_gflops or 2 * self.tf32_gflops
+        return self.tf32_gflops if precision == "tf32" else self.fp32_gflops
 
     def floor_ms(self, shape: ConvShape, precision: str = "fp32",
                  epilogue: str | None = None) -> tuple[float, str]:
@@ -297,16 +310,20 @@ def measure_ceilings() -> Ceilings:
     fp32 = 2 * size**3 / (ms * 1e-3) / 1e9
     del a, b, c
 
-    kernel = load_module("ceiling:mma", MMA_PEAK_SOURCE, ("-std=c++17",), ("mma_peak",)).module \
-        .get_function("mma_peak")
+    module = load_module("ceiling:mma", MMA_PEAK_SOURCE, ("-std=c++17",),
+                         tuple(peak[0] for peak in MMA_PEAKS.values())).module
     sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
     blocks_, threads, iters = sms * 8, 256, 4096
     out = cupy.empty(blocks_ * threads, dtype=cupy.float32)
-    ms = _time_once(lambda: kernel((blocks_,), (threads,), (out, np.int32(iters), np.float32(1.5))))
-    tf32 = blocks_ * threads / 32 * iters * 8 * (2 * 16 * 8 * 8) / (ms * 1e-3) / 1e9
-    return Ceilings(device, round(copy_gbps, 1), round(fp32, 1), round(tf32, 1),
+    rates = {}
+    for precision, (name, _, _, k) in MMA_PEAKS.items():
+        kernel = module.get_function(name)
+        ms = _time_once(lambda: kernel((blocks_,), (threads,), (out, np.int32(iters), np.float32(1.5))))
+        rates[precision] = blocks_ * threads / 32 * iters * 8 * (2 * 16 * 8 * k) / (ms * 1e-3) / 1e9
+    return Ceilings(device, round(copy_gbps, 1), round(fp32, 1), round(rates["tf32"], 1),
                     time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    {"copy_bytes": 2 * n * 4, "sgemm_size": size, "mma_blocks": blocks_})
+                    {"copy_bytes": 2 * n * 4, "sgemm_size": size, "mma_blocks": blocks_},
+                    round(rates["fp16"], 1))
 
 
 def cache_dir() -> Path:

@@ -28,7 +28,7 @@ extern "C" __global__ void top1(const float* __restrict__ p, int* __restrict__ o
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const float* r = p + (long long)row * n;
-    float best = -INFINITY;
+    float best = -__int_as_float(0x7f800000);  // -inf: NVRTC has no math.h constants
     int arg = 0x7fffffff;
     for (int i = lane; i < n; i += 32) {
         const float v = r[i];
@@ -51,6 +51,31 @@ def pinned_empty(shape: tuple, dtype=np.float32) -> np.ndarray:
     count = int(np.prod(shape))
     mem = cupy.cuda.alloc_pinned_memory(count * np.dtype(dtype).itemsize)
     return np.frombuffer(mem, dtype=dtype, count=count).reshape(shape)
+
+
+def wall_times(run, repeats: int) -> list[float]:
+    """Wall-clock milliseconds of `run` (which synchronises before it returns), after one
+    untimed run: host images in, host predictions out."""
+    run()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return samples
+
+
+def capture(stream, work):
+    """A CUDA graph of what `work` launches on `stream`. A capture that fails is ended before
+    the error propagates, so the stream (and the next graph anyone captures) is left usable."""
+    with stream:
+        stream.begin_capture()
+        try:
+            work()
+        except BaseException:
+            stream.end_capture()
+            raise
+        return stream.end_capture()
 
 
 class Pipeline:
@@ -81,10 +106,7 @@ class Pipeline:
             self._device_pass()  # warm-up: module loads and first-touch costs stay out
         self.stream.synchronize()
         if graph and network.capturable:
-            with self.stream:
-                self.stream.begin_capture()
-                self._device_pass()
-                self.graph = self.stream.end_capture()
+            self.graph = capture(self.stream, self._device_pass)
             self.graph.upload(self.stream)
             self.stream.synchronize()
 
@@ -114,14 +136,7 @@ class Pipeline:
         return self.host_out.copy()
 
     def time_run(self, repeats: int = 10) -> list[float]:
-        """Wall-clock milliseconds of `run`, host to host (the stream is synchronised inside)."""
-        samples = []
-        self.run()
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            self.run()
-            samples.append((time.perf_counter() - t0) * 1e3)
-        return samples
+        return wall_times(self.run, repeats)
 
     def time_copies(self, repeats: int = 10) -> tuple[list[float], list[float]]:
         """CUDA-event milliseconds of the input copy (HtoD) and the predictions copy (DtoH)."""
@@ -172,11 +187,8 @@ class OverlappedPipeline:
                 self._chunk_pass(buf)
             self.compute_stream.synchronize()
         if network.capturable:
-            for buf in range(2):
-                with self.compute_stream:
-                    self.compute_stream.begin_capture()
-                    self._chunk_pass(buf)
-                    self.graphs.append(self.compute_stream.end_capture())
+            self.graphs = [capture(self.compute_stream, lambda b=buf: self._chunk_pass(b))
+                           for buf in range(2)]
             self.compute_stream.synchronize()
 
     def _chunk_pass(self, buf: int) -> None:
@@ -208,10 +220,4 @@ class OverlappedPipeline:
         return self.host_out.copy()
 
     def time_run(self, repeats: int = 5) -> list[float]:
-        samples = []
-        self.run()
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            self.run()
-            samples.append((time.perf_counter() - t0) * 1e3)
-        return samples
+        return wall_times(self.run, repeats)

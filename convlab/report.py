@@ -139,6 +139,7 @@ def device_table(info: dict, ceilings=None, width=None) -> Table:
         rows += [["copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s (device-to-device, read+write)"],
                  ["FP32 rate", f"{ceilings.fp32_gflops / 1e3:,.1f} TFLOP/s (cuBLAS SGEMM 8192^3)"],
                  ["TF32 rate", f"{ceilings.tf32_gflops / 1e3:,.1f} TFLOP/s (mma.sync m16n8k8 peak)"],
+                 ["FP16 rate", f"{ceilings.rate('fp16') / 1e3:,.1f} TFLOP/s (mma.sync m16n8k16 peak)"],
                  ["ceilings measured", ceilings.measured_at]]
     return fitted_table("GPU", [Col("", "left", style="bold"), Col("", "left", wrap=True)], rows,
                         width, show_header=False)
@@ -181,7 +182,8 @@ def steps_table(result: RunResult, width=None, wide=False) -> Table | None:
         check = "-" if s.check is None else status_text(s.check.passed)
         rows.append([s.label, s.category, s.kernel, fmt_ms(s.median_ms),
                      f"{100 * s.median_ms / total:.1f}%", check])
-    title = f"forward pass by step (CUDA events between steps, median of passes): {total:.3f} ms"
+    clock = "CUDA events between steps" if result.device else "host clock"
+    title = f"forward pass by step ({clock}, median of passes): {total:.3f} ms"
     return fitted_table(title, cols, rows, width, wide)
 
 
@@ -338,10 +340,14 @@ def compare_header(comparison) -> str:
     return (f"{d.get('name', '?')} (CC {d.get('compute_capability', '?')}, CUDA {d.get('cuda_runtime', '?')}, "
             f"CuPy {d.get('cupy', '?')}); ceilings: copy {c.get('copy_gbps', 0):,.0f} GB/s, "
             f"FP32 {c.get('fp32_gflops', 0) / 1e3:,.1f} TFLOP/s, TF32 {c.get('tf32_gflops', 0) / 1e3:,.1f} "
-            f"TFLOP/s; timing: CUDA events, median until RSE <= {100 * policy.get('target_rse', 0.01):g}% "
+            f"TFLOP/s{_fp16_rate(c)}; timing: CUDA events, median until RSE <= {100 * policy.get('target_rse', 0.01):g}% "
             f"or {policy.get('budget_s', 2):g} s per row; {cold}. %floor: the roofline floor "
             "max(bytes / copy bandwidth, FLOPs / the precision's rate) over the time; x cuDNN: "
             "cuDNN of the same precision over the time. Best PASS time per layer in bold.")
+
+
+def _fp16_rate(ceilings: dict) -> str:
+    return f", FP16 {ceilings['fp16_gflops'] / 1e3:,.1f} TFLOP/s" if ceilings.get("fp16_gflops") else ""
 
 
 def compare_markdown(comparison) -> str:

@@ -38,6 +38,7 @@ def to_record(comparison: Comparison, command: str = "") -> dict:
         "model": comparison.model,
         "batches": comparison.batches,
         "kernels": comparison.kernels,
+        "kernel_files": comparison.kernel_files,
         "device": comparison.device,
         "ceilings": comparison.ceilings,
         "policy": comparison.policy,
@@ -48,7 +49,8 @@ def to_record(comparison: Comparison, command: str = "") -> dict:
 def from_record(record: dict) -> Comparison:
     comparison = Comparison(record.get("model"), record["batches"], record["kernels"],
                             [Row.from_dict(r) for r in record["rows"]], record.get("ceilings"),
-                            record.get("device"), record.get("policy"))
+                            record.get("device"), record.get("policy"),
+                            record.get("kernel_files", []))
     return comparison
 
 
@@ -97,7 +99,13 @@ def record_kind(path: Path) -> str:
 
 
 def record_name(record: dict) -> str:
-    subject = record["model"] or "layer"
+    subject = record["model"]
+    if subject is None:
+        shape = record["rows"][0]["shape"] if record["rows"] else {}
+        subject = "layer-" + "x".join(str(shape.get(k, "")) for k in ("B", "C", "H", "W", "M", "K"))
+        subject += "".join(f"-{k[0]}{shape[k]}" for k, plain in (("stride", 1), ("pad", 0),
+                                                                 ("groups", 1))
+                           if shape.get(k, plain) != plain)
     stamp = record["timestamp"][:19].replace(":", "").replace("-", "")
     return f"compare-{subject}-{stamp}"
 

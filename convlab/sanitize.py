@@ -189,3 +189,62 @@ def sanitize(shape: ConvShape, kernel_file: str | Path | None = None, variant: s
     clean = not errors and job["returncode"] != ERROR_EXIT and job["status"] == "ok"
     return SanitizeReport(tool, clean, errors, summary, job["status"],
                           "" if job["status"] == "ok" else job["reason"])
+
+
+# --- every conv layer of a model (`convlab run --sanitize`) ---------------------------------------
+
+DEFAULT_BATCH = 16  # run --sanitize without --batch: instrumented launches are 10-100x slower,
+# and each is checked against a float64 reference on the host
+
+
+@dataclass
+class LayerReport:
+    layer: str
+    shape: ConvShape
+    epilogue: str | None
+    report: SanitizeReport | None  # None when the kernel does not run this layer
+    skipped: str = ""  # why it does not
+
+    @property
+    def clean(self) -> bool:
+        return self.report is None or self.report.clean
+
+    def lines(self) -> list[str]:
+        title = f"{self.layer} ({self.shape.brief()}" + (f", {self.epilogue})" if self.epilogue else ")")
+        if self.report is None:
+            return [f"{title}: not run ({self.skipped})"]
+        first, *rest = self.report.lines()
+        return [f"{title}: {first}", *rest]
+
+    def as_dict(self) -> dict:
+        return {"layer": self.layer, "shape": self.shape.as_dict(), "epilogue": self.epilogue,
+                "skipped": self.skipped, "report": self.report.as_dict() if self.report else None}
+
+
+def sanitize_model(model: str, batch: int, variant, kernel_file: str | Path | None = None,
+                   tool: str = "memcheck", timeout_s: float = SANITIZER_TIMEOUT_S) -> list[LayerReport]:
+    """Each conv layer of `model` at `batch` under compute-sanitizer: one checked launch of the
+    kernel file (or the built-in `variant`) with the epilogue the network hands it there."""
+    from .gpu import require_cupy
+    from .models import Conv, get_model
+    from .network import conv_epilogue
+
+    sanitizer_command(tool)  # a missing tool is reported before anything runs
+    require_cupy("compute-sanitizer")
+    spec = get_model(model)
+    shapes = spec.conv_shapes(batch)
+    reports = []
+    for i, layer in enumerate(spec.layers):
+        if not isinstance(layer, Conv):
+            continue
+        shape = shapes[layer.name]
+        support = variant.supports(shape)
+        if not support:
+            reports.append(LayerReport(layer.name, shape, None, None, support.reason))
+            continue
+        epilogue, _ = conv_epilogue(variant, spec.layers, i, shape)
+        report = sanitize(shape, kernel_file=kernel_file,
+                          variant=None if kernel_file is not None else variant.name, tool=tool,
+                          epilogue=epilogue, timeout_s=timeout_s)
+        reports.append(LayerReport(layer.name, shape, epilogue, report))
+    return reports

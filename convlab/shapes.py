@@ -139,3 +139,21 @@ class ConvShape:
             "B": self.B, "C": self.C, "H": self.H, "W": self.W, "M": self.M, "K": self.K,
             "stride": self.stride, "pad": self.pad, "groups": self.groups, "bias": self.bias,
         }
+
+
+LAYER_FIELDS = ("B", "C", "H", "W", "M", "K", "stride", "pad", "groups")
+LAYER_SYNTAX = "B,C,H,W,M,K[,stride,pad,groups]"
+
+
+def parse_layer(spec: str, bias: bool = False) -> ConvShape:
+    """'B,C,H,W,M,K[,stride,pad,groups]' (six to nine integers; left out: stride 1, pad 0, one
+    group) -> ConvShape, with a bias if `bias`; ConvlabError for anything else, naming --layer."""
+    parts = [p.strip() for p in spec.split(",")]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if not 6 <= len(values) <= 9:
+        raise ConvlabError(f"--layer takes six to nine integers {LAYER_SYNTAX} (e.g. "
+                           f"10000,1,28,28,50,5 or 128,96,27,27,256,5,1,2,2); got '{spec}'")
+    return ConvShape(**dict(zip(LAYER_FIELDS, values)), bias=bias)

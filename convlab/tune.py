@@ -38,31 +38,15 @@ from typing import Callable
 from .errors import ConvlabError
 from .gpu import gpu_available, unavailable_reason
 from .measure import Timing, TimingPolicy
-from .shapes import ConvShape
+from .shapes import ConvShape, parse_layer
 from .verify import Check
 
 CACHE_FILE = "tune-cache.json"
 CACHE_FORMAT = 1
 PASS, FAIL = "PASS", "FAIL"
-LAYER_SYNTAX = "B,C,H,W,M,K[,stride,pad,groups]"
-LAYER_FIELDS = ("B", "C", "H", "W", "M", "K", "stride", "pad", "groups")
 
 
 # --- the layer ------------------------------------------------------------------------------
-
-def parse_layer(spec: str, bias: bool = False) -> ConvShape:
-    """'B,C,H,W,M,K[,stride,pad,groups]' (six to nine integers; left out: stride 1, pad 0, one
-    group) -> ConvShape, with a bias if `bias`; ConvlabError for anything else, naming --layer."""
-    parts = [p.strip() for p in spec.split(",")]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        values = []
-    if not 6 <= len(values) <= 9:
-        raise ConvlabError(f"--layer takes six to nine integers {LAYER_SYNTAX} (e.g. "
-                           f"128,256,13,13,384,3,1,1 or 128,384,13,13,384,3,1,1,2); got '{spec}'")
-    return ConvShape(**dict(zip(LAYER_FIELDS, values)), bias=bias)
-
 
 def layer_text(shape: ConvShape) -> str:
     """The layer in --layer syntax (the long form), plus ',bias' when it has one."""

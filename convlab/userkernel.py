@@ -84,6 +84,9 @@ SCALAR_TYPES = (("long long", np.int64), ("int64_t", np.int64), ("size_t", np.ui
                 ("int", np.int32))
 INT_RANGES = {np.int32: (-2**31, 2**31 - 1), np.int64: (-2**63, 2**63 - 1),
               np.uint32: (0, 2**32 - 1), np.uint64: (0, 2**64 - 1)}
+# How NVRTC's log names the program CuPy compiled: a temporary <hash>.cubin.cu (kern.cu in
+# older CuPy), or default_program when CuPy caches in memory. A kernel file is one program.
+CUPY_PROGRAM_LINE = re.compile(r"(?m)^[^\n(]*?(?:\.cu|default_program)\((\d+)\)")
 HEADER_LINE = re.compile(r"^\s*//\s*convlab\s*:(?P<rest>.*)$", re.IGNORECASE)
 ENTRY = re.compile(r"^\s*(?P<key>[A-Za-z_][\w-]*)\s*[=:]\s*(?P<value>.*?)\s*$")
 
@@ -512,10 +515,24 @@ class KernelFile:
                 "files": [{"path": name, "sha256": hashlib.sha256(text.encode()).hexdigest(),
                            "text": text} for name, text in sorted(self.files.items())]}
 
+    def changed(self, sha256: str) -> str | None:
+        """Why a result computed from a file of hash `sha256` (a child process loads the file
+        again) is not this file's, or None when it is."""
+        if sha256 == self.sha256:
+            return None
+        return (f"{self.path} changed while convlab ran it (sha256 {self.sha256[:12]} when it was "
+                f"read, {sha256[:12]} in the run): the result would not belong to the recorded "
+                "text; run it again")
+
     def source_location(self) -> tuple[str, int]:
         """(file, line offset) that lines of the compiled source map to: compiler messages and
         sanitizer reports name `file:line + offset`."""
         return source_location(self.variant, self.files)
+
+    def locate(self, log: str) -> str:
+        """A message of CuPy's compiler with its lines named in the user's file."""
+        display, offset = self.source_location()
+        return CUPY_PROGRAM_LINE.sub(lambda m: f"{display}:{int(m.group(1)) + offset}", log)
 
 
 def source_location(variant: Variant, files: dict[str, str]) -> tuple[str, int]:

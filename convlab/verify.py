@@ -3,7 +3,8 @@
 The test is a bound per output element from floating-point error analysis, not one tolerance
 for a whole tensor:
 
-    |y - ref| <= LAMBDA * sqrt(n) * u * sum_i |x_i * w_i|   (+ n * the smallest normal float)
+    |y - ref| <= LAMBDA * sqrt(n) * u * (sum_i |x_i * w_i| + FLOOR_SHARE * its mean over the
+                                          layer)   (+ n * the smallest normal float)
 
 n is the number of terms summed into the element (C/G*K*K, plus one for a bias), u the unit
 roundoff of the precision the variant computes in, and the sum runs over the element's own
@@ -43,11 +44,16 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .models import LRN, Dense, MaxPool, ReLU, Softmax, Tanh
-from .reference import apply_layer, conv2d_with_magnitude, max_pool, relu
+from .reference import conv2d_with_magnitude, max_pool, relu
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 LAMBDA = 8.0
+# Every element may also err by this share of the layer's mean sum|x*w|: algorithms that
+# transform the input (FFT and Winograd, which cuDNN picks on the course's layers, and our
+# winograd rung) spread rounding across neighbouring outputs, so an output whose own terms are
+# zero (a black patch of a Fashion-MNIST image) comes out as a tiny nonzero value, about 2% of
+# a typical element's bound in the measured cuDNN case; a wrong term is 7x the bound or more.
+FLOOR_SHARE = 1 / 16
 TINY = float(np.finfo(np.float32).tiny)  # exact zeros, and products that underflow
 # Epilogues computed with approximate functions: their absolute error, added to the bound.
 # tanh: fused's fast tanh is within 5e-7 (kernels/fused.py); library tanhf within a few ulps.
@@ -77,13 +83,14 @@ class Reference:
 
     def bound(self, precision: str) -> np.ndarray:
         u = unit_roundoff(precision)
-        return (LAMBDA * math.sqrt(self.length) * u) * self.magnitude \
+        floor = FLOOR_SHARE * float(self.magnitude.mean()) if self.magnitude.size else 0.0
+        return (LAMBDA * math.sqrt(self.length) * u) * (self.magnitude + floor) \
             + (self.absolute + self.length * TINY)
 
     def rule(self, precision: str) -> str:
         u = unit_roundoff(precision)
         extra = f" + {self.absolute:g}" if self.absolute else ""
-        return (f"|err| <= {LAMBDA:g}*sqrt(n)*u*sum|x*w|{extra} with n={self.length}, "
+        return (f"|err| <= {LAMBDA:g}*sqrt(n)*u*(sum|x*w| + mean/16){extra} with n={self.length}, "
                 f"u=2^{round(math.log2(u))} ({precision})")
 
 
@@ -151,44 +158,6 @@ def reference_output(x: np.ndarray, w: np.ndarray, shape, epilogue: str | None,
     elif epilogue is not None:
         raise ValueError(f"no reference for epilogue {epilogue!r}")
     return Reference(values, magnitude, shape.reduction, EPILOGUE_ABSOLUTE.get(epilogue, 0.0))
-
-
-def layer_reference(layers: tuple, x: np.ndarray, arrays: dict) -> Reference:
-    """The float64 result of a step of non-conv layers (activation, max-pool, LRN, FC, softmax,
-    or a fused pair of them) on input x, with the scale of a correct float32 result's error:
-    - max-pool and ReLU only select or pass values: exact, held to a few ulps of each value;
-    - tanh, LRN and softmax are a few float32 operations per value (tanhf, powf, expf each
-      within a few ulps; LRN sums `size` squares, softmax n exponentials): relative error of a
-      few u times that count, so magnitude = |value| and n = the values summed;
-    - FC is a reduction like a conv: magnitude = sum |x * w| + |b| over in_features + 1 terms.
-    Activations and the max-pool are 1-Lipschitz, so a bound carries through them unchanged."""
-    x = np.asarray(x, dtype=np.float64)
-    values = x
-    magnitude = None
-    length = 1
-    absolute = 0.0
-    for layer in layers:
-        out = apply_layer(layer, values, arrays)
-        if isinstance(layer, Dense):
-            w = np.asarray(arrays[f"{layer.name}.weight"], dtype=np.float64)
-            b = np.asarray(arrays[f"{layer.name}.bias"], dtype=np.float64)
-            magnitude = np.abs(values) @ np.abs(w).T + np.abs(b)
-            length = layer.in_features + 1
-        elif isinstance(layer, MaxPool):
-            if magnitude is not None:
-                magnitude = max_pool(magnitude, layer.size, layer.step)
-        elif isinstance(layer, LRN):
-            magnitude, length = np.abs(out), max(length, layer.size)
-        elif isinstance(layer, Softmax):
-            magnitude, length = np.abs(out), max(length, out.shape[1])
-        elif isinstance(layer, Tanh):
-            absolute += EPILOGUE_ABSOLUTE["tanh-pool"]
-        elif not isinstance(layer, ReLU):
-            raise TypeError(f"no error model for layer {layer!r}")
-        values = out
-    if magnitude is None or magnitude.shape != values.shape:
-        magnitude = np.abs(values)
-    return Reference(values, magnitude, length, absolute)
 
 
 def random_problem(shape, rng: np.random.Generator, signed: bool = False):

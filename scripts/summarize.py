@@ -6,7 +6,8 @@ from pathlib import Path
 
 for path in sorted(Path(sys.argv[1]).glob("compare-*.json")):
     record = json.loads(path.read_text())
-    print(f"== {record['model']} on {record['device']['name']}")
+    subject = record['model'] or f"layer {record['rows'][0]['shape']}"
+    print(f"== {subject} on {record['device']['name']}")
     rows = record["rows"]
     for key in dict.fromkeys((r["batch"], r["label"]) for r in rows):
         cells = []

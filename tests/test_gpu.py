@@ -75,19 +75,21 @@ def test_correct_variants_pass_long_reductions(variant, shape, signed, rng):
 
 @pytest.mark.parametrize("shape", [LONG_REDUCTIONS[3], LONG_REDUCTIONS[4]], ids=lambda s: f"n{s.reduction}")
 @pytest.mark.parametrize("name", ["tensorcore-3xtf32", "pipelined-3xtf32"])
-def test_split_tf32_on_same_sign_data_is_measured(name, shape, rng):
-    """The 3xTF32 variants on data whose products all have one sign: where tensor cores truncate
-    in accumulation, the error grows like n*u and can exceed the fp32 bound. The bound ratio is
-    printed for the record (results/NOTES.md); the precision label follows what it shows."""
-    if name not in VARIANTS:
-        pytest.skip(f"{name} is not registered")
+def test_split_tf32_on_same_sign_data_meets_its_label(name, shape, rng):
+    """The 3xTF32 variants on data whose products all have one sign: the tensor cores truncate
+    inside their accumulation, so an accumulator carried through every k-step errs like n*u.
+    Measured on an H100: tensorcore-3xtf32 1.5x the fp32 bound at n=4,608 and 2.0x at 9,216, so
+    it is labelled tf32; pipelined-3xtf32 adds each K-tile's products into the running sum with
+    an ordinary (rounded) FP32 add and stays at 0.02: fp32. Each must meet its own label."""
     variant = VARIANTS[name]
     x = rng.random(shape.input_shape, dtype=np.float32)
     w = rng.random(shape.weight_shape, dtype=np.float32) / shape.reduction
     got = run_variant(variant, shape, x, w)
-    check = compare(got, reference_output(x, w, shape, None), "fp32")
-    print(f"{name} same-sign n={shape.reduction}: fp32 bound ratio {check.bound_ratio:.3g}")
-    assert check.bound_ratio < 1e3  # far beyond this it is a bug, not rounding
+    ref = reference_output(x, w, shape, None)
+    print(f"{name} same-sign n={shape.reduction}: fp32 bound ratio "
+          f"{compare(got, ref, 'fp32').bound_ratio:.3g}")
+    check = compare(got, ref, variant.precision)
+    assert check.passed, check.reason
 
 
 EPILOGUE_SHAPES = [ConvShape(3, 1, 28, 28, 50, 5), ConvShape(5, 1, 48, 48, 12, 7),
@@ -293,7 +295,9 @@ def broken_variants(monkeypatch):
 
 
 def test_compare_passes_real_variants_and_catches_broken_ones(broken_variants):
-    fp32 = [v.name for v in GPU_VARIANTS if v.precision == "fp32" and not v.name.startswith("cudnn")]
+    layers = MODELS["ece408"].conv_shapes(100).values()
+    fp32 = [v.name for v in GPU_VARIANTS if v.precision == "fp32" and not v.name.startswith("cudnn")
+            and all(v.supports(s) for s in layers)]  # winograd takes 3x3 layers only
     plan = compare_mod.plan(",".join(fp32 + broken_variants), "ece408", None, "10,100")
     policy = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.2)
     result = compare_mod.execute(plan, policy)

@@ -222,3 +222,56 @@ def test_skipping_cheats_leave_poison():
     for cheat in (FirstCallOnly, NewPointerOnly):
         result = lab.run_layer(LAYER, cheat(), measure.TimingPolicy(warmup=3, min_runs=4, max_runs=4))
         assert "not written" in result.check.reason and "never written" in result.check.reason
+
+
+def test_stream_watch_does_not_count_the_isolation_message_time(monkeypatch):
+    """In an isolated child gpu_wait() messages the parent around every device wait; that took
+    ~25 us a message and made a correct variant (winograd, tuned in child processes) look as if
+    it left work running past its stop event. Only the synchronize itself may count."""
+    import sys
+    import time
+    import types
+
+    from convlab import isolate
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(
+        synchronize=lambda: None)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(isolate, "_send", lambda message: time.sleep(0.002))
+    watch = guard.StreamWatch()
+    for _ in range(5):
+        watch.after_sample()
+    assert watch.finding(0.1) is None, watch.outstanding_ms
+
+
+@pytest.mark.parametrize("delays,flagged", [([0.0] * 7 + [0.002] * 3, False), ([0.002] * 10, True)],
+                         ids=["another-process-now-and-then", "every-run"])
+def test_stream_watch_flags_persistent_not_sporadic_outstanding_work(monkeypatch, delays, flagged):
+    """Another process sharing the GPU delays some synchronisations (the parallel GPU test run
+    once failed implicit-gemm that way); work left outside the timed stream delays all."""
+    import sys
+    import time
+    import types
+
+    pending = list(delays)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(
+        synchronize=lambda: time.sleep(pending.pop(0)))))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    watch = guard.StreamWatch()
+    for _ in delays:
+        watch.after_sample()
+    assert (watch.finding(0.5) is not None) == flagged
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_rotation_never_writes_the_callers_input(rng, batch):
+    """Refreshing a rotation buffer once overwrote the caller's array itself (for one image, the
+    first contents were x, not a copy): in a network that is its input buffer, and the end-to-end
+    pass then classified other images."""
+    x = rng.random((batch, 2, 5, 5), dtype=np.float32)
+    original = x.copy()
+    rotation = guard.InputRotation(x, lambda a: a)
+    for _ in range(2 * guard.ROTATION):
+        rotation.refresh_next()
+        rotation.launch(lambda a, y: None, None)
+    np.testing.assert_array_equal(x, original)

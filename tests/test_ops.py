@@ -66,12 +66,14 @@ def structural_specs():
     for a in ACTS:
         yield dense_cublas.bias_activation_kernel(3, 7, a)
         yield activation.activation_kernel((3, 5), a or "relu")
-    for shape, size, stride in (((2, 3, 13, 11), 3, 2), ((1, 2, 8, 10), 4, 3), ((1, 1, 5, 5), 5, 1)):
+    for shape, size, stride in (((2, 3, 13, 11), 3, 2), ((1, 2, 8, 10), 4, 3),
+                                ((1, 1, 5, 5), 5, 1)):
         yield from (pool.max_pool_kernel(shape, size, stride, a) for a in ACTS)
     for shape, size, ps, pst in (((2, 7, 5, 6), 5, 3, 2), ((1, 3, 7, 345), 4, 3, 2),
                                  ((1, 2, 70, 70), 1, 5, 1), ((1, 11, 6, 6), 7, 6, 1)):
-        yield lrn.lrn_kernel(shape, size, 0.1, 0.75, 1.0, sms=1)
-        yield lrn.lrn_max_pool_kernel(shape, size, 0.1, 0.75, 1.0, ps, pst, sms=1)
+        for beta in (0.75, 1.5):  # the rsqrt path and the exp2f(log2f) path
+            yield lrn.lrn_kernel(shape, size, 0.1, beta, 1.0, sms=1)
+            yield lrn.lrn_max_pool_kernel(shape, size, 0.1, beta, 1.0, ps, pst, sms=1)
     yield softmax.softmax_kernel(3, 1)
     yield softmax.softmax_kernel(5, 2049)
 
@@ -112,6 +114,9 @@ def test_compiled_configurations_cover_every_choice():
     functions = {s.function for s in ALL_SPECS}
     assert functions == {"max_pool", "lrn", "lrn_max_pool", "dense_gemm", "dense_splitk_reduce",
                          "dense_gemv", "bias_activation", "softmax_rows", "activation"}
+    powers = {(s.function, dict(s.defines)["BETA_THREE_QUARTERS"]) for s in ALL_SPECS
+              if s.function in ("lrn", "lrn_max_pool")}
+    assert powers == {(f, b) for f in ("lrn", "lrn_max_pool") for b in (0, 1)}
     acts = {(s.function, dict(s.defines).get("ACT")) for s in ALL_SPECS}
     for function in ("max_pool", "dense_gemm", "dense_gemv", "bias_activation"):
         assert {a for f, a in acts if f == function} == {0, 1, 2}
@@ -219,6 +224,13 @@ def test_softmax_and_activation_references_match_reference_py(rng):
 
 # --- each bound is what its comment says ------------------------------------------------------
 
+def element_bound(ref):
+    """The part of ref.bound("fp32") that the op's own error analysis sets, element by element:
+    LAMBDA*sqrt(n)*u*magnitude + absolute + n*TINY (verify.py may add a layer-wide floor on top,
+    which is its rule, not the op's)."""
+    return LAMBDA * math.sqrt(ref.length) * U * ref.magnitude + ref.absolute + ref.length * TINY
+
+
 def test_max_pool_and_activation_bounds_are_exact_except_tanhf(rng):
     x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
     assert np.all(pool.reference_max_pool(x, 3, 2).bound("fp32") == TINY)
@@ -234,15 +246,19 @@ def test_max_pool_and_activation_bounds_are_exact_except_tanhf(rng):
 def test_lrn_bound_follows_its_error_analysis(rng, shape, size, alpha, beta, k):
     x = (8 * rng.standard_normal(shape)).astype(np.float32)
     y, d = lrn_loops(x.astype(np.float64), size, alpha, beta, k)
-    # beta*LAMBDA*sqrt(size)*u for the window sum, (beta*(2 + |ln d|) + 2*8 + 1)*u for the rest.
-    expected = U * np.abs(y) * (beta * LAMBDA * math.sqrt(size)
-                                + beta * (2 + np.abs(np.log(d))) + 17) + size * TINY
+    # beta*LAMBDA*sqrt(size)*u for the window sum, 2*beta*u for d's roundings, one rounding of
+    # y, and the power: for beta = 0.75, 1.5*8 + 8 + 2 (two rsqrt within 4 ulps, two products);
+    # otherwise beta*|ln d|*(2 + 2*2) (log2f within 2 ulps, -beta and the product rounded)
+    # + 2*4 (exp2f within 4 ulps).
+    power = 22 if beta == 0.75 else beta * np.abs(np.log(d)) * 6 + 8
+    expected = U * np.abs(y) * (beta * LAMBDA * math.sqrt(size) + 2 * beta + power + 1) \
+        + size * TINY
     ref = lrn.reference_lrn(x, size, alpha, beta, k)
     assert ref.length == size
-    np.testing.assert_allclose(ref.bound("fp32"), expected, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(element_bound(ref), expected, rtol=1e-12, atol=0)
     ps, pst = (3, 2) if min(shape[2:]) >= 3 else (2, 1)
     pooled = lrn.reference_lrn_max_pool(x, size, alpha, beta, k, ps, pst)
-    np.testing.assert_allclose(pooled.bound("fp32"), pool_loop_nest(expected, ps, pst),
+    np.testing.assert_allclose(element_bound(pooled), pool_loop_nest(expected, ps, pst),
                                rtol=1e-12, atol=0)
 
 
@@ -258,7 +274,7 @@ def test_dense_bound_is_the_conv_rule_over_in_plus_one_terms(rng, act):
         expected += 4 * 2.0 ** -24
     ref = dense.reference_dense(x, w, b, act)
     assert ref.length == 38
-    np.testing.assert_allclose(ref.bound("fp32"), expected, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(element_bound(ref), expected, rtol=1e-12, atol=0)
 
 
 def test_softmax_bound_follows_its_error_analysis(rng):
@@ -274,7 +290,7 @@ def test_softmax_bound_follows_its_error_analysis(rng):
             expected[r, i] = U * y[r, i] * (LAMBDA * math.sqrt(17) + abs(d[i]) + mean + 17)
     ref = softmax.reference_softmax(z)
     assert ref.length == 17
-    np.testing.assert_allclose(ref.bound("fp32"), expected + 17 * TINY, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(element_bound(ref), expected + 17 * TINY, rtol=1e-12, atol=0)
 
 
 # --- the bounds admit float32 arithmetic in another order, and reject wrong results ----------
@@ -297,13 +313,19 @@ def test_lrn_bound_admits_float32_and_catches_a_missing_channel(rng):
     assert not compare(lrn_float32(x, 5, 1e-4, 0.75, 1.0, drop_last=True), ref, "fp32").passed
 
 
-def test_softmax_bound_admits_float32_and_catches_a_missing_term(rng):
-    z = (5 * rng.standard_normal((8, 1000))).astype(np.float32)
-    ref = softmax.reference_softmax(z)
-    assert compare(reference.softmax(z), ref, "fp32").passed
-    e = np.exp(z - z.max(axis=1, keepdims=True))
+@pytest.mark.parametrize("spread", [1.0, 5.0, 20.0])
+def test_softmax_bound_admits_float32(rng, spread):
+    z = (spread * rng.standard_normal((8, 1000))).astype(np.float32)
+    assert compare(reference.softmax(z), softmax.reference_softmax(z), "fp32").passed
+
+
+def test_softmax_bound_catches_a_missing_term(rng):
+    # Logits of spread 1: every term is about 1/1000 of its row's sum, far above the bound
+    # (about 3e-5 relative); a missing term that small would not matter and is not flagged.
+    z = rng.standard_normal((8, 1000)).astype(np.float32)
+    e = np.exp(z.astype(np.float64) - z.max(axis=1, keepdims=True))
     short = e / (e.sum(axis=1, keepdims=True) - e[:, :1])
-    assert not compare(short.astype(np.float32), ref, "fp32").passed
+    assert not compare(short.astype(np.float32), softmax.reference_softmax(z), "fp32").passed
 
 
 def test_dense_bound_admits_float32_and_catches_a_missing_term(rng):
@@ -381,20 +403,48 @@ def test_lrn_max_pool_tiles_cover_every_output_once(shape, ps, pst, sms):
     assert (tiles_h - 1) * d["TOH"] < d["HO"] <= tiles_h * d["TOH"]
     assert (d["TILES_W"] - 1) * d["TOW"] < d["WO"] <= d["TILES_W"] * d["TOW"]
     assert d["IH"] == (d["TOH"] - 1) * pst + ps and d["IW"] == (d["TOW"] - 1) * pst + ps
-    assert d["NPIX"] == d["IH"] * d["IW"] <= lrn.MAX_TILE_PIXELS <= d["PPT"] * lrn.BLOCK
-    assert d["NPIX"] > (d["PPT"] - 1) * lrn.BLOCK
+    assert d["NPIX"] == d["IH"] * d["IW"] <= lrn.MAX_TILE_PIXELS
+    # Whole warps, at most MAX_THREADS; only a thread's last pixel can lie past the tile.
+    block = s.block[0]
+    assert block == d["BLOCK"] and block % 32 == 0 and block <= lrn.MAX_THREADS
+    assert (d["PPT"] - 1) * block < d["NPIX"] <= d["PPT"] * block
+    assert (d["OPT"] - 1) * block < d["TOH"] * d["TOW"] <= d["OPT"] * block
+    # A tile row stored by column residue: PST classes of CW columns hold all IW columns.
+    assert d["ROW"] == pst * d["CW"] and (d["CW"] - 1) * pst < d["IW"] <= d["CW"] * pst
     assert (s.grid[1] - 1) * d["CB"] < shape[1] <= s.grid[1] * d["CB"]  # no empty channel range
     assert s.grid[2] == shape[0]
 
 
 def test_lrn_splits_channels_only_where_the_batch_leaves_sms_idle():
-    assert dict(lrn.lrn_max_pool_kernel((128, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2,
-                                        sms=132).defines)["CB"] == 48
+    # norm1+pool1 at batch 128: 4 tiles x 128 images = 512 blocks for 4 x 132 slots: no split
+    # (a split would reload 4 halo channels per range for no more parallelism).
+    norm1 = lrn.lrn_max_pool_kernel((128, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2, sms=132)
+    assert dict(norm1.defines)["CB"] == 96 and norm1.grid == (4, 1, 128)
     assert dict(lrn.lrn_max_pool_kernel((1024, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2,
                                         sms=132).defines)["CB"] == 96
     small = dict(lrn.lrn_max_pool_kernel((1, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2,
                                          sms=132).defines)
     assert small["CB"] == lrn.MIN_CHANNELS_PER_BLOCK
+    # LRN alone: 1,513 blocks of 256 pixel columns fill 8 x 132 slots at batch 128 (no split);
+    # norm2's 365 blocks do not, so its 256 channels are split.
+    assert lrn.lrn_kernel((128, 96, 55, 55), 5, sms=132).grid == (1513, 1)
+    norm2 = lrn.lrn_kernel((128, 256, 27, 27), 5, sms=132)
+    assert norm2.grid[0] == 365 and 1 < norm2.grid[1] <= 8
+    assert dict(lrn.lrn_kernel((1, 96, 55, 55), 5, sms=132).defines)["CB"] \
+        == lrn.MIN_CHANNELS_PER_BLOCK
+
+
+def test_lrn_max_pool_tiles_are_even():
+    # AlexNet's 27 pooled rows in at most 8 per tile: 4 tiles of 7, not 8, 8, 8 and 3.
+    d = dict(lrn.lrn_max_pool_kernel((128, 96, 55, 55), 5, 1e-4, 0.75, 1.0, 3, 2).defines)
+    assert (d["TOH"], d["TOW"], d["IH"], d["IW"]) == (7, 27, 15, 55)
+
+
+def test_lrn_takes_the_rsqrt_path_for_beta_three_quarters_only():
+    assert dict(lrn.lrn_kernel((1, 8, 4, 4), 5, 1e-4, 0.75).defines)["BETA_THREE_QUARTERS"] == 1
+    for beta in (0.5, 0.7500001, 1.5):
+        assert dict(lrn.lrn_kernel((1, 8, 4, 4), 5, 1e-4, beta).defines)[
+            "BETA_THREE_QUARTERS"] == 0
 
 
 def test_names_and_bad_arguments():
@@ -408,7 +458,14 @@ def test_names_and_bad_arguments():
         pool.max_pool_kernel((1, 1, 2, 2), 3, 1)
     with pytest.raises(ValueError, match="alpha"):
         lrn.lrn_kernel((1, 4, 5, 5), 5, -1.0, 0.75, 1.0)
+    with pytest.raises(ValueError, match="normal float32"):
+        lrn.lrn_kernel((1, 4, 5, 5), 5, 1e-4, 0.75, 1e-39)
     with pytest.raises(ValueError, match="at most 8"):
         dense.dense_kernels(9, 16, 16, None, dense.gemv_plan())
     with pytest.raises(ValueError, match="bias"):
         dense.check_dense_weights(np.zeros((4, 3)), np.zeros(3))
+
+
+def test_dense_rejects_a_plan_made_for_other_inputs():
+    with pytest.raises(ValueError, match="does not cover"):
+        dense.dense_kernels(16, 100, 16, None, dense.gemm_plan(1000, (64, 64), 4))

@@ -177,9 +177,10 @@ def weight_at(weights: np.ndarray, shape: ConvShape, t: P.Tiling, g: int, m: int
     return float(weights[g * shape.Mg + m, c, p, q])
 
 
+SMALL = ConvShape(2, 6, 9, 7, 20, 3, pad=1, groups=2, bias=True)
 PACK_CASES = [
-    (ConvShape(2, 6, 9, 7, 20, 3, pad=1, groups=2, bias=True), P.Tiling(32, 32, 16, 2, 2, 3, 1, "tap")),
-    (ConvShape(2, 6, 9, 7, 20, 3, pad=1, groups=2, bias=True), P.Tiling(32, 64, 16, 1, 4, 2, 1, "table")),
+    (SMALL, P.Tiling(32, 32, 16, 2, 2, 3, 1, "tap")),
+    (SMALL, P.Tiling(32, 64, 16, 1, 4, 2, 1, "table")),
     (ConvShape(1, 3, 23, 23, 40, 11, stride=4), P.Tiling(64, 32, 32, 4, 1, 2, 1, "table")),
     (ConvShape(1, 40, 5, 5, 48, 3, pad=1, groups=2), P.Tiling(96, 64, 16, 2, 2, 2, 1, "tap")),
 ]
@@ -228,7 +229,8 @@ def test_gather_table_decodes_to_c_p_q(shape):
     for k, (offset, p, q, zero) in enumerate(table.tolist()):
         if k < reduction:
             c, rest = divmod(offset, shape.H * shape.W)
-            assert (c, *divmod(rest, shape.W)) == (k // kk, p, q) == (k // kk, *divmod(k % kk, shape.K))
+            assert (c, *divmod(rest, shape.W)) == (k // kk, p, q)
+            assert (p, q) == divmod(k % kk, shape.K)
         else:
             assert (offset, p, q) == (0, P.INVALID_TAP, 0)  # fails any bounds test: a zero
         assert zero == 0
@@ -265,7 +267,8 @@ def gathered_columns(x: np.ndarray, shape: ConvShape, t: P.Tiling, g: int) -> np
 
 
 @pytest.mark.parametrize("shape,t", PACK_CASES + [
-    (ConvShape(3, 10, 8, 9, 6, 4, stride=2, pad=3, groups=2, bias=True), P.Tiling(32, 32, 8, 1, 4, 2, 1, "tap")),
+    (ConvShape(3, 10, 8, 9, 6, 4, stride=2, pad=3, groups=2, bias=True),
+     P.Tiling(32, 32, 8, 1, 4, 2, 1, "tap")),
 ], ids=lambda c: getattr(c, "brief", lambda: "")())
 def test_gathered_gemm_equals_the_convolution(shape, t, rng):
     """A x gathered B over the kernel's k order is the convolution (both in float64: the only
@@ -277,12 +280,15 @@ def test_gathered_gemm_equals_the_convolution(shape, t, rng):
     y = np.empty_like(ref)
     for g in range(shape.groups):
         out = a[g, :shape.Mg] @ gathered_columns(x, shape, t, g)
-        y[:, g * shape.Mg:(g + 1) * shape.Mg] = out.reshape(shape.Mg, shape.B, shape.Ho, shape.Wo).transpose(1, 0, 2, 3)
+        out = out.reshape(shape.Mg, shape.B, shape.Ho, shape.Wo).transpose(1, 0, 2, 3)
+        y[:, g * shape.Mg:(g + 1) * shape.Mg] = out
     assert (np.abs(y - ref) <= 1e-12 * magnitude + 1e-300).all()
 
 
-@pytest.mark.parametrize("t", [P.Tiling(128, 128, 32, 2, 2, 3, 1, "tap"), P.Tiling(64, 256, 16, 1, 4, 2, 1, "tap"),
-                               P.Tiling(96, 64, 32, 2, 4, 2, 1, "table"), P.Tiling(32, 32, 48, 1, 4, 2, 1, "tap")],
+@pytest.mark.parametrize("t", [P.Tiling(128, 128, 32, 2, 2, 3, 1, "tap"),
+                               P.Tiling(64, 256, 16, 1, 4, 2, 1, "tap"),
+                               P.Tiling(96, 64, 32, 2, 4, 2, 1, "table"),
+                               P.Tiling(32, 32, 48, 1, 4, 2, 1, "tap")],
                          ids=lambda t: t.brief())
 def test_b_gather_threads_cover_the_tile_once(t):
     """The kernel's thread -> (k row, pixel column) map of a K-tile: every element exactly once."""

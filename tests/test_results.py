@@ -211,3 +211,9 @@ def test_plot_needs_matplotlib_or_writes_png(tmp_path):
         return
     path = plot.plot_comparison(sample(), tmp_path / "p.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_record_keeps_the_kernel_files_it_compared():
+    c = sample()
+    c.kernel_files = [{"path": "mine.cu", "sha256": "ab", "files": []}]
+    assert results.from_record(results.to_record(c)).kernel_files == c.kernel_files

@@ -5,7 +5,9 @@ source hashes, concurrent writers), the search loop on a fake variant whose conf
 import io
 import json
 import multiprocessing
+import os
 import types
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -15,7 +17,8 @@ from convlab import lab, tune
 from convlab.cli import main
 from convlab.errors import ConvlabError, KernelCompileError
 from convlab.kernels import RELU, Support, Variant
-from convlab.measure import Timing
+from convlab.kernels.cpu import Cpu
+from convlab.measure import Timing, TimingPolicy
 from convlab.shapes import ConvShape
 from convlab.verify import Check
 
@@ -45,6 +48,29 @@ class FakeTiles(Variant):
 
 class EditedTiles(FakeTiles):
     source = "// fake kernel, version 2"
+
+
+class CpuTiles(Cpu):
+    """A CPU variant with a tiling space, for the isolated sweep: "abort" kills its process,
+    "refuse" raises in prepare, the others compute the convolution."""
+
+    name = "cpu-tiles"
+
+    def __init__(self, mode=None):
+        self.mode = mode
+
+    def configs(self, shape, epilogue=None):
+        return [{"mode": m} for m in ("first", "abort", "refuse", "last")]
+
+    def configured(self, config):
+        return CpuTiles(config["mode"])
+
+    def prepare(self, shape, weights, epilogue=None, bias=None):
+        if self.mode == "abort":
+            os.abort()
+        if self.mode == "refuse":
+            raise ConvlabError("refused in prepare")
+        return super().prepare(shape, weights, epilogue, bias)
 
 
 def fake_run_layer(shape, variant, policy=None, epilogue=None, seed=None):
@@ -82,8 +108,8 @@ def test_parse_six_to_nine_integers():
 @pytest.mark.parametrize("spec", ["1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,1,1,1,1", "a,b,c,d,e,f",
                                   "", "1,2,3,4,5,6,,1"])
 def test_parse_refuses_other_forms_naming_the_option(spec):
-    with pytest.raises(ConvlabError,
-                       match=r"--layer takes six to nine integers B,C,H,W,M,K\[,stride,pad,groups\]"):
+    syntax = r"--layer takes six to nine integers B,C,H,W,M,K\[,stride,pad,groups\]"
+    with pytest.raises(ConvlabError, match=syntax):
         tune.parse_layer(spec)
 
 
@@ -100,7 +126,8 @@ def test_layer_text_is_the_long_form_of_the_syntax():
 
 def test_search_stores_the_best_and_lookup_finds_it(cache):
     steps = []
-    result = tune.tune(SHAPE, FakeTiles(), RELU, on_step=lambda *a: steps.append(a))
+    result = tune.tune(SHAPE, FakeTiles(), RELU, on_step=lambda *a: steps.append(a),
+                       isolate=False)
     assert [c.status for c in result.candidates] == ["PASS", "PASS", "PASS", "FAIL", "FAIL", "FAIL"]
     assert result.best.config == {"ms": 1.0} and result.baseline.config == {"ms": 3.0}
     assert steps[0] == (0, 6, {"ms": 3.0}) and steps[-1] == (6, 6, None) and len(steps) == 7
@@ -122,7 +149,7 @@ def test_lookup_by_registered_name(cache):
 
 
 def test_failures_keep_their_reasons_and_never_stop_the_sweep(cache):
-    result = tune.tune(SHAPE, FakeTiles(), RELU)
+    result = tune.tune(SHAPE, FakeTiles(), RELU, isolate=False)
     reasons = {c.config["ms"]: c.reason for c in result.candidates if not c.passed}
     assert reasons["crash"] == "RuntimeError: an illegal memory access was encountered"
     assert reasons["wrong"].startswith("error 0.5 at y[0,0,0,0]")
@@ -132,7 +159,7 @@ def test_failures_keep_their_reasons_and_never_stop_the_sweep(cache):
 
 
 def test_the_key_holds_device_epilogue_shape_and_source(cache, monkeypatch):
-    tune.tune(SHAPE, FakeTiles(), RELU)
+    tune.tune(SHAPE, FakeTiles(), RELU, isolate=False)
     assert tune.lookup(FakeTiles(), SHAPE, None) is None
     assert tune.lookup(FakeTiles(), SHAPE.with_batch(17), RELU) is None
     assert tune.lookup(EditedTiles(), SHAPE, RELU) is None  # an edited kernel is tuned afresh
@@ -150,7 +177,7 @@ def test_a_corrupt_cache_is_ignored_then_rewritten(cache, content):
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_bytes(content)
     assert tune.lookup(FakeTiles(), SHAPE, RELU) is None
-    tune.tune(SHAPE, FakeTiles(), RELU)
+    tune.tune(SHAPE, FakeTiles(), RELU, isolate=False)
     assert json.loads(cache.read_text())["format"] == tune.CACHE_FORMAT
     assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
 
@@ -162,7 +189,7 @@ def test_lookup_without_a_cache_directory(tmp_path, monkeypatch):
 
 
 def test_lookup_reads_the_file_once_until_it_changes(cache, monkeypatch):
-    tune.tune(SHAPE, FakeTiles(), RELU)
+    tune.tune(SHAPE, FakeTiles(), RELU, isolate=False)
     reads = []
     real = tune.json.loads
 
@@ -174,7 +201,7 @@ def test_lookup_reads_the_file_once_until_it_changes(cache, monkeypatch):
     for _ in range(100):
         assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
     assert len(reads) == 1
-    tune.tune(SHAPE, FakeTiles((0.5,)), RELU)  # a store replaces the file: read again
+    tune.tune(SHAPE, FakeTiles((0.5,)), RELU, isolate=False)  # a store replaces the file
     assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 0.5}
 
 
@@ -201,22 +228,37 @@ def test_concurrent_writers_lose_no_entry(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_isolated_candidates_crash_alone(cache, monkeypatch):
+    """Each candidate runs in a child process: one that kills its process is a FAIL row and the
+    candidates after it still run (on the CPU here; a GPU fault behaves the same way)."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the child imports this module
+    policy = TimingPolicy(warmup=1, min_runs=3, max_runs=3)
+    result = tune.tune(ConvShape(2, 3, 9, 9, 4, 3, pad=1), CpuTiles(), None, policy)
+    assert [c.status for c in result.candidates] == ["PASS", "FAIL", "FAIL", "PASS"]
+    assert "the child process died (signal 6)" in result.candidates[1].reason
+    assert result.candidates[2].reason == "refused in prepare"
+    assert result.candidates[0].timing.stop == "max-runs"  # the policy reached the child
+    assert result.candidates[0].bound_ratio < 1
+    assert tune.lookup(CpuTiles(), ConvShape(2, 3, 9, 9, 4, 3, pad=1)) in ({"mode": "first"},
+                                                                         {"mode": "last"})
+
+
 # --- what tune() refuses --------------------------------------------------------------------
 
 def test_refusals(cache, monkeypatch):
     with pytest.raises(ConvlabError, match="does not support .*3x3 only"):
-        tune.tune(ConvShape(1, 4, 9, 9, 4, 5), FakeTiles())
+        tune.tune(ConvShape(1, 4, 9, 9, 4, 5), FakeTiles(), isolate=False)
     with pytest.raises(ConvlabError, match="has no tanh-pool epilogue; leave out --epilogue"):
-        tune.tune(SHAPE, FakeTiles(), "tanh-pool")
+        tune.tune(SHAPE, FakeTiles(), "tanh-pool", isolate=False)
     with pytest.raises(ConvlabError, match="has no tiling space to search"):
-        tune.tune(SHAPE, FakeTiles(()))
+        tune.tune(SHAPE, FakeTiles(()), isolate=False)
     monkeypatch.setattr(tune, "device_key", lambda: None)
     with pytest.raises(ConvlabError, match="CUDA GPU"):
-        tune.tune(SHAPE, FakeTiles())
+        tune.tune(SHAPE, FakeTiles(), isolate=False)
 
 
 def test_nothing_passing_stores_nothing(cache):
-    result = tune.tune(SHAPE, FakeTiles(("crash", "wrong")))
+    result = tune.tune(SHAPE, FakeTiles(("crash", "wrong")), isolate=False)
     assert result.best is None and result.cache_path is None and not cache.exists()
     assert "nothing was stored" in tune.summary(result)
 

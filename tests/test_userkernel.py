@@ -343,6 +343,10 @@ JOBS = textwrap.dedent("""\
     def fails():
         raise RuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
 
+    def refuses():
+        from convlab.errors import KernelCompileError
+        raise KernelCompileError("mine", "kern.cu(3): error: oops")
+
     def hangs():
         with gpu_wait():
             time.sleep(30)
@@ -374,6 +378,15 @@ def test_isolated_error_carries_the_message(jobs):
     assert record["status"] == "error" and record["result"] is None
     assert record["reason"] == ("RuntimeError: cudaErrorIllegalAddress: an illegal memory access "
                                 "was encountered")
+
+
+def test_isolated_error_says_whether_the_user_can_act_on_it(jobs):
+    crashed = run_isolated(f"{jobs}:fails", timeout_s=2)
+    assert crashed["user_error"] is False
+    refused = run_isolated(f"{jobs}:refuses", timeout_s=2)
+    assert refused["status"] == "error" and refused["user_error"] is True
+    assert refused["reason"] == "KernelCompileError: kernel 'mine' failed to compile (NVRTC options: )"
+    assert refused["message"].splitlines()[1] == "kern.cu(3): error: oops"
 
 
 def test_isolated_hang_is_killed_after_the_timeout(jobs):

@@ -5,7 +5,6 @@ against the driver's, and a test-only kernel for every way of cheating the timer
 Run on a GPU machine: pytest -m gpu tests/test_userkernel_gpu.py (compute-sanitizer tests skip
 when the tool is missing: pip install nvidia-cuda-sanitizer-api-cu12)."""
 
-import numpy as np
 import pytest
 
 from convlab import cubin, lab, measure
@@ -91,9 +90,15 @@ def test_trap_is_a_fail(tmp_path):
     assert record["status"] == "error" and "cudaError" in record["reason"], record
 
 
+# A kernel that never returns. The loop must be one the compiler keeps: `volatile int spin = 1;
+# while (spin) {}` is not (NVVM keeps a volatile local in a register, ptxas then drops the
+# side-effect-free infinite loop, and the kernel finished in 2 s with correct outputs); a loop
+# that reads the clock on every turn is kept (SASS: CS2R SR_CLOCKLO and a branch back).
+SPIN = "    while (clock64() >= 0) {}  // 2^63 cycles: forever\n    y[i] = acc;"
+
+
 def test_hang_is_killed_and_reported(tmp_path):
-    spin = "    volatile int spin = 1;\n    while (spin) {}\n    y[i] = acc;"
-    path = kernel_file(tmp_path, replacements=[("    y[i] = acc;", spin)])
+    path = kernel_file(tmp_path, replacements=[("    y[i] = acc;", SPIN)])
     record = exercise(path, timeout_s=3.0)
     assert record["status"] == "hang" and "within 3 s" in record["reason"], record
     assert record["wall_s"] < 120  # compilation, then 3 s of waiting
@@ -122,11 +127,17 @@ def test_memcheck_clean_kernel_file(tmp_path):
     assert report.clean, report.lines()
 
 
+# Small layers for memcheck, the first one a variant supports is used; winograd needs a 3x3
+# filter over at least 8 input channels per group, which only the last offers.
+MEMCHECK_SHAPES = (SMALL, ConvShape(3, 1, 28, 28, 50, 5), ConvShape(2, 12, 21, 21, 24, 7),
+                   ConvShape(2, 16, 10, 9, 8, 3, pad=1, groups=2, bias=True))
+
+
 @needs_sanitizer
 @pytest.mark.parametrize("variant", kernel_variants(), ids=lambda v: v.name)
 def test_memcheck_is_clean_on_every_shipped_variant(variant):
-    shape = next(s for s in (SMALL, ConvShape(3, 1, 28, 28, 50, 5), ConvShape(2, 12, 21, 21, 24, 7))
-                 if variant.supports(s))
+    shape = next((s for s in MEMCHECK_SHAPES if variant.supports(s)), None)
+    assert shape is not None, f"{variant.name} supports none of MEMCHECK_SHAPES: add one it does"
     report = sanitize(shape, variant=variant.name)
     assert report.clean, report.lines()
 

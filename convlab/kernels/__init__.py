@@ -9,17 +9,20 @@ from .fused import Fused
 from .im2col import Im2col
 from .implicit_gemm import ImplicitGemm
 from .naive import Naive
+from .pipelined import Pipelined, Pipelined3xTF32, PipelinedBF16, PipelinedFP16
 from .register_tiled import RegisterTiled
 from .tensorcore import TensorCore
 from .tensorcore_3xtf32 import TensorCore3xTF32
 from .tiled import Tiled
 from .unrolled import Unrolled
+from .winograd import Winograd
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Cpu(), Naive(), Tiled(), Constant(), Unrolled(), RegisterTiled(), Im2col(),
-        ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Fused(), Cudnn(), CudnnTF32(), CudnnFP16(),
+        Cpu(), Naive(), Tiled(), Constant(), Unrolled(), RegisterTiled(), Im2col(), Winograd(),
+        ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Pipelined(), Pipelined3xTF32(),
+        PipelinedFP16(), PipelinedBF16(), Fused(), Cudnn(), CudnnTF32(), CudnnFP16(),
         CudnnBF16(),
     )
 }

@@ -105,4 +105,5 @@ class Im2col(Variant):
                 if finish is not None:
                     finish((blocks(n * shape.M * hw, BLOCK),), (BLOCK,), (out, b, np.int32(n)))
 
-        return Op(launch, shape.output_shape, compiled.seconds, epilogue)
+        # CuPy refuses cuBLAS calls during stream capture: no CUDA graph holds this op.
+        return Op(launch, shape.output_shape, compiled.seconds, epilogue, capturable=False)

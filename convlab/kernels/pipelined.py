@@ -25,7 +25,7 @@ SOURCE = r"""
 // along pixels, adds the bias and applies ReLU.
 //
 // Compile-time: C H W M K STRIDE PAD G (shape), HAS_BIAS RELU, MODE, BM BN BK WARPS_M WARPS_N
-// STAGES SPLIT_K GATHER_TAP MIN_BLOCKS (tiling).
+// STAGES SPLIT_K GATHER_TAP (tiling).
 
 #define HALF (MODE >= 2)
 #if HALF
@@ -69,10 +69,15 @@ typedef float elem_t;
 #define B_WORDS (BK * B_LD * ELEM_BYTES / 4)
 #define STAGE_WORDS (A_WORDS + B_WORDS)
 #define C_LD (BN + 8)
-#if MIN_BLOCKS > 1
-#define LAUNCH_BOUNDS __launch_bounds__(THREADS, MIN_BLOCKS)
+
+// In bounds: without padding every tap of a real pixel lies inside the image (ho*S + p <= H-1
+// by the definition of HO), so only columns past the last pixel (ih0 < 0) and, for the table,
+// k past the reduction gather zeros, and the table's offsets are all a k needs.
+#if PAD == 0
+#define TAP_OK(i, p, q) (ih0[i] >= 0)
 #else
-#define LAUNCH_BOUNDS __launch_bounds__(THREADS)
+#define TAP_OK(i, p, q) \
+    ((unsigned)(ih0[i] + (p)) < (unsigned)H && (unsigned)(iw0[i] + (q)) < (unsigned)W)
 #endif
 
 __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -111,7 +116,8 @@ __device__ __forceinline__ unsigned to_tf32(float f)
     return r;
 }
 
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2])
 {
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
@@ -147,7 +153,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
 // wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
 // (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
 // ws, counters: split-K partial tiles and arrival counts (all counts zero between launches).
-extern "C" __global__ void LAUNCH_BOUNDS
+extern "C" __global__ void __launch_bounds__(THREADS)
 conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const int4* __restrict__ table, const float* __restrict__ bias,
              float* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
@@ -192,7 +198,8 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 #pragma unroll
         for (int v = 0; v < (A_VECS + THREADS - 1) / THREADS; ++v) {
             const int idx = tid + v * THREADS;
-            if (A_VECS % THREADS == 0 || idx < A_VECS) cp_async16(smem_u32(sa + idx * 4), src + idx);
+            if (A_VECS % THREADS == 0 || idx < A_VECS)
+                cp_async16(smem_u32(sa + idx * 4), src + idx);
         }
     };
 
@@ -204,7 +211,7 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
         const int c0 = cc * BK + r0;
 #pragma unroll
         for (int i = 0; i < NCOLS; ++i) {
-            const bool ok = (unsigned)(ih0[i] + p) < (unsigned)H && (unsigned)(iw0[i] + q) < (unsigned)W;
+            const bool ok = TAP_OK(i, p, q);
             const elem_t* src = x + (off[i] + (c0 * HWI + p * W + q));
 #pragma unroll
             for (int j = 0; j < RPT; ++j) {
@@ -215,12 +222,22 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 #else
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
-            const int4 e = __ldg(table + kt * BK + r0 + j);
+            const int k = kt * BK + r0 + j;
+#if PAD == 0
+            const int offset = __ldg(reinterpret_cast<const int*>(table) + 4 * k);
 #pragma unroll
             for (int i = 0; i < NCOLS; ++i) {
-                const bool ok = (unsigned)(ih0[i] + e.y) < (unsigned)H && (unsigned)(iw0[i] + e.z) < (unsigned)W;
+                const bool ok = TAP_OK(i, 0, 0) && k < CG * KK;
+                bv[i][j] = ok ? __ldg(x + (off[i] + offset)) : (elem_t)0;
+            }
+#else
+            const int4 e = __ldg(table + k);
+#pragma unroll
+            for (int i = 0; i < NCOLS; ++i) {
+                const bool ok = TAP_OK(i, e.y, e.z);
                 bv[i][j] = ok ? __ldg(x + (off[i] + e.x)) : (elem_t)0;
             }
+#endif
         }
 #endif
     };
@@ -240,7 +257,7 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
         const int c0 = cc * BK + r0;
 #pragma unroll
         for (int i = 0; i < NCOLS; ++i) {
-            const bool ok = (unsigned)(ih0[i] + p) < (unsigned)H && (unsigned)(iw0[i] + q) < (unsigned)W;
+            const bool ok = TAP_OK(i, p, q);
             const float* src = x + (off[i] + (c0 * HWI + p * W + q));
             const unsigned dst = smem_u32(sb + r0 * B_LD + col0 + i * COLT);
 #pragma unroll
@@ -250,12 +267,20 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 #else
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
-            const int4 e = __ldg(table + kt * BK + r0 + j);
+            const int k = kt * BK + r0 + j;
+            const unsigned dst = smem_u32(sb + (r0 + j) * B_LD + col0);
+#if PAD == 0
+            const int offset = __ldg(reinterpret_cast<const int*>(table) + 4 * k);
 #pragma unroll
-            for (int i = 0; i < NCOLS; ++i) {
-                const bool ok = (unsigned)(ih0[i] + e.y) < (unsigned)H && (unsigned)(iw0[i] + e.z) < (unsigned)W;
-                cp_async4(smem_u32(sb + (r0 + j) * B_LD + col0 + i * COLT), x + (off[i] + e.x), ok);
-            }
+            for (int i = 0; i < NCOLS; ++i)
+                cp_async4(dst + i * (COLT * 4), x + (off[i] + offset),
+                          TAP_OK(i, 0, 0) && k < CG * KK);
+#else
+            const int4 e = __ldg(table + k);
+#pragma unroll
+            for (int i = 0; i < NCOLS; ++i)
+                cp_async4(dst + i * (COLT * 4), x + (off[i] + e.x), TAP_OK(i, e.y, e.z));
+#endif
         }
 #endif
     };
@@ -422,7 +447,8 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
         float* parts = ws + tile_id * (SPLIT_K * BM * BN);
         float* flat = &acc[0][0][0];
 #pragma unroll
-        for (int e = 0; e < MF * NF * 4; ++e) __stcg(parts + split * (BM * BN) + e * THREADS + tid, flat[e]);
+        for (int e = 0; e < MF * NF * 4; ++e)
+            __stcg(parts + split * (BM * BN) + e * THREADS + tid, flat[e]);
         __threadfence();
         __syncthreads();
         if (tid == 0) last = atomicAdd(counters + tile_id, 1) == SPLIT_K - 1;
@@ -448,8 +474,10 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 #pragma unroll
         for (int j = 0; j < NF; ++j) {
             const int row = wm * WM + i * 16 + g8, col = wn * WN + j * 8 + 2 * t4;
-            *reinterpret_cast<float2*>(cs + row * C_LD + col) = make_float2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<float2*>(cs + (row + 8) * C_LD + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+            float2* upper = reinterpret_cast<float2*>(cs + row * C_LD + col);
+            float2* lower = reinterpret_cast<float2*>(cs + (row + 8) * C_LD + col);
+            *upper = make_float2(acc[i][j][0], acc[i][j][1]);
+            *lower = make_float2(acc[i][j][2], acc[i][j][3]);
         }
     __syncthreads();
 
@@ -501,7 +529,8 @@ from .tensorcore import round_tf32  # noqa: E402
 
 MODES = {"tf32": 0, "3xtf32": 1, "fp16": 2, "bf16": 3}
 HALF_MATHS = ("fp16", "bf16")
-MAX_SMEM = 227 * 1024  # dynamic shared memory one block may opt in to on sm_90
+# Dynamic shared memory per block: sm_90 allows 227 KB in all, and split-K adds a static word.
+MAX_SMEM = 226 * 1024
 INT32_MAX = 2**31 - 1
 INVALID_TAP = 1 << 28  # the (p, q) a table gives k past the reduction: fails every bounds test
 MAX_CONFIGS = 16  # configs() returns the cost model's best this many
@@ -651,7 +680,8 @@ def output_tiles(shape: ConvShape, t: Tiling) -> int:
 def shape_problem(shape: ConvShape, t: Tiling) -> str:
     """Why `t` cannot run `shape` (32-bit index limits, too many K-splits), or ""."""
     if shape.B * shape.Ho * shape.Wo + t.bn > INT32_MAX:
-        return f"B*Ho*Wo = {shape.B * shape.Ho * shape.Wo} pixels overflow the kernel's 32-bit pixel index"
+        return (f"B*Ho*Wo = {shape.B * shape.Ho * shape.Wo} pixels overflow the kernel's "
+                f"32-bit pixel index")
     channels = blocks(shape.Cg, t.bk) * t.bk if t.gather == "tap" else shape.Cg
     if channels * shape.H * shape.W > INT32_MAX:
         return "one group's input channels exceed the kernel's 32-bit in-image offsets"
@@ -673,7 +703,8 @@ def gemm_weights(weights: np.ndarray, shape: ConvShape, t: Tiling) -> np.ndarray
         chunks = blocks(Cg, t.bk)
         padded = np.zeros((G, Mg, chunks * t.bk, kk), dtype=np.float32)
         padded[:, :, :Cg] = w
-        a[:, :Mg] = padded.reshape(G, Mg, chunks, t.bk, kk).transpose(0, 1, 2, 4, 3).reshape(G, Mg, -1)
+        tapwise = padded.reshape(G, Mg, chunks, t.bk, kk).transpose(0, 1, 2, 4, 3)
+        a[:, :Mg] = tapwise.reshape(G, Mg, -1)
     else:
         a[:, :Mg, :Cg * kk] = w.reshape(G, Mg, Cg * kk)
     return a
@@ -774,11 +805,15 @@ def gather_options(shape: ConvShape, maths: str) -> list[tuple[str, int]]:
     if exact:
         return exact[:2]
     kk = shape.K * shape.K
-    options = [("tap", bk) for bk in sizes[:2]] + [("table", bk) for bk in (32, 16) if bk % step == 0]
+    options = [("tap", bk) for bk in sizes[:2]]
+    options += [("table", bk) for bk in (32, 16) if bk % step == 0]
 
     def work(option):
         gather, bk = option
-        padded = blocks(shape.Cg, bk) * bk * kk if gather == "tap" else blocks(shape.Cg * kk, bk) * bk
+        if gather == "tap":
+            padded = blocks(shape.Cg, bk) * bk * kk
+        else:
+            padded = blocks(shape.Cg * kk, bk) * bk
         return padded * (1.25 if gather == "table" else 1.0)
 
     return sorted(options, key=work)[:2]
@@ -872,9 +907,9 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
 @lru_cache(maxsize=256)
 def ranked(shape: ConvShape, maths: str) -> tuple[Tiling, ...]:
     """Candidates by modelled time; ties go to squarer warp tiles (fewer fragment loads per
-    MMA), then to fewer stages (less shared memory)."""
+    MMA), then to more stages (slack for load latency the model does not see)."""
     def key(t):
-        return (round(estimate(shape, t, maths), 2), abs(math.log2(t.wm / t.wn)), t.stages,
+        return (round(estimate(shape, t, maths), 2), abs(math.log2(t.wm / t.wn)), -t.stages,
                 t.brief())
     return tuple(sorted(candidates(shape, maths), key=key))
 
@@ -902,7 +937,8 @@ def _bf16_kernel():
 
     return cupy.ElementwiseKernel(
         "float32 x", "uint16 y",
-        "unsigned int u = __float_as_uint(x); y = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);",
+        "unsigned int u = __float_as_uint(x);"
+        " y = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);",
         "convlab_float_to_bf16")
 
 

@@ -135,10 +135,11 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ k,
 import numpy as np  # noqa: E402
 
 from ..shapes import FEATURES  # noqa: E402
-from .base import RELU, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
+from .base import RELU, TANH_POOL, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
 
 ACCUMULATORS = 128  # MT*TH registers per thread; more starts to spill on sm_90
+CAPS = (0, 2, 3)  # MINB values the course sweeps found worth trying (results/NOTES.md)
 MAX_WINDOW = 40  # input rows a strip's window may span (registers, beside the accumulators)
 # (C, H, W, M, K) -> (TH, MT, MINB): the fastest verified tiling per course layer, measured on an
 # H100 with scripts/sweep.py (results/NOTES.md). Other shapes use pick_tiling's estimate.
@@ -214,10 +215,44 @@ class RegisterTiled(Variant):
         measures the alternatives this way)."""
         self.th, self.mt, self.block, self.min_blocks = th, mt, block, min_blocks
 
+    def static_choice(self, shape, epilogue=None) -> tuple[int, int, int]:
+        """(TH, MT, MINB) measured for the course's layers, estimated for any other: the default
+        when nothing is tuned, and the tuner's starting point."""
+        return self.tuned(epilogue).get(tuned_key(shape)) or (*self.estimate(shape, epilogue), 0)
+
     def choice(self, shape, epilogue=None) -> tuple[int, int, int]:
-        """(TH, MT, MINB): measured for the course's layers, estimated for any other."""
-        th, mt, minb = self.tuned(epilogue).get(tuned_key(shape)) or (*self.estimate(shape, epilogue), 0)
+        """(TH, MT, MINB): fixed by the constructor, else tuned on this GPU (`convlab tune`),
+        else static_choice."""
+        from ..tune import lookup
+
+        th, mt, minb = self.static_choice(shape, epilogue)
+        if self.th is None or self.mt is None or self.min_blocks is None:
+            cached = lookup(self, shape, epilogue)
+            if cached is not None and cached in self.configs(shape, epilogue):
+                th, mt, minb = cached["TH"], cached["MT"], cached["MINB"]
         return self.th or th, self.mt or mt, minb if self.min_blocks is None else self.min_blocks
+
+    def configs(self, shape, epilogue=None) -> list[dict]:
+        """static_choice first, then TH 2..8 (even where the epilogue pools) x the four largest
+        divisors of M/groups up to 32 that fit the accumulators, the window and the shared
+        memory x MINB in CAPS."""
+        even = epilogue == TANH_POOL
+        ths = [th for th in range(2, 9, 2 if even else 1) if window_rows(shape, th) <= MAX_WINDOW]
+        mts = [mt for mt in range(min(shape.Mg, 32), 0, -1)
+               if shape.Mg % mt == 0 and filter_smem_bytes(shape, mt) <= MAX_FILTER_SMEM][:4]
+        th0, mt0, minb0 = self.static_choice(shape, epilogue)
+        space = [{"TH": th0, "MT": mt0, "MINB": minb0}]
+        for th in ths:
+            for mt in mts:
+                for minb in CAPS:
+                    config = {"TH": th, "MT": mt, "MINB": minb}
+                    if mt * th <= ACCUMULATORS and config not in space:
+                        space.append(config)
+        return space
+
+    def configured(self, config: dict) -> "RegisterTiled":
+        return type(self)(th=config["TH"], mt=config["MT"], block=self.block,
+                          min_blocks=config["MINB"])
 
     def tuned(self, epilogue=None) -> dict:
         return TUNED

@@ -9,11 +9,39 @@ from .lrn import prepare_lrn, prepare_lrn_max_pool, reference_lrn, reference_lrn
 from .pool import prepare_max_pool, reference_max_pool
 from .softmax import prepare_softmax, reference_softmax
 
+
+
+def reference_for(layers: tuple, x, arrays: dict):
+    """The float64 Reference of a network step of non-conv layers (one layer, or a fused pair:
+    activation + max-pool, LRN + max-pool, FC + activation) on input x, with the error bound
+    of the op that computes it."""
+    from ..models import LRN, Dense, MaxPool, ReLU, Softmax, Tanh
+
+    kinds = {ReLU: "relu", Tanh: "tanh"}
+    first, last = layers[0], layers[-1]
+    activation = next((kinds[type(layer)] for layer in layers if type(layer) in kinds), None)
+    if isinstance(first, Dense):
+        return reference_dense(x, arrays[f"{first.name}.weight"], arrays[f"{first.name}.bias"],
+                               activation)
+    if isinstance(first, LRN) and isinstance(last, MaxPool):
+        return reference_lrn_max_pool(x, first.size, first.alpha, first.beta, first.k,
+                                      last.size, last.step)
+    if isinstance(first, LRN):
+        return reference_lrn(x, first.size, first.alpha, first.beta, first.k)
+    if isinstance(last, MaxPool):
+        return reference_max_pool(x, last.size, last.step, activation)
+    if isinstance(first, Softmax):
+        return reference_softmax(x)
+    if activation is not None and len(layers) == 1:
+        return reference_activation(x, activation)
+    raise TypeError(f"no reference for the layers {layers!r}")
+
+
 __all__ = [
     "LayerOp", "DensePlan", "plan_dense",
     "prepare_activation", "reference_activation",
     "prepare_dense", "prepare_dense_cublas", "reference_dense",
     "prepare_lrn", "prepare_lrn_max_pool", "reference_lrn", "reference_lrn_max_pool",
     "prepare_max_pool", "reference_max_pool",
-    "prepare_softmax", "reference_softmax",
+    "prepare_softmax", "reference_softmax", "reference_for",
 ]

@@ -23,11 +23,10 @@ ACTIVATIONS = {None: 0, "relu": 1, "tanh": 2}
 ACTIVATION_LABELS = {"relu": "ReLU", "tanh": "tanh"}
 
 # CUDA's documented maximum errors (CUDA C++ Programming Guide, Mathematical Functions,
-# single precision, default flags: no fast math) are 2 ulps for expf and tanhf and 4 for powf.
-# Those figures come from extensive but not exhaustive tests, so the bounds allow twice as
-# many. One ulp of a normal float v is at most 2^-23 |v| = 2u|v|.
-ALLOWED_ULPS = {"expf": 4, "tanhf": 4, "powf": 8}
-U32 = 2.0 ** -24  # unit roundoff of float32
+# single precision, default flags: no fast math) are 2 ulps for expf, tanhf, exp2f and rsqrtf
+# and 1 for log2f. Those figures come from extensive but not exhaustive tests, so the bounds
+# allow twice as many. One ulp of a normal float v is at most 2^-23 |v| = 2u|v|.
+ALLOWED_ULPS = {"expf": 4, "tanhf": 4, "exp2f": 4, "rsqrtf": 4, "log2f": 2}
 # |tanh| < 1 (tanhf returns at most 1.0), where an ulp is at most 2^-24: the allowed tanhf error
 # as an absolute term.
 TANH_ABSOLUTE = ALLOWED_ULPS["tanhf"] * 2.0 ** -24
@@ -161,7 +160,7 @@ def activation_absolute(activation: str | None) -> float:
     return TANH_ABSOLUTE if activation == "tanh" else 0.0
 
 
-def probabilistic_share(extra_units: np.ndarray | float, n: int) -> np.ndarray | float:
+def magnitude_for_units(extra_units: np.ndarray | float, n: int) -> np.ndarray | float:
     """Reference.bound is LAMBDA*sqrt(n)*u*magnitude. To add `extra_units`*u*|y| (a handful of
     roundings counted at their worst case) to the bound of a sum's n-term law, the magnitude
     grows by extra_units / (LAMBDA*sqrt(n)) times |y|."""

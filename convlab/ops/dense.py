@@ -378,6 +378,10 @@ def dense_kernels(batch: int, inputs: int, outputs: int, activation: str | None,
         defines |= {"MB": batch, "ROWS": GEMV_ROWS, "WARPS": GEMV_WARPS}
         return [spec("ops.dense", "dense_gemv", SOURCE, defines,
                      (ceil_div(outputs, GEMV_ROWS),), plan.threads)]
+    if plan.k_per_split % BK or not (plan.splits - 1) * plan.k_per_split < inputs \
+            <= plan.splits * plan.k_per_split:
+        raise ValueError(f"{plan.describe()} with {plan.k_per_split} k per split does not cover "
+                         f"{inputs} inputs exactly; make it with gemm_plan({inputs}, ...)")
     if ceil_div(batch, plan.tile_m) > 65535:
         raise ValueError(f"batch {batch} needs more than 65,535 rows of {plan.tile_m}-row tiles")
     defines |= {"BM": plan.tile_m, "BN": plan.tile_n, "BK": BK, "KSPLIT": plan.k_per_split,

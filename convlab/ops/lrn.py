@@ -1,120 +1,197 @@
 """LRN across channels (Caffe's definition), alone or fused with the max-pool that follows it."""
 
 SOURCE = r"""
-// LRN: y[c] = x[c] * (k + alpha/size * sum x[j]^2)^-beta, the sum over the SIZE channels
-// j = c-BEFORE ... c-BEFORE+SIZE-1 at the same pixel, clipped to 0..C-1 (Caffe's definition).
-// Each thread owns a pixel and walks a range of channels, holding that pixel's SIZE-channel
-// window of x in registers: one new load per channel, so the input is read once from memory
-// (plus SIZE-1 halo channels per channel range). The window sum is recomputed from the SIZE
-// registers for every channel (SIZE FMAs) rather than updated by adding one square and
-// subtracting another, which would cancel and make the error grow along the channels.
-// Loads are coalesced: consecutive threads own consecutive pixels of a channel plane.
-// Blocks split the channels into ranges of CB when the batch alone gives too few blocks to fill
-// the GPU. The scalars alpha/size, k and -beta are run-time arguments.
-// Compile-time: C, H, W, SIZE, BEFORE, CB, BLOCK; for the fused pool also HO, WO, PS, PST, TOH,
-// TOW, IH, IW, NPIX, PPT, TILES_W.
+// LRN: y[c] = x[c] * (k + alpha/size * S[c])^-beta, S[c] the sum of x^2 over the SIZE channels
+// c-BEFORE ... c-BEFORE+SIZE-1 at the same pixel, clipped to 0..C-1 (Caffe's definition). Each
+// thread owns pixels and walks them down a range of channels, so the input is read once (plus
+// SIZE-1 halo channels per range); consecutive threads own consecutive pixels of a plane, so
+// every load and store is coalesced.
+//
+// What changed from the first version, which issued one load per thread and used it at once
+// (a memory latency per channel step) and called powf (about 70 of the 95 instructions the step
+// took), and why it is faster:
+// - Each pixel keeps a ring of RING = SIZE + DEPTH registers: the SIZE-channel window and DEPTH
+//   loads in flight ahead of it. A load issued at channel c is first used at channel c + DEPTH,
+//   so each thread has DEPTH loads outstanding (Little's law: 3 TB/s at about 1 us of latency
+//   needs some 20 KB in flight per SM).
+// - No powf. beta = 0.75 (AlexNet's, and Caffe's default): d^-3/4 = r * (r * rsqrt(r)) with
+//   r = rsqrt(d), two MUFU.RSQ and two multiplies. Other betas: exp2f(-beta * log2f(d)).
+//   lrn_error_units (below, in Python) derives the error bound of each.
+// - The channel loop is unrolled RING times: the ring slides by register renaming instead of
+//   RING-1 moves per step, and the loads' channel offsets become immediates.
+// The window sum is recomputed from the SIZE registers for every channel (SIZE FMAs) rather than
+// updated by adding one square and subtracting another, which would cancel and make the error
+// grow along the channels. Inputs are assumed to have squares that sum within float32.
+// Compile-time: C, H, W, SIZE, BEFORE, CB, DEPTH, BETA_THREE_QUARTERS, BLOCK, MIN_BLOCKS; for
+// lrn also COLUMNS; for the fused pool also HO, WO, PS, PST, TOH, TOW, IH, IW, NPIX, PPT, OPT,
+// TILES_W, CW, ROW.
+#define AFTER (SIZE - 1 - BEFORE)
+#define HW (H * W)
+constexpr int RING = SIZE + DEPTH;
+// A range shorter than the ring is unrolled whole (unrolling it RING times would leave only the
+// remainder loop, whose ring moves cost registers).
+constexpr int UNROLL = CB < RING ? CB : RING;
 
-// win holds x at channels c-BEFORE ... c-BEFORE+SIZE-1 of one pixel (0 outside 0..C-1).
-// Before the first step at channel c0 it must hold channels c0-BEFORE-1 ... c0-BEFORE+SIZE-2.
-__device__ __forceinline__ float channel(const float* __restrict__ px, int ch, bool inside)
+// rsqrt.approx.f32 is what rsqrtf compiles to (MUFU.RSQ, within 2 ulps); its .ftz form only
+// skips rescaling subnormal inputs, which neither d >= k >= FLT_MIN nor r = d^-1/2 ever is.
+__device__ __forceinline__ float rsqrt_normal(float v)
 {
-    return (inside && ch >= 0 && ch < C) ? __ldg(px + ch * (H * W)) : 0.0f;
+    float r;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
 }
 
-__device__ __forceinline__ void window_start(float (&win)[SIZE], const float* __restrict__ px,
-                                             bool inside, int c0)
+__device__ __forceinline__ float lrn_factor(float d, float neg_beta)
 {
-#pragma unroll
-    for (int j = 1; j < SIZE; ++j) win[j] = channel(px, c0 - BEFORE + j - 1, inside);
+#if BETA_THREE_QUARTERS
+    const float r = rsqrt_normal(d);
+    return r * (r * rsqrt_normal(r));
+#else
+    return exp2f(neg_beta * log2f(d));
+#endif
 }
 
-// Slide the window to channel c and return the LRN value there.
-__device__ __forceinline__ float window_step(float (&win)[SIZE], const float* __restrict__ px,
-                                             bool inside, int c, float scale, float k,
-                                             float neg_beta)
+// v[0 .. SIZE-1] holds x at channels c-BEFORE ... c+AFTER of one pixel (0 outside 0..C-1).
+__device__ __forceinline__ float lrn_at(const float (&v)[RING], float scale, float k,
+                                        float neg_beta)
 {
-#pragma unroll
-    for (int j = 0; j < SIZE - 1; ++j) win[j] = win[j + 1];
-    win[SIZE - 1] = channel(px, c - BEFORE + SIZE - 1, inside);
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < SIZE; ++j) sum = fmaf(win[j], win[j], sum);
-    return win[BEFORE] * powf(fmaf(scale, sum, k), neg_beta);
+    for (int j = 0; j < SIZE; ++j) sum = fmaf(v[j], v[j], sum);
+    return v[BEFORE] * lrn_factor(fmaf(scale, sum, k), neg_beta);
 }
 
-// Grid: x over blocks of BLOCK pixels of a plane, y over channel ranges, z over images.
-extern "C" __global__ void __launch_bounds__(BLOCK)
+// Channels at or past `limit` feed no output of the block's range (limit is 0 for a pixel that
+// only pads a tile): they are not loaded.
+__device__ __forceinline__ float channel(const float* __restrict__ px, int ch, int limit)
+{
+    return (ch >= 0 && ch < limit) ? __ldg(px + ch * HW) : 0.0f;
+}
+
+// The ring before the first step at channel c0: channels c0-BEFORE ... c0-BEFORE+RING-1.
+__device__ __forceinline__ void fill(float (&v)[RING], const float* __restrict__ px, int c0,
+                                     int limit)
+{
+#pragma unroll
+    for (int j = 0; j < RING; ++j) v[j] = channel(px, c0 - BEFORE + j, limit);
+}
+
+// One channel on: the ring drops its oldest channel and loads channel ch into its last slot.
+__device__ __forceinline__ void slide(float (&v)[RING], const float* __restrict__ px, int ch,
+                                      int limit)
+{
+#pragma unroll
+    for (int j = 0; j < RING - 1; ++j) v[j] = v[j + 1];
+    v[RING - 1] = channel(px, ch, limit);
+}
+
+#ifdef COLUMNS
+// Grid: x over blocks of BLOCK pixel columns counted across all images (column q is pixel
+// q % HW of image q / HW, so no block idles at the end of a plane), y over channel ranges of CB.
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
 lrn(const float* __restrict__ x, float* __restrict__ y, float scale, float k, float neg_beta)
 {
-    const int p = blockIdx.x * BLOCK + threadIdx.x;
-    if (p >= H * W) return;
+    const long long q = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (q >= COLUMNS) return;
     const int c0 = blockIdx.y * CB;
     const int c1 = min(C, c0 + CB);
-    const long long image = (long long)blockIdx.z * (C * H * W);
-    const float* __restrict__ px = x + image + p;
-    float* __restrict__ out = y + image + p;
-    float win[SIZE];
-    window_start(win, px, true, c0);
-    for (int c = c0; c < c1; ++c) out[c * (H * W)] = window_step(win, px, true, c, scale, k, neg_beta);
+    const int limit = min(C, c1 + AFTER);
+    const long long image = q / HW;
+    const long long offset = image * (C * HW) + (q - image * HW);
+    const float* __restrict__ px = x + offset;
+    float* __restrict__ py = y + offset;
+    float v[RING];
+    fill(v, px, c0, limit);
+#pragma unroll UNROLL
+    for (int c = c0; c < c1; ++c) {
+        py[c * HW] = lrn_at(v, scale, k, neg_beta);
+        slide(v, px, c + RING - BEFORE, limit);
+    }
 }
+#endif
 
 #ifdef PS
 // LRN + max-pool: changes from lrn -- where a PS x PS / PST max-pool follows, a block owns a
-// TOH x TOW tile of pooled outputs and the IH x IW input pixels under it (IH = (TOH-1)*PST + PS),
-// PPT pixels per thread. For each channel the threads compute the LRN value of every pixel of
-// the tile once, into shared memory, and then pool the tile from there: the LRN map never goes
-// to global memory (it would be written and read back, two passes over the largest activation
-// of the layer), and pixels shared by overlapping windows (3x3/2 covers most pixels twice) are
-// normalised once, not once per window. LRN is not monotonic across a window (each pixel has its
-// own channel neighbourhood), so the max is over the normalised values, as the layers define.
+// TOH x TOW tile of pooled outputs of one image and the IH x IW input pixels under it
+// (IH = (TOH-1)*PST + PS), PPT pixels per thread, each with its ring. For each channel the
+// threads compute the LRN value of every pixel of the tile once, into shared memory, and then
+// pool the tile from there: the LRN map never goes to global memory (it would be written and
+// read back, two passes over the largest activation of the layer), and pixels shared by
+// overlapping windows (3x3/2 covers most pixels twice) are normalised once, not once per window.
+// LRN is not monotonic across a window (each pixel has its own channel neighbourhood), so the
+// max is over the normalised values, as the layers define.
+// A tile row is stored by column residue mod PST (ROW = PST*CW floats: the columns c with
+// c % PST == 0 first, then those with c % PST == 1, ...), so the PS x PS window of output column
+// ow reads column ow + j/PST of residue class j % PST: consecutive outputs read consecutive
+// words, free of bank conflicts (a plain layout strides them by PST words: PST-way conflicts).
 // Two shared planes alternate between channels: a thread that writes the next channel's plane
 // while others still pool the current one touches the other plane, so one barrier per channel
 // suffices (a plane is written again two channels later, after every thread passed the barrier
 // that follows its last reads). Every thread runs every channel step: no early exit.
-extern "C" __global__ void __launch_bounds__(BLOCK)
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
 lrn_max_pool(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
              float neg_beta)
 {
-    __shared__ float plane[2][NPIX];
+    __shared__ float plane[2][IH * ROW];
     const int oh0 = (blockIdx.x / TILES_W) * TOH;
     const int ow0 = (blockIdx.x % TILES_W) * TOW;
     const int c0 = blockIdx.y * CB;
     const int c1 = min(C, c0 + CB);
+    const int limit = min(C, c1 + AFTER);
     const long long b = blockIdx.z;
-    const float* __restrict__ xb = x + b * (C * H * W);
+    const float* __restrict__ xb = x + b * (C * HW);
+    float* __restrict__ yb = y + b * (C * HO * WO);
     const float* px[PPT];
-    bool inside[PPT];
-    float win[PPT][SIZE];
+    int lim[PPT];
+    int slot[PPT];
+    float v[PPT][RING];
 #pragma unroll
     for (int t = 0; t < PPT; ++t) {
         const int p = threadIdx.x + t * BLOCK;
-        const int h = oh0 * PST + p / IW;
-        const int w = ow0 * PST + p % IW;
+        const int row = p / IW;
+        const int col = p % IW;
+        const int h = oh0 * PST + row;
+        const int w = ow0 * PST + col;
         // Tile pixels past the input feed only outputs past HO or WO, which are not stored.
-        inside[t] = p < NPIX && h < H && w < W;
-        px[t] = xb + (inside[t] ? h * W + w : 0);
-        window_start(win[t], px[t], inside[t], c0);
+        const bool inside = p < NPIX && h < H && w < W;
+        lim[t] = inside ? limit : 0;
+        px[t] = xb + (inside ? h * W + w : 0);
+        slot[t] = row * ROW + (col % PST) * CW + col / PST;
+        fill(v[t], px[t], c0, lim[t]);
     }
+    int src[OPT];
+    int dst[OPT];
+    bool store[OPT];
+#pragma unroll
+    for (int i = 0; i < OPT; ++i) {
+        const int o = threadIdx.x + i * BLOCK;
+        const int orow = o / TOW;
+        const int ocol = o % TOW;
+        store[i] = o < TOH * TOW && oh0 + orow < HO && ow0 + ocol < WO;
+        src[i] = orow * PST * ROW + ocol;
+        dst[i] = (oh0 + orow) * WO + ow0 + ocol;
+    }
+#pragma unroll UNROLL
     for (int c = c0; c < c1; ++c) {
         float* buf = plane[(c - c0) & 1];
 #pragma unroll
         for (int t = 0; t < PPT; ++t) {
-            const float v = window_step(win[t], px[t], inside[t], c, scale, k, neg_beta);
-            const int p = threadIdx.x + t * BLOCK;
-            if (p < NPIX) buf[p] = v;
+            const float value = lrn_at(v[t], scale, k, neg_beta);
+            if (t + 1 < PPT || threadIdx.x + t * BLOCK < NPIX) buf[slot[t]] = value;
+            slide(v[t], px[t], c + RING - BEFORE, lim[t]);
         }
         __syncthreads();
-        for (int o = threadIdx.x; o < TOH * TOW; o += BLOCK) {
-            const int oh = oh0 + o / TOW;
-            const int ow = ow0 + o % TOW;
-            if (oh < HO && ow < WO) {
-                const float* src = buf + (o / TOW) * PST * IW + (o % TOW) * PST;
-                float v = src[0];
 #pragma unroll
-                for (int i = 0; i < PS; ++i)
+        for (int i = 0; i < OPT; ++i) {
+            if (store[i]) {
+                const float* window = buf + src[i];
+                float m = window[0];
 #pragma unroll
-                    for (int j = 0; j < PS; ++j) v = fmaxf(v, src[i * IW + j]);
-                y[((b * C + c) * HO + oh) * WO + ow] = v;
+                for (int r = 0; r < PS; ++r)
+#pragma unroll
+                    for (int j = 0; j < PS; ++j)
+                        if (r + j > 0) m = fmaxf(m, window[r * ROW + (j % PST) * CW + j / PST]);
+                yb[c * (HO * WO) + dst[i]] = m;
             }
         }
     }
@@ -122,61 +199,98 @@ lrn_max_pool(const float* __restrict__ x, float* __restrict__ y, float scale, fl
 #endif
 """
 
+import math  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from ..reference import lrn as lrn_float, max_pool  # noqa: E402
 from ..verify import Reference  # noqa: E402
 from .base import (ALLOWED_ULPS, KernelSpec, LayerOp, ceil_div, check_int32,  # noqa: E402
-                   check_shape, compile_specs, probabilistic_share, sm_count, spec)
+                   check_shape, compile_specs, magnitude_for_units, sm_count, spec)
 from .pool import max_pool_name, pooled_size  # noqa: E402
 
-BLOCK = 256
-MAX_TILE_PIXELS = 4 * BLOCK  # at most 4 pixels (4 channel windows) per thread
+# lrn: one pixel per thread, 7 loads ahead (a 12-channel ring: 96 channels are 8 turns of the
+# unrolled loop); 8 blocks of 256 threads (32 registers each) fill an SM's 2,048 threads:
+# 56 KB of loads in flight per SM.
+LRN_BLOCK = 256
+LRN_DEPTH = 7
+LRN_MIN_BLOCKS = 8
+LRN_MIN_BLOCKS_GENERAL = 6  # other betas: log2f's polynomial needs 40 registers to not spill
+# lrn_max_pool: up to 4 tile pixels per thread, 3 loads ahead each (a 32-register ring), blocks
+# of up to 256 threads, 4 per SM: a 1,024-pixel tile per block, 48 KB in flight per SM.
+MAX_THREADS = 256
+MAX_TILE_PIXELS = 4 * MAX_THREADS
+FUSED_DEPTH = 3
+FUSED_MIN_BLOCKS = 4
 MIN_CHANNELS_PER_BLOCK = 4
-BLOCKS_PER_SM = 4  # 1,024 threads of 256-thread blocks: the blocks a plan aims to give each SM
 DEFAULT_SMS = 132  # H100 SXM; prepare passes the device's own count
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
 def _check_lrn(in_shape, size: int, alpha: float, beta: float, k: float) -> tuple[int, ...]:
     B, C, H, W = check_shape(in_shape, 4, "LRN")
     if size < 1:
         raise ValueError(f"LRN needs a positive window size, got {size}")
-    if alpha < 0 or k <= 0:
-        raise ValueError(f"LRN needs alpha >= 0 and k > 0, got alpha {alpha}, k {k}")
-    if B > 65535:
-        raise ValueError(f"LRN launches one grid row per image; {B} images exceed 65,535")
+    if alpha < 0 or k < FLOAT32_TINY:
+        raise ValueError(f"LRN needs alpha >= 0 and k >= {FLOAT32_TINY:.3g} (a normal float32), "
+                         f"got alpha {alpha}, k {k}")
     check_int32(C * H * W, "one image")
     return B, C, H, W
 
 
-def channels_per_block(blocks_per_range: int, C: int, sms: int) -> int:
-    """Channels a block walks: all C when the other grid dimensions already give BLOCKS_PER_SM
-    blocks per SM, fewer (down to MIN_CHANNELS_PER_BLOCK, each range re-reading SIZE-1 halo
-    channels) to make up the blocks when they do not (small batches)."""
-    ranges = ceil_div(BLOCKS_PER_SM * sms, blocks_per_range)
-    ranges = max(1, min(ranges, ceil_div(C, MIN_CHANNELS_PER_BLOCK)))
-    return ceil_div(C, ranges)
+def three_quarters(beta: float) -> bool:
+    """Whether the kernel takes the beta = 0.75 path (rsqrt) rather than exp2f(log2f)."""
+    return beta == 0.75
 
 
-def _lrn_defines(C: int, H: int, W: int, size: int, cb: int) -> dict[str, int]:
+def channels_per_block(blocks_per_range: int, C: int, size: int, slots: int) -> int:
+    """Channels a block walks. A kernel's time is about the larger of its total work spread
+    over the `slots` blocks the GPU holds at once, and the work of one block (its chain of
+    channel steps, when there are fewer blocks than slots). Splitting the channels into ranges
+    makes more, shorter blocks, but each range reloads SIZE-1 halo channels; the plan takes the
+    split with the least time by that measure (the fewest ranges among equals), with ranges of
+    at least MIN_CHANNELS_PER_BLOCK channels."""
+    best, best_cost = C, math.inf
+    for ranges in range(1, ceil_div(C, MIN_CHANNELS_PER_BLOCK) + 1):
+        cb = ceil_div(C, ranges)
+        if ranges > 1 and cb < MIN_CHANNELS_PER_BLOCK:
+            break
+        split = ceil_div(C, cb)
+        read = cb + (size - 1 if split > 1 else 0)
+        cost = max(blocks_per_range * split * read / slots, read)
+        if cost < best_cost:
+            best, best_cost = cb, cost
+    return best
+
+
+def _lrn_defines(C: int, H: int, W: int, size: int, beta: float, cb: int, depth: int,
+                 block: int, min_blocks: int) -> dict[str, int]:
     return {"C": C, "H": H, "W": W, "SIZE": size, "BEFORE": (size - 1) // 2, "CB": cb,
-            "BLOCK": BLOCK}
+            "DEPTH": depth, "BETA_THREE_QUARTERS": int(three_quarters(beta)), "BLOCK": block,
+            "MIN_BLOCKS": min_blocks}
 
 
 def lrn_kernel(in_shape, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0,
                sms: int = DEFAULT_SMS) -> KernelSpec:
     """The kernel prepare_lrn launches for this input shape."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
-    pixel_blocks = ceil_div(H * W, BLOCK)
-    cb = channels_per_block(pixel_blocks * B, C, sms)
-    return spec("ops.lrn", "lrn", SOURCE, _lrn_defines(C, H, W, size, cb),
-                (pixel_blocks, ceil_div(C, cb), B), BLOCK)
+    columns = B * H * W
+    column_blocks = ceil_div(columns, LRN_BLOCK)
+    if column_blocks >= 2 ** 31:
+        raise ValueError(f"LRN of {columns} pixel columns needs more than 2^31 blocks")
+    min_blocks = LRN_MIN_BLOCKS if three_quarters(beta) else LRN_MIN_BLOCKS_GENERAL
+    cb = channels_per_block(column_blocks, C, size, min_blocks * sms)
+    defines = _lrn_defines(C, H, W, size, beta, cb, LRN_DEPTH, LRN_BLOCK, min_blocks) | {
+        "COLUMNS": columns}
+    return spec("ops.lrn", "lrn", SOURCE, defines, (column_blocks, ceil_div(C, cb)), LRN_BLOCK)
 
 
 def pool_tile(H: int, W: int, pool_size: int, pool_stride: int) -> tuple[int, int]:
     """(TOH, TOW): pooled outputs per block. The whole pooled width where its input rows fit
     MAX_TILE_PIXELS (halving it until they do), then as many pooled rows as fit: wide tiles keep
-    the halo (the PS-PST input rows and columns two tiles share) small."""
+    the halo (the PS-PST input rows and columns two tiles share) small. Each is then evened out
+    over the tiles it needs (27 rows of at most 8: 4 tiles of 7, not 3 of 8 and one of 3), so
+    no block carries more than its share."""
     ho, wo = pooled_size(H, pool_size, pool_stride), pooled_size(W, pool_size, pool_stride)
 
     def span(n: int) -> int:
@@ -185,16 +299,20 @@ def pool_tile(H: int, W: int, pool_size: int, pool_stride: int) -> tuple[int, in
     tow = wo
     while tow > 1 and span(tow) * pool_size > MAX_TILE_PIXELS:
         tow = ceil_div(tow, 2)
+    tow = ceil_div(wo, ceil_div(wo, tow))
     toh = 1
     while toh < ho and span(toh + 1) * span(tow) <= MAX_TILE_PIXELS:
         toh += 1
-    return toh, tow
+    return ceil_div(ho, ceil_div(ho, toh)), tow
 
 
 def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float,
                         pool_size: int, pool_stride: int, sms: int = DEFAULT_SMS) -> KernelSpec:
     """The kernel prepare_lrn_max_pool launches for this input shape."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
+    if B > 65535:
+        raise ValueError(f"LRN + max-pool launches one grid row per image; {B} images exceed "
+                         f"65,535")
     if pool_size < 1 or pool_stride < 1 or pool_size > min(H, W):
         raise ValueError(f"a {pool_size}x{pool_size}/{pool_stride} pool does not fit {H}x{W}")
     if pool_size * pool_size > MAX_TILE_PIXELS:
@@ -203,13 +321,17 @@ def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float
     ho, wo = pooled_size(H, pool_size, pool_stride), pooled_size(W, pool_size, pool_stride)
     toh, tow = pool_tile(H, W, pool_size, pool_stride)
     ih, iw = (toh - 1) * pool_stride + pool_size, (tow - 1) * pool_stride + pool_size
+    npix = ih * iw
+    ppt = ceil_div(npix, MAX_THREADS)
+    block = 32 * ceil_div(npix, 32 * ppt)
     tiles = ceil_div(ho, toh) * ceil_div(wo, tow)
-    cb = channels_per_block(tiles * B, C, sms)
-    defines = _lrn_defines(C, H, W, size, cb) | {
+    cb = channels_per_block(tiles * B, C, size, FUSED_MIN_BLOCKS * sms)
+    cw = ceil_div(iw, pool_stride)
+    defines = _lrn_defines(C, H, W, size, beta, cb, FUSED_DEPTH, block, FUSED_MIN_BLOCKS) | {
         "HO": ho, "WO": wo, "PS": pool_size, "PST": pool_stride, "TOH": toh, "TOW": tow,
-        "IH": ih, "IW": iw, "NPIX": ih * iw, "PPT": ceil_div(ih * iw, BLOCK),
-        "TILES_W": ceil_div(wo, tow)}
-    return spec("ops.lrn", "lrn_max_pool", SOURCE, defines, (tiles, ceil_div(C, cb), B), BLOCK)
+        "IH": ih, "IW": iw, "NPIX": npix, "PPT": ppt, "OPT": ceil_div(toh * tow, block),
+        "TILES_W": ceil_div(wo, tow), "CW": cw, "ROW": pool_stride * cw}
+    return spec("ops.lrn", "lrn_max_pool", SOURCE, defines, (tiles, ceil_div(C, cb), B), block)
 
 
 def _scalars(size: int, alpha: float, beta: float, k: float) -> tuple:
@@ -239,7 +361,7 @@ def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: floa
     N and writes N, and the pool reads those N again and writes P: 12N + 4P bytes. Fused: 4N +
     4P. Saved: 8N bytes. AlexNet norm1+pool1 (N = 96*55*55 = 290,400 per image): 2.32 MB per
     image, 297 MB at batch 128; norm2+pool2 (N = 256*27*27 = 186,624): 1.49 MB per image,
-    191 MB at batch 128 - against 1.40 MB and 0.93 MB per image that the fused kernel moves.
+    191 MB at batch 128 - against the 1.44 MB and 0.92 MB per image the fused kernels move.
     """
     kernel_spec = lrn_max_pool_kernel(in_shape, size, alpha, beta, k, pool_size, pool_stride,
                                       sm_count())
@@ -247,7 +369,8 @@ def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: floa
     _, kernel = compiled.kernels[0]
     scalars = _scalars(size, alpha, beta, k)
     B, C, H, W = in_shape
-    out_shape = (B, C, pooled_size(H, pool_size, pool_stride), pooled_size(W, pool_size, pool_stride))
+    out_shape = (B, C, pooled_size(H, pool_size, pool_stride),
+                 pooled_size(W, pool_size, pool_stride))
 
     def launch(x, y):
         kernel(kernel_spec.grid, kernel_spec.block, (x, y) + scalars)
@@ -267,19 +390,29 @@ def lrn_error_units(denominator: np.ndarray, size: int, beta: float) -> tuple[fl
     """The float32 LRN's relative error in units of u, as (the window sum's factor, the rest).
 
     The kernel computes S (the window's sum of squares, FMAs of non-negative terms: no
-    cancellation), d = fmaf(alpha/size, S, k), p = powf(d, -beta) and y = x * p.
+    cancellation), d = fmaf(alpha/size, S, k), p ~ d^-beta and y = x * p.
     - S: relative error LAMBDA*sqrt(size)*u in the probabilistic law verify.py uses (for
       size <= 64 that also exceeds the worst case, size*u).
     - d: the roundings of alpha/size, of k and of the FMA, each relative to a part of d or to
-      d itself: 2u more at most.
-    - p: a relative error e of d becomes beta*e; powf adds at most ALLOWED_ULPS ulps (2u each);
-      beta rounded to float32 (relative u) scales d^-beta by at most exp(beta*u*|ln d|).
+      d itself: 2u more at most. A relative error e of d (S's included) becomes beta*e in p.
+    - p for beta = 0.75: r = rsqrt(d), q = rsqrt(r), each within ALLOWED_ULPS["rsqrtf"] ulps
+      (2u each); p = r*(r*q), two roundings. p is r^2 * r^-1/2 = r^1.5, so r's error counts
+      1.5 times: 1.5*e_r + e_q + 2u. The exponent is exact (no float32 beta).
+    - p for other betas: L = log2f(d) (ALLOWED_ULPS["log2f"] ulps), t = fl(-beta)*L (-beta
+      rounded to float32, the product rounded: u each), p = exp2f(t) (ALLOWED_ULPS["exp2f"]
+      ulps). A relative error e of t is an error e*|t| in the exponent, a relative error
+      ln2*|t|*e = beta*|ln d|*e of p: beta*|ln d|*(2 + 2*ALLOWED log2f)*u, plus exp2f's own.
     - y: one rounding.
-    So |y - ref| / |ref| <= beta*LAMBDA*sqrt(size)*u + (beta*(2 + |ln d|) + 2*ALLOWED + 1)*u,
-    to first order (the second-order terms are below 1e-10 of the first).
+    So |y - ref| / |ref| <= beta*LAMBDA*sqrt(size)*u + (2*beta + the pow term + 1)*u, to first
+    order (the second-order terms are below 1e-10 of the first).
     """
-    rest = beta * (2.0 + np.abs(np.log(denominator))) + 2 * ALLOWED_ULPS["powf"] + 1
-    return beta, rest
+    if three_quarters(beta):
+        rsqrt_units = 2 * ALLOWED_ULPS["rsqrtf"]
+        pow_units = 1.5 * rsqrt_units + rsqrt_units + 2 + np.zeros_like(denominator)
+    else:
+        pow_units = (beta * np.abs(np.log(denominator)) * (2 + 2 * ALLOWED_ULPS["log2f"])
+                     + 2 * ALLOWED_ULPS["exp2f"])
+    return beta, 2 * beta + pow_units + 1
 
 
 def _lrn_values_and_magnitude(x: np.ndarray, size: int, alpha: float, beta: float, k: float):
@@ -287,8 +420,9 @@ def _lrn_values_and_magnitude(x: np.ndarray, size: int, alpha: float, beta: floa
     values = lrn_float(x64, size, alpha, beta, k)
     d = k + (alpha / size) * window_sums(x64, size)
     sum_factor, rest = lrn_error_units(d, size, beta)
-    # Reference.bound = LAMBDA*sqrt(size)*u*magnitude: magnitude = |y| * (beta + rest/(LAMBDA*sqrt(size))).
-    magnitude = np.abs(values) * (sum_factor + probabilistic_share(rest, size))
+    # Reference.bound is LAMBDA*sqrt(size)*u*magnitude, so
+    # magnitude = |y| * (beta + rest / (LAMBDA*sqrt(size))).
+    magnitude = np.abs(values) * (sum_factor + magnitude_for_units(rest, size))
     return values, magnitude
 
 

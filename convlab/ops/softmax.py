@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 from ..reference import softmax  # noqa: E402
 from ..verify import Reference  # noqa: E402
 from .base import (ALLOWED_ULPS, KernelSpec, LayerOp, ceil_div, compile_specs,  # noqa: E402
-                   probabilistic_share, spec)
+                   magnitude_for_units, spec)
 
 WARPS = 8
 
@@ -93,5 +93,5 @@ def reference_softmax(z: np.ndarray) -> Reference:
     z64 = np.asarray(z, dtype=np.float64)
     values = softmax(z64)
     n = z64.shape[1]
-    magnitude = values * (1.0 + probabilistic_share(softmax_error_units(z64), n))
+    magnitude = values * (1.0 + magnitude_for_units(softmax_error_units(z64), n))
     return Reference(values, magnitude, n)
