@@ -500,10 +500,12 @@ def classify(images, model, weights_path, kernel, as_json):
 @main.command("profile")
 @click.option("--model", default="ece408-high", show_default=True,
               help=f"One of: {', '.join(MODELS)}.")
-@click.option("--kernel", callback=_variant_choice, help="Variant for the conv layers (default: tiled).")
-@click.option("--batch", "batches", default="10000", show_default=True,
+@click.option("--kernel", callback=_variant_choice,
+              help="Variant for the conv layers (default: run's: tiled for the ECE408 models, "
+                   "the fastest general fp32 variant for alexnet).")
+@click.option("--batch", "batches", default=None,
               help="Batch size, or comma-separated sizes for the batch breakdown "
-                   "(e.g. 1,10,100,1000,10000).")
+                   "(e.g. 1,10,100,1000,10000; default: run's, 10000 or 128 for alexnet).")
 @click.option("--passes", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="Forward passes traced per batch size, after the warm-up pass.")
 @click.option("--threshold", type=click.FloatRange(0, 100, min_open=True), default=90.0,
@@ -524,7 +526,11 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
     shown apart), and with several batch sizes the per-category breakdown."""
     from . import profile, profile_report
 
-    kernel = kernel or profile.DEFAULT_KERNEL
+    if kernel is None:
+        kernel = lab.default_kernel(model)[0]
+        if kernel == "cpu":  # no GPU: profile's own check says so, naming a GPU kernel
+            kernel = profile.DEFAULT_KERNEL
+    batches = str(lab.default_batch(model)) if batches is None else batches
     profile.check_options(ncu, layer)
     if ncu:
         targets = profile.find_ncu_targets(model, kernel, batches, layer)
