@@ -18,6 +18,7 @@ from .guard import VERIFY_MODES
 from .isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
 from .models import MODELS, get_model, load_weights
+from .shapes import parse_layer
 from .sanitize import DEFAULT_BATCH as DEFAULT_SANITIZE_BATCH
 from .sanitize import SANITIZER_TIMEOUT_S
 from .sanitize import TOOLS as SANITIZER_TOOLS
@@ -585,7 +586,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
 
     from . import tune
 
-    shape = tune.parse_layer(layer, bias)
+    shape = parse_layer(layer, bias)
     if plot_path is not None:
         from .plot import _pyplot
 

@@ -27,13 +27,11 @@ Programming Guide, "Technical Specifications per Compute Capability", and cuda_o
 
 from __future__ import annotations
 
-import ctypes
 import re
 import struct
 from dataclasses import asdict, dataclass
 
-from .errors import KernelCompileError
-from .jit import CHECK_ARCH, _nvrtc
+from .jit import NvrtcResult
 
 EIATTR_MAX_THREADS = 0x05
 EIATTR_FRAME_SIZE = 0x11
@@ -73,41 +71,6 @@ ARCH_LIMITS = {
 
 
 # --- compiling with the compiler's messages ----------------------------------------------------
-
-@dataclass
-class Compiled:
-    cubin: bytes | None  # None when compilation failed
-    log: str
-
-
-def compile_with_log(program: str, source: str, options: tuple[str, ...],
-                     arch: str = CHECK_ARCH) -> Compiled:
-    """NVRTC for `arch`, naming the program `program` (messages read `program(LINE): ...`); the
-    log comes back on success too (warnings, and ptxas's -v report when asked for)."""
-    lib = _nvrtc()
-    prog = ctypes.c_void_p()
-    status = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), program.encode(),
-                                    0, None, None)
-    if status != 0:
-        raise KernelCompileError(program, f"nvrtcCreateProgram failed with status {status}", options)
-    try:
-        opts = list(options) + [f"-arch={arch}"]
-        argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-        status = lib.nvrtcCompileProgram(prog, len(opts), argv)
-        size = ctypes.c_size_t()
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-        log = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetProgramLog(prog, log)
-        text = log.value.decode(errors="replace")
-        if status != 0:
-            return Compiled(None, text)
-        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-        cubin = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetCUBIN(prog, cubin)
-        return Compiled(cubin.raw, text)
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
-
 
 # --- reading the cubin -------------------------------------------------------------------------
 
@@ -233,7 +196,7 @@ def ptxas_spills(log: str) -> dict[str, tuple[int, int]]:
     return spills
 
 
-def resources(compiled: Compiled) -> dict[str, KernelResources]:
+def resources(compiled: NvrtcResult) -> dict[str, KernelResources]:
     """The kernels of a successful compile, with spills when the log reports them."""
     kernels = kernel_resources(compiled.cubin)
     for name, (stores, loads) in ptxas_spills(compiled.log).items():

@@ -93,29 +93,44 @@ def nvrtc_version() -> tuple[int, int]:
     return major.value, minor.value
 
 
-def compile_cubin(variant: str, source: str, options: tuple[str, ...],
-                  arch: str = CHECK_ARCH) -> bytes:
-    """Compile with NVRTC for `arch` and return the cubin; KernelCompileError carries the log."""
+@dataclass
+class NvrtcResult:
+    cubin: bytes | None  # None when compilation failed
+    log: str  # NVRTC's messages, on success too (warnings, ptxas -v when asked for)
+
+
+def nvrtc_compile(program: str, source: str, options: tuple[str, ...],
+                  arch: str = CHECK_ARCH) -> NvrtcResult:
+    """NVRTC for `arch`, naming the program `program` (its messages read `program(LINE): ...`)."""
     lib = _nvrtc()
     prog = ctypes.c_void_p()
-    status = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), f"{variant}.cu".encode(),
+    status = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), program.encode(),
                                     0, None, None)
     if status != 0:
-        raise KernelCompileError(variant, f"nvrtcCreateProgram failed with status {status}", options)
+        raise KernelCompileError(program, f"nvrtcCreateProgram failed with status {status}", options)
     try:
         opts = list(options) + [f"-arch={arch}"]
         argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
         status = lib.nvrtcCompileProgram(prog, len(opts), argv)
-        if status != 0:
-            size = ctypes.c_size_t()
-            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            lib.nvrtcGetProgramLog(prog, log)
-            raise KernelCompileError(variant, log.value.decode(errors="replace"), tuple(opts))
         size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        text = log.value.decode(errors="replace")
+        if status != 0:
+            return NvrtcResult(None, text)
         lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
         cubin = ctypes.create_string_buffer(size.value)
         lib.nvrtcGetCUBIN(prog, cubin)
-        return cubin.raw
+        return NvrtcResult(cubin.raw, text)
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def compile_cubin(variant: str, source: str, options: tuple[str, ...],
+                  arch: str = CHECK_ARCH) -> bytes:
+    """Compile with NVRTC for `arch` and return the cubin; KernelCompileError carries the log."""
+    result = nvrtc_compile(f"{variant}.cu", source, options, arch)
+    if result.cubin is None:
+        raise KernelCompileError(variant, result.log, tuple(options) + (f"-arch={arch}",))
+    return result.cubin

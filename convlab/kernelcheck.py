@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import cubin
 from .gpu import gpu_available
-from .jit import CHECK_ARCH
+from .jit import CHECK_ARCH, NvrtcResult, nvrtc_compile
 from .kernels.base import Support
 from .shapes import ConvShape
 from .userkernel import LINEINFO, KernelFile, load_kernel_file
@@ -89,7 +89,7 @@ def check_file(path: str | Path, shapes: dict[str, ConvShape], arch: str | None 
     limits = cubin.ARCH_LIMITS.get(arch)
     display, offset = kernel.source_location()
     program = Path(display).name if not display.startswith("<") else f"{variant.name}.cu"
-    compiled: dict[tuple[str, ...], cubin.Compiled] = {}
+    compiled: dict[tuple[str, ...], NvrtcResult] = {}
     messages: list[str] = []
     layers = []
     for layer, shape in shapes.items():
@@ -103,7 +103,7 @@ def check_file(path: str | Path, shapes: dict[str, ConvShape], arch: str | None 
             options += (LINEINFO,)
         report.options = options
         if options not in compiled:
-            result = cubin.compile_with_log(program, variant.source, options + (cubin.PTXAS_VERBOSE,), arch)
+            result = nvrtc_compile(program, variant.source, options + (cubin.PTXAS_VERBOSE,), arch)
             compiled[options] = result
             text = locate_messages(cubin.strip_ptxas_report(result.log), program, display, offset)
             if text and text not in messages:

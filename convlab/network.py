@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from . import reference
-from .kernels import RELU, TANH_POOL, Op, Variant
+from .kernels import RELU, TANH_POOL, Variant
 from .models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 from .shapes import ConvShape
 

@@ -59,6 +59,12 @@ def plot_comparison(comparison, path: Path) -> Path:
         ax.tick_params(axis="x", rotation=60)
     device = (comparison.device or {}).get("name", "unknown GPU")
     fig.suptitle(f"convlab compare: {comparison.model or 'single layer'} on {device}")
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write as PNG (making the folder) and release a figure."""
+    plt = _pyplot()
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

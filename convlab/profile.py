@@ -26,7 +26,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-import json
 import re
 import shlex
 import sys
@@ -620,12 +619,9 @@ class Profile:
 
 def load_record(path: Path) -> dict:
     """A saved profile record, checked: a DataError says what is wrong with the file."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable convlab record ({exc})") from None
+    from .results import read_json
+
+    record = read_json(path)
     if not isinstance(record, dict) or record.get("kind") != RECORD_KIND:
         raise DataError(f"{path}: not a convlab profile record (kind is not '{RECORD_KIND}')")
     if record.get("schema_version") != SCHEMA_VERSION:
@@ -646,13 +642,9 @@ def record_name(record: dict) -> str:
 
 def save(record: dict, folder: Path, markdown: str) -> tuple[Path, Path]:
     """The JSON record and its markdown beside it, each written atomically."""
-    from .results import atomic_write
+    from . import results
 
-    base = Path(folder) / record_name(record)
-    json_path, md_path = base.with_suffix(".json"), base.with_suffix(".md")
-    atomic_write(json_path, json.dumps(record, indent=1) + "\n")
-    atomic_write(md_path, markdown)
-    return json_path, md_path
+    return results.save(record, folder, markdown, record_name(record))
 
 
 # --- tracing -----------------------------------------------------------------------------------

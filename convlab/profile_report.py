@@ -334,12 +334,9 @@ def plot(record: dict, path: Path) -> Path:
     bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     device = (profile.device or {}).get("name", "unknown GPU")
     fig.suptitle(f"convlab profile: {profile.model}, kernel '{profile.kernel}' on {device}")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from .plot import save_figure
+
+    return save_figure(fig, path)
 
 
 # --- ncu -----------------------------------------------------------------------------------------

@@ -70,13 +70,18 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def load_record(path: Path) -> dict:
+def read_json(path: Path):
+    """A record file's JSON; DataError (missing, unreadable, not JSON) names the file."""
     try:
-        record = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: not a readable convlab record ({exc})") from None
+
+
+def load_record(path: Path) -> dict:
+    record = read_json(path)
     if not isinstance(record, dict) or "schema_version" not in record:
         raise DataError(f"{path}: not a convlab compare record (no schema_version)")
     if record["schema_version"] != SCHEMA_VERSION:
@@ -110,8 +115,10 @@ def record_name(record: dict) -> str:
     return f"compare-{subject}-{stamp}"
 
 
-def save(record: dict, folder: Path, markdown: str) -> tuple[Path, Path]:
-    base = Path(folder) / record_name(record)
+def save(record: dict, folder: Path, markdown: str, name: str | None = None) -> tuple[Path, Path]:
+    """The JSON record and its markdown beside it, each written atomically; `name` (default:
+    a compare record's name) without the suffix."""
+    base = Path(folder) / (name or record_name(record))
     json_path, md_path = base.with_suffix(".json"), base.with_suffix(".md")
     atomic_write(json_path, json.dumps(record, indent=1) + "\n")
     atomic_write(md_path, markdown)

@@ -38,7 +38,7 @@ from typing import Callable
 from .errors import ConvlabError
 from .gpu import gpu_available, unavailable_reason
 from .measure import Timing, TimingPolicy
-from .shapes import ConvShape, parse_layer
+from .shapes import ConvShape
 from .verify import Check
 
 CACHE_FILE = "tune-cache.json"
@@ -449,9 +449,6 @@ def plot_sweep(result: TuneResult, path: Path) -> Path:
     ax.set_title(f"convlab tune: {result.variant} on {result.shape.brief()} "
                  f"(batch {result.shape.B}), {result.device}", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from .plot import save_figure
+
+    return save_figure(fig, path)

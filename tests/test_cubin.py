@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from convlab.cubin import (ARCH_LIMITS, PTXAS_VERBOSE, KernelResources, compile_with_log,
-                           occupancy, ptxas_spills, resources, strip_ptxas_report)
+from convlab.cubin import (ARCH_LIMITS, PTXAS_VERBOSE, KernelResources, occupancy, ptxas_spills,
+                           resources, strip_ptxas_report)
+from convlab.jit import nvrtc_compile
 from convlab.kernels import kernel_variants
 from convlab.shapes import ConvShape
 
@@ -90,7 +91,7 @@ PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 @pytest.mark.parametrize("variant", kernel_variants(), ids=lambda v: v.name)
 def test_cubin_numbers_agree_with_ptxas(variant):
     shape = SHAPE if variant.supports(SHAPE) else ConvShape(10, 1, 28, 28, 50, 5)
-    compiled = compile_with_log(f"{variant.name}.cu", variant.source,
+    compiled = nvrtc_compile(f"{variant.name}.cu", variant.source,
                                 variant.compile_options(shape) + (PTXAS_VERBOSE,))
     assert compiled.cubin is not None, compiled.log
     found = resources(compiled)
@@ -107,9 +108,9 @@ def test_cubin_numbers_agree_with_ptxas(variant):
 
 def test_shipped_kernels_differ_as_expected():
     by_name = {v.name: v for v in kernel_variants()}
-    naive = resources(compile_with_log("naive.cu", by_name["naive"].source,
+    naive = resources(nvrtc_compile("naive.cu", by_name["naive"].source,
                                        by_name["naive"].compile_options(SHAPE) + (PTXAS_VERBOSE,)))
-    rt = resources(compile_with_log("rt.cu", by_name["register-tiled"].source,
+    rt = resources(nvrtc_compile("rt.cu", by_name["register-tiled"].source,
                                     by_name["register-tiled"].compile_options(SHAPE) + (PTXAS_VERBOSE,)))
     n, r = naive["conv_forward"], rt["conv_forward"]
     assert n.registers <= 48 and n.static_shared == 0 and n.barriers == 0
@@ -117,7 +118,7 @@ def test_shipped_kernels_differ_as_expected():
 
 
 def test_spilling_kernel_shows_spills_and_local_memory():
-    compiled = compile_with_log("spills.cu", SPILLING, ("-std=c++17", PTXAS_VERBOSE))
+    compiled = nvrtc_compile("spills.cu", SPILLING, ("-std=c++17", PTXAS_VERBOSE))
     k = resources(compiled)["spills"]
     assert k.registers <= 32 and k.max_threads == 1024
     assert k.spill_stores > 0 and k.spill_loads > 0 and k.local_bytes > 0
@@ -126,7 +127,7 @@ def test_spilling_kernel_shows_spills_and_local_memory():
 
 
 def test_static_and_dynamic_shared_of_two_kernels():
-    compiled = compile_with_log("two.cu", TWO_KERNELS, ("-std=c++17",))
+    compiled = nvrtc_compile("two.cu", TWO_KERNELS, ("-std=c++17",))
     found = resources(compiled)
     assert found["with_static"].static_shared == 1200
     assert found["with_dynamic"].static_shared == 0
@@ -134,12 +135,12 @@ def test_static_and_dynamic_shared_of_two_kernels():
 
 
 def test_failed_compile_returns_the_log():
-    compiled = compile_with_log("bad.cu", 'extern "C" __global__ void k() { nope; }', ())
+    compiled = nvrtc_compile("bad.cu", 'extern "C" __global__ void k() { nope; }', ())
     assert compiled.cubin is None and 'bad.cu(1): error: identifier "nope" is undefined' in compiled.log
 
 
 def test_ptxas_report_is_stripped_from_messages():
-    compiled = compile_with_log("w.cu", 'extern "C" __global__ void k(float* y) { int u = 1; y[0] = 1; }',
+    compiled = nvrtc_compile("w.cu", 'extern "C" __global__ void k(float* y) { int u = 1; y[0] = 1; }',
                                 (PTXAS_VERBOSE,))
     text = strip_ptxas_report(compiled.log)
     assert "ptxas" not in text and "declared but never referenced" in text

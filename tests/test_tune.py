@@ -19,7 +19,7 @@ from convlab.errors import ConvlabError, KernelCompileError
 from convlab.kernels import RELU, Support, Variant
 from convlab.kernels.cpu import Cpu
 from convlab.measure import Timing, TimingPolicy
-from convlab.shapes import ConvShape
+from convlab.shapes import ConvShape, parse_layer
 from convlab.verify import Check
 
 SHAPE = ConvShape(16, 32, 13, 13, 48, 3, pad=1, bias=True)
@@ -98,10 +98,10 @@ def cache(tmp_path, monkeypatch):
 # --- the parser -------------------------------------------------------------------------------
 
 def test_parse_six_to_nine_integers():
-    assert tune.parse_layer("128,256,13,13,384,3") == ConvShape(128, 256, 13, 13, 384, 3)
-    assert tune.parse_layer("8,16,9,9,4,3,2") == ConvShape(8, 16, 9, 9, 4, 3, stride=2)
-    assert tune.parse_layer("8,16,9,9,4,3,1,1") == ConvShape(8, 16, 9, 9, 4, 3, pad=1)
-    assert tune.parse_layer(" 128, 384,13,13,384,3,1,1,2", bias=True) == \
+    assert parse_layer("128,256,13,13,384,3") == ConvShape(128, 256, 13, 13, 384, 3)
+    assert parse_layer("8,16,9,9,4,3,2") == ConvShape(8, 16, 9, 9, 4, 3, stride=2)
+    assert parse_layer("8,16,9,9,4,3,1,1") == ConvShape(8, 16, 9, 9, 4, 3, pad=1)
+    assert parse_layer(" 128, 384,13,13,384,3,1,1,2", bias=True) == \
         ConvShape(128, 384, 13, 13, 384, 3, 1, 1, 2, True)
 
 
@@ -110,16 +110,16 @@ def test_parse_six_to_nine_integers():
 def test_parse_refuses_other_forms_naming_the_option(spec):
     syntax = r"--layer takes six to nine integers B,C,H,W,M,K\[,stride,pad,groups\]"
     with pytest.raises(ConvlabError, match=syntax):
-        tune.parse_layer(spec)
+        parse_layer(spec)
 
 
 def test_parse_passes_on_shape_errors():
     with pytest.raises(ConvlabError, match="groups must divide"):
-        tune.parse_layer("1,6,9,9,4,3,1,1,4")
+        parse_layer("1,6,9,9,4,3,1,1,4")
 
 
 def test_layer_text_is_the_long_form_of_the_syntax():
-    assert tune.parse_layer(tune.layer_text(SHAPE).removesuffix(",bias"), bias=True) == SHAPE
+    assert parse_layer(tune.layer_text(SHAPE).removesuffix(",bias"), bias=True) == SHAPE
 
 
 # --- the cache --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 
 from convlab import cubin, lab, measure
 from convlab.isolate import run_isolated
+from convlab.jit import nvrtc_compile
 from convlab.kernels import VARIANTS, kernel_variants
 from convlab.kernels.base import Op
 from convlab.kernels.naive import Naive
@@ -153,7 +154,7 @@ def test_occupancy_matches_the_driver(name):
     arch = f"sm_{cupy.cuda.Device().compute_capability}"
     if arch not in cubin.ARCH_LIMITS:
         pytest.skip(f"no limits known for {arch}")
-    compiled = cubin.compile_with_log(f"{name}.cu", variant.source, variant.compile_options(COURSE), arch)
+    compiled = nvrtc_compile(f"{name}.cu", variant.source, variant.compile_options(COURSE), arch)
     found = cubin.kernel_resources(compiled.cubin)["conv_forward"]
     resources = cubin.KernelResources("conv_forward", kernel.num_regs, found.static_shared,
                                       kernel.local_size_bytes, found.barriers, found.max_threads)

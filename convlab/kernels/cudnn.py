@@ -61,10 +61,10 @@ class Cudnn(Variant):
             cache["out"] = out
             return cupy.from_dlpack(out)
 
-        stage = None
-        if self.dtype != "float32":
-            def stage(x):
-                return cupy_from_torch(torch.from_dlpack(x).to(dtype))
+        def to_dtype(x):
+            return cupy_from_torch(torch.from_dlpack(x).to(dtype))
+
+        stage = to_dtype if self.dtype != "float32" else None
         return Op(launch, self.output_shape(shape, epilogue), epilogue=epilogue, capturable=False,
                   stage_input=stage)
 
