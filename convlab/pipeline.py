@@ -44,6 +44,13 @@ extern "C" __global__ void top1(const float* __restrict__ p, int* __restrict__ o
 """
 
 
+def top1_kernel():
+    from .jit import load_module
+
+    return load_module("pipeline:top1", ARGMAX_SOURCE, ("-std=c++17",), ("top1",)) \
+        .module.get_function("top1")
+
+
 def pinned_empty(shape: tuple, dtype=np.float32) -> np.ndarray:
     """A NumPy array in page-locked host memory (kept alive by the array's base)."""
     import cupy
@@ -87,8 +94,6 @@ class Pipeline:
     def __init__(self, network: Network, pinned: bool = True, graph: bool = True):
         import cupy
 
-        from .jit import load_module
-
         if not network.on_gpu:
             raise ValueError("Pipeline drives a GPU network")
         self.network = network
@@ -99,8 +104,7 @@ class Pipeline:
         self.host_out = alloc((shape[0],), np.int32)
         self.dev_out = cupy.empty((shape[0],), dtype=cupy.int32)
         self.pinned = pinned
-        self._top1 = load_module("pipeline:top1", ARGMAX_SOURCE, ("-std=c++17",), ("top1",)) \
-            .module.get_function("top1")
+        self._top1 = top1_kernel()
         self.graph = None
         with self.stream:
             self._device_pass()  # warm-up: module loads and first-touch costs stay out
@@ -166,8 +170,6 @@ class OverlappedPipeline:
     def __init__(self, network: Network, chunks: int):
         import cupy
 
-        from .jit import load_module
-
         self.network = network
         self.chunks = chunks
         chunk = network.batch
@@ -179,8 +181,7 @@ class OverlappedPipeline:
         self.host_out = pinned_empty((chunk * chunks,), np.int32)
         self.copied = [cupy.cuda.Event(), cupy.cuda.Event()]
         self.consumed = [cupy.cuda.Event(), cupy.cuda.Event()]
-        self._top1 = load_module("pipeline:top1", ARGMAX_SOURCE, ("-std=c++17",), ("top1",)) \
-            .module.get_function("top1")
+        self._top1 = top1_kernel()
         self.graphs = []
         for buf in range(2):
             with self.compute_stream:
