@@ -24,12 +24,15 @@ from .sanitize import SANITIZER_TIMEOUT_S
 from .sanitize import TOOLS as SANITIZER_TOOLS
 from .userkernel import load_kernel_file
 
+WIDE_COLUMNS = 10_000
 WIDE_HELP = "Show every column, however wide the table gets (default: what fits the terminal)."
 
 
-def console() -> Console:
-    """A console for this call: rich reads the terminal width (or COLUMNS) when it is made."""
-    return Console()
+def console(wide: bool = False) -> Console:
+    """A console for this call: rich reads the terminal width (or COLUMNS) when it is made.
+    With --wide, tables show every column and lines run as long as they must: nothing is cut
+    at the terminal's width."""
+    return Console(width=WIDE_COLUMNS) if wide else Console()
 
 
 def err_console() -> Console:
@@ -74,7 +77,7 @@ def list_variants(as_json, wide):
                                 "gpu": v.on_gpu, "epilogues": list(v.epilogues),
                                 "general": sorted(v.general)} for v in variants], indent=2))
     else:
-        out = console()
+        out = console(wide)
         out.print(report.variants_table(variants, out.width, wide))
 
 
@@ -164,7 +167,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
     if loaded is None and kernel is None:
         kernel, note = lab.default_kernel(model)
     variant = loaded.variant if loaded is not None else get_variant(kernel)
-    out = console()
+    out = console(wide)
     if note and not as_json:
         out.print(f"[yellow]{escape(note)}[/yellow]")
     if sanitize is not None:
@@ -268,7 +271,7 @@ def models(wide):
             rows.append((spec, load_weights(name), None))
         except ConvlabError as exc:
             rows.append((spec, None, str(exc)))
-    out = console()
+    out = console(wide)
     out.print(report.models_table(rows, out.width, wide))
     if not wide:
         for line in report.models_layers(rows):
@@ -379,7 +382,7 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
 
         comparison = compare.execute(plan, policy, on_step)
     record = results.to_record(comparison, "convlab " + " ".join(sys.argv[1:]))
-    out = console()
+    out = console(wide)
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
@@ -428,7 +431,7 @@ def results_show(path, markdown, ladder, wide):
         if markdown:
             click.echo(profile_report.markdown(record))
         else:
-            profile_report.render(record, console(), wide)
+            profile_report.render(record, console(wide), wide)
         return
     comparison = results_io.from_record(results_io.load_record(path))
     if ladder:
@@ -436,7 +439,7 @@ def results_show(path, markdown, ladder, wide):
     elif markdown:
         click.echo(report.compare_markdown(comparison))
     else:
-        _print_comparison(console(), comparison, wide)
+        _print_comparison(console(wide), comparison, wide)
 
 
 @main.command("import-weights")
@@ -557,7 +560,7 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
-        profile_report.render(record, console(), wide)
+        profile_report.render(record, console(wide), wide)
     if save_dir is not None:
         paths = profile.save(record, save_dir, profile_report.markdown(record))
         out.print(f"saved {paths[0]} and {paths[1]}")
@@ -605,7 +608,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=1))
     else:
-        out = console()
+        out = console(wide)
         out.print(tune.sweep_table(result, out.width, wide))
         for line in tune.failure_lines(result):
             out.print(f"[bold red]FAIL[/bold red] {escape(line)}")
@@ -645,7 +648,8 @@ def new_kernel(name, origin):
 @click.option("--arch", default=None, help="Target architecture, e.g. sm_90 (default: the GPU's, "
                                            "else sm_90).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def check_kernel(path, model, layer, batch, arch, as_json):
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def check_kernel(path, model, layer, batch, arch, as_json, wide):
     """Compile a kernel file (.cu or .py) with NVRTC and show its errors, warnings, registers,
     shared memory, spills and occupancy. Needs no GPU."""
     from .compare import parse_layer
@@ -658,6 +662,10 @@ def check_kernel(path, model, layer, batch, arch, as_json):
     else:
         for message in result.messages:
             err_console().print(escape(message))
-        console().print(report_table(result))
+        out = console(wide)
+        table, notes = report_table(result, out.width, wide)
+        out.print(table)
+        for note in notes:
+            out.print(escape(note))
     if not result.ok:
         raise SystemExit(1)

@@ -131,42 +131,47 @@ def _kb(nbytes: int | None) -> str:
     return f"{nbytes}" if nbytes < 1024 else f"{nbytes / 1024:.1f} KB"
 
 
-def report_table(report: CheckReport):
-    """A rich table: one row per layer and kernel."""
-    from rich.table import Table
+def report_table(report: CheckReport, width: int | None = None, wide: bool = False):
+    """A table fitted to `width` (one row per layer and kernel) and the notes below it: why a
+    layer was skipped or did not compile."""
+    from rich.text import Text
 
-    table = Table(title=f"{report.path} on {report.arch}: {report.kernel.variant.name} "
-                        f"({report.kernel.variant.precision})", title_justify="left")
-    for column in ("layer", "kernel", "regs", "smem static+dyn", "local", "spills st/ld", "block",
-                   "occupancy per SM", "limited by"):
-        table.add_column(column, justify="left" if column in ("layer", "kernel", "limited by") else "right")
+    from .report import Col, fitted_table
+
+    cols = [Col("layer", "left"), Col("shape", "left", key=False, wrap=True, priority=1),
+            Col("kernel", "left"), Col("regs"), Col("spills"), Col("warps/SM"),
+            Col("blocks/SM", key=False, priority=3), Col("block", key=False, priority=2),
+            Col("smem static+dyn", key=False, priority=2), Col("local", key=False, priority=4),
+            Col("limited by", "left", key=False, wrap=True, priority=0)]
+    rows, notes = [], []
     for layer in report.layers:
-        label = f"{layer.layer} {layer.shape.brief()}"
-        if not layer.support:
-            table.add_row(label, f"[yellow]not supported: {layer.support.reason}[/yellow]")
-            continue
-        if not layer.compiled:
-            table.add_row(label, "[red]did not compile[/red]")
+        label, shape = layer.layer, layer.shape.brief()
+        if not layer.support or not layer.compiled:
+            status = (Text("not supported", style="yellow") if not layer.support
+                      else Text("did not compile", style="red"))
+            rows.append([label, shape, status] + ["-"] * (len(cols) - 3))
+            if not layer.support:
+                notes.append(f"{layer.layer}: not supported: {layer.support.reason}")
             continue
         for k in layer.kernels:
             r, occ = k.resources, k.occupancy
-            spills = "?" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads} B"
-            if r.spill_stores:
-                spills = f"[red]{spills}[/red]"
+            spills = Text("?" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads} B",
+                          style="red" if r.spill_stores else "")
             if occ is None:
-                occupancy, limit, block, dynamic = "?", k.note, "?", "?"
+                warps, blocks, limit, block, dynamic = "?", "?", k.note, "?", "?"
             elif occ.blocks_per_sm == 0:
-                occupancy, limit = "[red]cannot launch[/red]", occ.reason
+                warps, blocks, limit = Text("cannot launch", style="red"), "0", occ.reason
                 block, dynamic = str(occ.threads_per_block), _kb(occ.dynamic_shared)
             else:
-                occupancy = (f"{occ.blocks_per_sm} blocks, {occ.warps_per_sm} warps "
-                             f"({occ.percent:.0f}%)")
+                warps, blocks = f"{occ.warps_per_sm} ({occ.percent:.0f}%)", str(occ.blocks_per_sm)
                 limit = ", ".join(occ.limited_by) + (f"; {k.note}" if k.note else "")
                 block, dynamic = str(occ.threads_per_block), _kb(occ.dynamic_shared)
-            table.add_row(label, r.name, str(r.registers), f"{_kb(r.static_shared)}+{dynamic}",
-                          _kb(r.local_bytes), spills, block, occupancy, limit)
-            label = ""
-    return table
+            rows.append([label, shape, r.name, str(r.registers), spills, warps, blocks, block,
+                         f"{_kb(r.static_shared)}+{dynamic}", _kb(r.local_bytes), limit])
+            label = shape = ""
+    title = (f"{report.path} on {report.arch}: {report.kernel.variant.name} "
+             f"({report.kernel.variant.precision})")
+    return fitted_table(title, cols, rows, width, wide, title_justify="left"), notes
 
 
 def report_dict(report: CheckReport) -> dict:

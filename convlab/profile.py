@@ -812,8 +812,14 @@ def _median(values: list[float]) -> float:
 
 
 def profile_batch(cupti, cupy, model: str, kernel: str, batch: int, passes: int) -> BatchProfile:
-    """Warm-up, `passes` traced forward passes, as many untraced ones (the overhead), teardown."""
+    """Warm-up, `passes` traced forward passes, as many untraced ones (the overhead), teardown.
+
+    A pass is `run`'s: pinned host buffers, images copied in, every step, top-1 on the device,
+    predictions copied out. Its steps are launched one by one, not replayed as a CUDA graph, so
+    that each activity maps to the step that launched it (what the graph buys is small:
+    scripts/pipeline_study.py measured 4% at batch 1 on an H100, nothing at 128)."""
     from . import lab, nvtx
+    from .pipeline import Pipeline
 
     images = lab.load_input(model, batch)
     tracer = Tracer(cupti, cupy).start()
@@ -821,23 +827,25 @@ def profile_batch(cupti, cupy, model: str, kernel: str, batch: int, passes: int)
         with tracer.window("warm-up"):
             network = lab.build_network(model, kernel, batch)
             network.annotate = tracer.annotate
-            network.predict(images)
+            pipe = Pipeline(network, pinned=True, graph=False)
+            pipe.load(images)
+            pipe.run()
         traced = []
         for _ in range(passes):
             with tracer.window("steady"):
                 t0 = time.perf_counter()
-                network.predict(images)
+                pipe.run()
                 traced.append((time.perf_counter() - t0) * 1e3)
         with tracer.paused():
             network.annotate = nvtx.annotate
             untraced = []
             for _ in range(passes):
                 t0 = time.perf_counter()
-                network.predict(images)
+                pipe.run()
                 untraced.append((time.perf_counter() - t0) * 1e3)
         steps = network_steps(network)
         with tracer.window("teardown"):
-            del network
+            del network, pipe
             _empty_memory_pools(cupy)
     finally:
         trace = tracer.stop()

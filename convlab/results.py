@@ -142,7 +142,9 @@ def row_noise(row: Row) -> float:
 
 def diff(new: Comparison, old: Comparison, floor: float = 0.02, sigmas: float = 3.0) -> list[Delta]:
     """Each row's time against the same row of a baseline. A change counts only beyond
-    `sigmas` combined standard errors of the two medians, and never below `floor` (2%)."""
+    `sigmas` combined standard errors of the two medians, and never below `floor` (2%). A
+    baseline row is "missing" only where this run asked for its variant and batch: a run of
+    a few variants at one batch is checked against those rows of a full record."""
     old_rows = {r.key: r for r in old.rows}
     deltas = []
     for row in new.rows:
@@ -159,5 +161,6 @@ def diff(new: Comparison, old: Comparison, floor: float = 0.02, sigmas: float = 
         verdict = "slower" if ratio > 1 + noise else "faster" if ratio < 1 - noise else "same"
         deltas.append(Delta(row.key, row.label, base.median_ms, row.median_ms, ratio, noise, verdict))
     for key, base in old_rows.items():
-        deltas.append(Delta(key, base.label, base.median_ms, None, None, None, "missing"))
+        if base.variant in new.kernels and base.batch in new.batches:
+            deltas.append(Delta(key, base.label, base.median_ms, None, None, None, "missing"))
     return deltas

@@ -428,27 +428,28 @@ def summary(result: TuneResult) -> str:
 
 
 def plot_sweep(result: TuneResult, path: Path) -> Path:
-    """A bar per candidate in the order tried: Op Time, the best in green, FAILs marked."""
-    from .plot import _pyplot
+    """A horizontal bar per candidate, in the order tried (#1, the default choice, on top):
+    Op Time with its value, the best in green, FAILs marked with their status."""
+    from .plot import _pyplot, save_figure
 
     plt = _pyplot()
     best = result.best
     n = len(result.candidates)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * n + 2.5), 5.5))
+    fig, ax = plt.subplots(figsize=(11.0, 1.4 + 0.32 * n))
     heights = [c.median_ms if c.passed else 0.0 for c in result.candidates]
     colours = ["tab:green" if c is best else "tab:blue" if c.passed else "tab:red"
                for c in result.candidates]
-    ax.bar(range(n), heights, color=colours)
+    ax.barh(range(n), heights, color=colours)
     for i, c in enumerate(result.candidates):
-        if not c.passed:
-            ax.annotate("FAIL", (i, 0), ha="center", va="bottom", color="tab:red", fontsize=8,
-                        rotation=90)
-    ax.set_xticks(range(n), [config_text(c.config) for c in result.candidates], rotation=60,
-                  ha="right", fontsize=8)
-    ax.set_ylabel("Op Time (ms, median)")
+        text = f" {c.median_ms:.4f}" if c.passed else f" {c.status}"
+        ax.annotate(text, (heights[i], i), va="center", fontsize=8,
+                    color="black" if c.passed else "tab:red")
+    ax.set_yticks(range(n), [f"#{i + 1} {config_text(c.config)}"
+                             for i, c in enumerate(result.candidates)], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.15 * max(heights + [1e-3]))
+    ax.set_xlabel("Op Time (ms, median)")
     ax.set_title(f"convlab tune: {result.variant} on {result.shape.brief()} "
-                 f"(batch {result.shape.B}), {result.device}", fontsize=10)
-    ax.grid(True, axis="y", alpha=0.3)
-    from .plot import save_figure
-
+                 f"(batch {result.shape.B})\n{result.device}", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
     return save_figure(fig, path)

@@ -13,6 +13,13 @@
 #   runs         convlab run for every variant and course model at batch 10000
 #   study        scripts/pipeline_study.py: what pinned buffers, graphs and overlap buy
 #   sanitize     compute-sanitizer memcheck over every shipped variant
+#   ncu          Nsight Compute on chosen layers (NCU_JOBS: kernel@layer ...) through
+#                scripts/launch_layer.py, and (NCU_PRODUCT=1) the command `profile --ncu` prints
+#   baseline     the course models against the committed compare records (--baseline;
+#                BASELINE_KERNELS, with cuDNN's rows added)
+#   workflow     the kernel-file workflow of the README, each command timed
+#   tune         convlab tune on TUNE_LAYER (default AlexNet conv3) for TUNE_KERNEL, then
+#                compare AlexNet's layers with that variant: the tuned tiling is used
 set -uo pipefail
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests compare)
@@ -46,17 +53,34 @@ for step in "${steps[@]}"; do
   case $step in
     tests)
       # GPU test files in parallel processes, each with a time limit so one slow file cannot
-      # take the session. The timer defences compare wall and event times, which other
-      # processes on the same GPU disturb: TEST_JOBS=1 runs the files one after another.
-      for file in ${TEST_FILES:-tests/test_*gpu*.py tests/test_imagenet.py}; do
-        name=$(basename "$file" .py)
+      # take the session; FILE@EXPR runs the tests of FILE that pytest's -k EXPR selects, '+'
+      # standing for a space (a long file split in shards). The timer defences compare wall
+      # and event times, which other processes on the same GPU disturb: the files in
+      # TEST_SEQUENTIAL run one after another once the parallel ones are done.
+      run_test() {  # run_test SPEC INDEX
+        local file=${1%%@*} expr="" name
+        [[ $1 == *@* ]] && expr=${1#*@}
+        name=$(basename "$file" .py)${expr:+-$2}
         timeout "${TEST_LIMIT:-480}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
-          --durations=5 "$file" > "$work/logs/$name.log" 2>&1 &
+          --durations=5 ${expr:+-k "$expr"} "$file" > "$work/logs/$name.log" 2>&1
+      }
+      index=0
+      for spec in ${TEST_FILES-tests/test_gpu.py@network_reproduces+or+alexnet \
+          tests/test_gpu.py@not+network_reproduces+and+not+alexnet+and+not+compare \
+          tests/test_gpu_general.py \
+          tests/test_gpu_pipelined.py tests/test_gpu_winograd.py tests/test_ops_gpu.py \
+          tests/test_imagenet.py tests/test_profile_gpu.py}; do
+        index=$((index + 1))
+        run_test "${spec//+/ }" "$index" &
         sleep 2
-        [[ ${TEST_JOBS:-4} -le 1 ]] && wait
         while [[ $(jobs -r | wc -l) -ge ${TEST_JOBS:-4} ]]; do sleep 1; done
       done
       wait
+      for spec in ${TEST_SEQUENTIAL-tests/test_gpu.py@compare tests/test_userkernel_gpu.py \
+          tests/test_kernelfile_runs_gpu.py}; do
+        index=$((index + 1))
+        run_test "$spec" "$index"
+      done
       for log in "$work"/logs/test_*.log; do
         summary+=("$(basename "$log" .log): $(tail -n 1 "$log")")
         grep -E "^(FAILED|ERROR)" "$log" | cut -c1-300 | head -n 12
@@ -79,19 +103,20 @@ for step in "${steps[@]}"; do
       done
       python3 scripts/summarize.py "$work/records" | tee "$work/logs/summary.txt" | cut -c1-400 ;;
     sweep)
-      python3 scripts/sweep_pipelined.py --out "$work/records/sweep-pipelined.json" 2>&1 \
+      python3 scripts/sweep_pipelined.py --out "$work/records/sweep-pipelined.json" ${SWEEP_ARGS:-} 2>&1 \
         | tee "$work/logs/sweep-pipelined.log" | tail -n 40 ;;
     profile)
-      for kernel in "${PROFILE_KERNEL:-register-tiled}" cudnn; do
+      for kernel in "${PROFILE_KERNEL:-fused}" cudnn; do
         for batch in 10 100 10000; do
           convlab profile --model ece408 --kernel "$kernel" --batch "$batch" --save "$work/records" \
-            > "$work/logs/profile-ece408-$kernel-$batch.log" 2>&1
+            --wide > "$work/logs/profile-ece408-$kernel-$batch.log" 2>&1
         done
       done
-      convlab profile --model ece408 --kernel "${PROFILE_KERNEL:-register-tiled}" \
-        --batch 1,10,100,1000,10000 --save "$work/records" > "$work/logs/profile-ece408-sweep.log" 2>&1
-      convlab profile --model alexnet --batch "$ALEXNET_BATCHES" --save "$work/records" \
-        > "$work/logs/profile-alexnet-sweep.log" 2>&1
+      convlab profile --model ece408 --kernel "${PROFILE_KERNEL:-fused}" \
+        --batch 1,10,100,1000,10000 --save "$work/records" --wide \
+        --plot "$work/records/profile-ece408-sweep.png" > "$work/logs/profile-ece408-sweep.log" 2>&1
+      convlab profile --model alexnet --batch "$ALEXNET_BATCHES" --save "$work/records" --wide \
+        --plot "$work/records/profile-alexnet-sweep.png" > "$work/logs/profile-alexnet-sweep.log" 2>&1
       tail -n 30 "$work/logs/profile-alexnet-sweep.log" ;;
     runs)
       for model in ece408-high ece408-low ece408; do
@@ -104,8 +129,45 @@ for step in "${steps[@]}"; do
       python3 scripts/pipeline_study.py --batch "${STUDY_BATCHES:-1,128,1024}" \
         --out "$work/records/pipeline-study.json" 2>&1 | tee "$work/logs/pipeline-study.log" ;;
     sanitize)
-      bash scripts/sanitize_all.sh > "$work/logs/sanitize.log" 2>&1
+      PYTHON=python3 bash scripts/sanitize_all.sh > "$work/logs/sanitize.log" 2>&1
       tail -n 20 "$work/logs/sanitize.log" ;;
+    ncu)
+      # NCU_ARGS (default --set full) picks what ncu collects, e.g. --metrics regex:...
+      for job in ${NCU_JOBS:-pipelined@128,256,13,13,384,3,1,1}; do
+        kernel=${job%%@*}; layer=${job#*@}
+        log="$work/logs/ncu-$kernel-${layer//,/x}.log"
+        timeout 240 ncu ${NCU_ARGS:---set full} -k regex:conv_forward -s 1 -c 1 \
+          python3 scripts/launch_layer.py --kernel "$kernel" --layer "$layer" --bias > "$log" 2>&1
+        grep -E "tiling|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" \
+          "$log" | head -n 8
+      done
+      if [[ ${NCU_PRODUCT:-1} == 1 ]]; then  # the command `convlab profile --ncu` prints, run
+        command=$(convlab profile --model ece408 --kernel register-tiled --batch 100 --ncu \
+          --layer conv2 | tee "$work/logs/profile-ncu.log" | grep -m1 '^  ncu ')
+        (cd "$work/records" && timeout 240 bash -c "$command" > ../logs/profile-ncu-run.log 2>&1 \
+          && ncu --import ./*.ncu-rep --section LaunchStats >> ../logs/profile-ncu-run.log 2>&1)
+        grep -E "conv_forward|Grid Size|Block Size" "$work/logs/profile-ncu-run.log" | head -n 6
+      fi ;;
+    baseline)
+      for model in ece408 ece408-high; do
+        record=$(ls results/h100/compare-$model-2*.json | tail -n 1)
+        convlab compare --kernels "${BASELINE_KERNELS:-tiled,register-tiled,fused,tensorcore}" \
+          --model "$model" --batch 10000 --baseline "$record" --save "$work/records" --wide \
+          > "$work/logs/baseline-$model.log" 2>&1
+        tail -n 25 "$work/logs/baseline-$model.log"
+      done ;;
+    tune)
+      layer=${TUNE_LAYER:-128,256,13,13,384,3,1,1}; kernel=${TUNE_KERNEL:-pipelined}
+      convlab tune --layer "$layer" --kernel "$kernel" --bias --epilogue relu --budget 0.3 \
+        --plot "$work/records/tune-$kernel-${layer//,/x}.png" --wide 2>&1 \
+        | tee "$work/logs/tune-$kernel.log" | tail -n 25
+      python3 scripts/launch_layer.py --kernel "$kernel" --layer "$layer" --bias --launches 0
+      convlab compare --model alexnet --batch 128 --kernels "$kernel" --wide \
+        > "$work/logs/tune-compare-$kernel.log" 2>&1
+      grep -E "^ *128 +$kernel " "$work/logs/tune-compare-$kernel.log" ;;
+    workflow)
+      bash scripts/kernel_file_workflow.sh "$work/workflow" 2>&1 | tee "$work/logs/workflow.log" \
+        | tail -n 15 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   pack

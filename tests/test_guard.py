@@ -107,6 +107,31 @@ def test_every_images_edge_rows_are_checked(rng):
     assert not check.passed and f"y[{victim}," in check.reason
 
 
+def test_edge_rows_take_the_layers_floor_not_their_own(rng):
+    """Black borders (as on Fashion-MNIST) make the first and last rows' sum|x*w| tiny. A
+    transform algorithm (cuDNN's FFT on ece408 conv1, seen on an H100) leaves a rounding-sized
+    value where the reference is exactly 0; the floor for it is a share of the layer's mean,
+    as on the whole images checked, not of the edge rows' own mean."""
+    shape = ConvShape(300, 1, 12, 12, 2, 3)
+    x, w, _ = random_problem(shape, rng)
+    x[:, :, :3], x[:, :, -3:] = 0, 0  # black top and bottom: edge rows have sum|x*w| = 0
+    layer = guard.Layer(shape, w, None, None, "fp32")
+    out = conv2d(x, w).astype(np.float32)
+    full = reference_output(x, w, shape, None)
+    floor = full.bound("fp32").min()  # where sum|x*w| = 0: the floor alone
+    images = guard.draw_images(shape.B, np.random.default_rng(3))
+    victim = next(i for i in range(shape.B) if i not in images)
+    spread = out.copy()
+    spread[victim, 0, 0, 4] = 0.5 * floor
+    assert guard.verify_output(layer, x, spread, "sample", np.random.default_rng(3)).passed
+    assert guard.verify_output(layer, x, spread, "full").passed
+    wrong = out.copy()
+    wrong[victim, 0, 0, 4] = 3 * floor
+    check = guard.verify_output(layer, x, wrong, "sample", np.random.default_rng(3))
+    assert not check.passed and f"y[{victim},0,0,4]" in check.reason
+    assert "within their bounds" not in check.reason  # the diagnosis sees the same bound
+
+
 def test_full_verification_sees_every_element(rng):
     shape = ConvShape(70, 1, 9, 9, 2, 3)
     layer, x, out = layer_and_output(rng, shape)

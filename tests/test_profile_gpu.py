@@ -61,6 +61,11 @@ def test_known_workload_has_exactly_those_records(cupti, rng):
     tracer = profile.Tracer(module, cupy).start()
     try:
         with tracer.window("steady"):
+            # A kernel ahead of the probes keeps the GPU busy while the host enqueues them: the
+            # events then bracket GPU time only, not the host's (traced, slower) launch path,
+            # which an idle GPU would wait out between a start event and its kernel.
+            with tracer.annotate("lead"):
+                kernel((64,), (256,), (out, seed, np.int32(PROBE_ITERS)))
             with tracer.annotate("probe"):
                 for _ in range(LAUNCHES):
                     start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -77,12 +82,14 @@ def test_known_workload_has_exactly_those_records(cupti, rng):
         trace = tracer.stop()
     assert np.array_equal(cupy.asnumpy(dev), host) and not cupy.isnan(out).any()
 
-    kernels = sorted((a for a in trace.activities if a.kind == "kernel"), key=lambda a: a.start)
+    every = sorted((a for a in trace.activities if a.kind == "kernel"), key=lambda a: a.start)
+    assert [trace.label_of(a) for a in every] == ["lead"] + ["probe"] * LAUNCHES
+    kernels = every[1:]
     copies = [a for a in trace.activities if a.kind == "memcpy"]
     assert [a.name for a in kernels] == ["convlab_profile_probe"] * LAUNCHES
     assert [(a.name, a.bytes) for a in copies] == [("HtoD", host.nbytes)]
     assert not [a for a in trace.activities if a.kind == "memset"]
-    assert {trace.label_of(a) for a in kernels + copies} == {"probe"}
+    assert {trace.label_of(a) for a in copies} == {"probe"}
 
     # CUDA events bracket each launch, so they read at least the kernel's own time plus the
     # launch gaps between event and kernel; the profiler's overhead is a few microseconds.
@@ -92,10 +99,11 @@ def test_known_workload_has_exactly_those_records(cupti, rng):
         assert cupti_ms <= event_ms + 0.002, (cupti_ms, event_ms)
         assert event_ms - cupti_ms <= 0.05 * event_ms + 0.02, (cupti_ms, event_ms)
 
-    phases = profile.aggregate(trace, {"probe": StepInfo("conv", "probe kernel")},
+    phases = profile.aggregate(trace, {"probe": StepInfo("conv", "probe kernel"),
+                                       "lead": StepInfo("other", "lead kernel")},
                                profile.kernel_functions([PROBE_SOURCE]))
     rows = {r.name: r for r in phases["steady"].gpu}
-    assert set(rows) == {"probe kernel", "[CUDA memcpy HtoD]"}
+    assert set(rows) == {"probe kernel", "lead kernel", "[CUDA memcpy HtoD]"}
     assert rows["probe kernel"].calls == LAUNCHES and rows["probe kernel"].category == "conv"
     assert rows["[CUDA memcpy HtoD]"].calls == 1 and rows["[CUDA memcpy HtoD]"].bytes == host.nbytes
     for group in (phases["steady"].gpu, phases["steady"].api):

@@ -29,7 +29,8 @@ def sample():
             row("cudnn", 1.0), row("cudnn-tf32", None, "SKIP", precision="tf32", reason="needs PyTorch"),
             row("fused", 0.4, epilogue=TANH_POOL), row("cudnn", 1.6, epilogue=TANH_POOL)]
     compare.finish(rows, CEILINGS)
-    return compare.Comparison("ece408-high", [100], ["naive", "tiled"], rows, CEILINGS.as_dict(),
+    kernels = list(dict.fromkeys(r.variant for r in rows))
+    return compare.Comparison("ece408-high", [100], kernels, rows, CEILINGS.as_dict(),
                               {"name": "Test GPU", "compute_capability": "9.0", "cuda_runtime": "13.0",
                                "cupy": "14"}, vars(measure.TimingPolicy()))
 
@@ -99,6 +100,20 @@ def test_diff_flags_changes_beyond_noise_and_missing_rows():
     assert verdicts[("fused", TANH_POOL)] == "missing"
     assert verdicts[("unrolled", None)] == "new"
     assert verdicts[("broken", None)] == "not comparable"
+
+
+def test_diff_leaves_out_baseline_rows_this_run_did_not_ask_for():
+    old = sample()
+    old.rows += [row("tiled", 9.0, batch=10000)]
+    old.batches = [100, 10000]
+    new = sample()
+    new.kernels = ["tiled", "cudnn", "cudnn-tf32"]
+    new.rows = [r for r in new.rows if r.variant in new.kernels]
+    deltas = results.diff(new, old)
+    assert {(d.key[0], d.key[1]) for d in deltas} == {("tiled", 100), ("cudnn", 100),
+                                                       ("cudnn-tf32", 100)}
+    new.rows = [r for r in new.rows if r.variant != "tiled"]
+    assert [d.verdict for d in results.diff(new, old) if d.key[0] == "tiled"] == ["missing"]
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):

@@ -325,6 +325,13 @@ def test_cli_new_and_check(tmp_path, monkeypatch):
     as_json = runner.invoke(main, ["check", "mine.cu", "--json"])
     record = json.loads(as_json.output)
     assert record["ok"] and record["kernel_file"]["sha256"] and record["layers"]
+    narrow = runner.invoke(main, ["check", "mine.cu", "--model", "alexnet"], env={"COLUMNS": "80"})
+    assert narrow.exit_code == 0, narrow.output
+    assert max(len(line) for line in narrow.output.splitlines()) <= 80
+    for word in ("conv5", "conv_forward", "warps/SM", "limited by", "registers"):
+        assert word in narrow.output
+    wide = runner.invoke(main, ["check", "mine.cu", "--wide"], env={"COLUMNS": "80"})
+    assert "smem static+dyn" in wide.output and "12x21x21->24x15x15 7x7" in wide.output
     (tmp_path / "bad.cu").write_text(MINIMAL.replace("block = 256", "blok = 256"))
     bad = runner.invoke(main, ["check", "bad.cu"])
     assert bad.exit_code == 1 and "bad.cu:2: unknown header key" in bad.output

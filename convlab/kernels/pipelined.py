@@ -975,9 +975,21 @@ class Pipelined(Variant):
                 raise ValueError(f"invalid {self.name} config {config}: {problem}")
             self.tiling = tiling
 
-    def tiling_for(self, shape: ConvShape) -> Tiling | None:
+    def tiling_for(self, shape: ConvShape, epilogue: str | None = None) -> Tiling | None:
+        """Fixed by the constructor, else tuned on this GPU for this layer and epilogue
+        (`convlab tune`), else the cost model's first choice; None where no tiling fits."""
+        from ..tune import lookup
+
         if self.tiling is not None:
             return self.tiling
+        cached = lookup(self, shape, epilogue)
+        if cached is not None:
+            try:
+                tiling = Tiling.from_dict(cached)
+                if not tiling_problem(tiling, self.maths) and not shape_problem(shape, tiling):
+                    return tiling
+            except (TypeError, ValueError):
+                pass  # a hand-edited entry: the cost model chooses instead
         best = ranked(shape, self.maths)
         return best[0] if best else None
 
@@ -999,7 +1011,7 @@ class Pipelined(Variant):
         return type(self)(config)
 
     def defines(self, shape, epilogue=None):
-        t = self.tiling_for(shape)
+        t = self.tiling_for(shape, epilogue)
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
@@ -1022,7 +1034,7 @@ class Pipelined(Variant):
             raise ConvlabError(f"'{self.name}' cannot run {shape.describe()}: {support.reason}")
         import cupy
 
-        t = self.tiling_for(shape)
+        t = self.tiling_for(shape, epilogue)
         compiled = self.compile(shape, epilogue)
         kernel = compiled.module.get_function("conv_forward")
         smem = smem_bytes(t, self.maths)
