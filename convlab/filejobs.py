@@ -30,21 +30,17 @@ def exercise(shape: dict, kernel_file: str | None = None, variant: str | None = 
     import cupy
 
     from .isolate import gpu_wait
-    from .verify import compare, poison, random_problem, reference_output
+    from .verify import compare, random_problem, reference_output
 
     # Every array its own cudaMalloc (no pool), so compute-sanitizer sees each one's bounds.
     cupy.cuda.set_allocator(None)
     chosen, record = _variant(kernel_file, variant)
     layer = ConvShape(**shape)
     x, w, b = random_problem(layer, np.random.default_rng(seed), signed=True)
-    op = chosen.prepare(layer, w, epilogue, b)
-    xd = cupy.asarray(x)
-    y = cupy.empty(op.output_shape, dtype=cupy.float32)
-    poison(y)
-    op(op.stage(xd), y)
+    got = chosen.prepare(layer, w, epilogue, b).run_once(x, cupy)
     with gpu_wait():
         cupy.cuda.Device().synchronize()
-    check = compare(cupy.asnumpy(op.output(y)), reference_output(x, w, layer, epilogue, b),
+    check = compare(cupy.asnumpy(got), reference_output(x, w, layer, epilogue, b),
                     chosen.precision)
     return {"variant": chosen.name, "kernel_file": record, "check": check.as_dict()}
 
@@ -89,7 +85,7 @@ def _launch_alone(variant, model: str, batch: int) -> None:
     from .isolate import gpu_wait
     from .models import Conv, get_model
     from .network import conv_epilogue
-    from .verify import poison, random_problem
+    from .verify import random_problem
 
     spec = get_model(model)
     shapes = spec.conv_shapes(batch)
@@ -100,9 +96,7 @@ def _launch_alone(variant, model: str, batch: int) -> None:
         shape = shapes[layer.name]
         x, w, b = random_problem(shape, rng, signed=True)
         op = variant.prepare(shape, w, conv_epilogue(variant, spec.layers, i, shape)[0], b)
-        y = cupy.empty(op.output_shape, dtype=cupy.float32)
-        poison(y)
-        op(op.stage(cupy.asarray(x)), y)
+        op.run_once(x, cupy)
         with gpu_wait():
             cupy.cuda.Device().synchronize()
 

@@ -14,7 +14,7 @@ from convlab import measure, tune
 from convlab.kernels import RELU
 from convlab.kernels.winograd import BLOCKS, MIN_GROUP_CHANNELS, Winograd, fp32_gemm
 from convlab.shapes import ConvShape
-from convlab.verify import compare, poison, random_problem, reference_output
+from convlab.verify import compare, random_problem, reference_output
 
 pytestmark = pytest.mark.gpu
 
@@ -38,11 +38,7 @@ def random_layer(rng) -> tuple[ConvShape, str | None]:
 def run(variant, shape, x, w, b, epilogue):
     import cupy
 
-    op = variant.prepare(shape, w, epilogue, b)
-    y = cupy.empty(op.output_shape, dtype=cupy.float32)
-    poison(y)
-    op(cupy.asarray(x), y)
-    return cupy.asnumpy(op.output(y))
+    return cupy.asnumpy(variant.prepare(shape, w, epilogue, b).run_once(x, cupy))
 
 
 def check_layer(variant, shape, epilogue, rng, signed=False):

@@ -73,6 +73,14 @@ class Op:
     def stage(self, x):
         return x if self.stage_input is None else self.stage_input(x)
 
+    def run_once(self, x, xp):
+        """Stage `x` (host or device; xp is NumPy or CuPy), launch once into a fresh NaN-filled
+        output, so an element the kernel never writes cannot pass a check, and return the array
+        holding the result (a GPU launch is not waited for)."""
+        y = xp.full(self.output_shape, xp.nan, dtype=xp.float32)
+        self(self.stage(xp.asarray(x)), y)
+        return self.output(y)
+
     def output(self, y):
         """The array holding the last call's result: y itself unless the launch returned another."""
         return y if self._result is None else self._result
