@@ -126,7 +126,9 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
                    "taken until the median is known to 1%.")
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
 @click.option("--pytorch", is_flag=True,
-              help="Also time the same network in PyTorch eager mode (cuDNN, TF32 off).")
+              help="Also time the same network in PyTorch, in the run's precision class: NCHW and "
+                   "channels-last, eager, CUDA-graphed and torch.compile'd; the fastest is the "
+                   "baseline.")
 @click.option("--no-graph", is_flag=True,
               help="Launch every step of the end-to-end pass instead of replaying a CUDA graph.")
 @click.option("--verify", type=click.Choice(VERIFY_MODES), default="sample", show_default=True,
@@ -223,9 +225,10 @@ def _print_runs(out, results, wide):
     if len(results) == 1 and finished:
         result = results[0]
         out.print(report.run_table(result, out.width, wide))
-        steps = report.steps_table(result, out.width, wide)
-        if steps is not None:
-            out.print(steps)
+        for extra in (report.steps_table(result, out.width, wide),
+                      report.torch_table(result, out.width, wide)):
+            if extra is not None:
+                out.print(extra)
     elif finished:
         out.print(report.sweep_table(finished, out.width, wide))
     for result in results:
@@ -338,6 +341,11 @@ def device(ceilings, refresh, as_json):
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
 @click.option("--budget", type=float, default=measure.DEFAULT_BUDGET_S, show_default=True,
               help="Seconds of timing per row at most, once 10 runs are in.")
+@click.option("--timing", type=click.Choice(measure.TIMING_METHODS), default=measure.QUEUED,
+              show_default=True,
+              help="queued: back-to-back launches between two events, queued behind a spin "
+                   "kernel, so the host's dispatch is not timed; single: one launch between two "
+                   "events on an idle GPU (dispatch included), to see what it adds.")
 @click.option("--verify", type=click.Choice(VERIFY_MODES), default="sample", show_default=True,
               help=VERIFY_HELP)
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
@@ -351,7 +359,7 @@ def device(ceilings, refresh, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of tables.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
 def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches, cold, budget,
-                verify, timeout, save_dir, baseline, plot_path, as_json, wide):
+                timing, verify, timeout, save_dir, baseline, plot_path, as_json, wide):
     """Verify, then time, variants side by side with cuDNN and the roofline floor."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -371,7 +379,7 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
         from .plot import _pyplot
 
         _pyplot()  # a missing matplotlib is reported before minutes of timing, not after
-    policy = measure.TimingPolicy(cold=cold, budget_s=budget)
+    policy = measure.TimingPolicy(cold=cold, budget_s=budget, method=timing)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console(), transient=True,
                   disable=as_json) as progress:

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import lab, measure
 from .errors import ConvlabError
-from .kernels import CUDNN_FOR, RELU, REFERENCE_VARIANTS, TANH_POOL, VARIANTS, get_variant
+from .kernels import CUDNN_ROWS, RELU, REFERENCE_VARIANTS, TANH_POOL, VARIANTS, get_variant
 from .models import Conv, ReLU, Weights, get_model
 from .network import conv_epilogue
 from .shapes import ConvShape, parse_layer
@@ -29,7 +29,6 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 COMPARE_JOB = "convlab.filejobs:compare_rows"
 RANDOM_TRIALS = 3
 RANDOM_TRIAL_BATCH = 9  # images per random trial: small, and no multiple of any block size
-CUDNN_FUSED = "cudnn"   # the reference for fused rows: conv, tanh and pool as 3 PyTorch calls
 FALLBACK = "naive"  # computes the layers a compared variant cannot, so the rest can be timed
 
 
@@ -54,6 +53,8 @@ class Row:
     speedup_cudnn: float | None = None
     best: bool = False
     bound_ratio: float | None = None  # worst |err| / bound of the verified output
+    cudnn_basis: str = ""  # the cuDNN row speedup_cudnn divides by: the fastest of the class
+    note: str = ""  # what the op chose when prepared (cuDNN: fused conv-bias-ReLU or not)
 
     @property
     def key(self) -> tuple:
@@ -91,6 +92,7 @@ class Row:
             "predictions_differ": self.predictions_differ, "floor_ms": self.floor_ms,
             "floor_bound": self.floor_bound, "speedup_naive": self.speedup_naive,
             "speedup_cudnn": self.speedup_cudnn, "best": self.best, "bound_ratio": self.bound_ratio,
+            "cudnn_basis": self.cudnn_basis, "note": self.note,
             "gflops": self.gflops, "gbps": self.gbps, "pct_floor": self.pct_floor,
         }
 
@@ -101,7 +103,8 @@ class Row:
                    ConvShape(**d["shape"]), d.get("epilogue"), d["status"], d.get("reason", ""),
                    timing, d.get("max_rel_error"), d.get("accuracy"), d.get("predictions_differ"),
                    d.get("floor_ms"), d.get("floor_bound", ""), d.get("speedup_naive"),
-                   d.get("speedup_cudnn"), d.get("best", False), d.get("bound_ratio"))
+                   d.get("speedup_cudnn"), d.get("best", False), d.get("bound_ratio"),
+                   d.get("cudnn_basis", ""), d.get("note", ""))
 
 
 @dataclass
@@ -123,8 +126,9 @@ def parse_batches(spec: str, model: str | None = None) -> list[int]:
 def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = False,
                   precisions: Sequence[str] = ()) -> list[str]:
     """'all' (or nothing): every variant that supports the layers (with `partial`, a model's
-    layers: any of them, the others showing as SKIP), plus the cuDNN rows of the precisions
-    present (those of the named variants and `precisions`, the kernel files')."""
+    layers: any of them, the others showing as SKIP), plus the cuDNN rows, in both layouts, of
+    fp32, tf32 and the precisions present (those of the named variants and `precisions`, the
+    kernel files')."""
     if spec is None or spec.strip() == "all":
         fits = any if partial else all
         names = [n for n, v in VARIANTS.items() if v.on_gpu and n not in REFERENCE_VARIANTS
@@ -136,10 +140,9 @@ def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = Fal
         for n in names:
             get_variant(n)
     precisions = {VARIANTS[n].precision for n in names} | set(precisions)
-    for ref in REFERENCE_VARIANTS:
-        needed = ref in ("cudnn", "cudnn-tf32") or VARIANTS[ref].precision in precisions
-        if needed and ref not in names:
-            names.append(ref)
+    for precision, refs in CUDNN_ROWS.items():
+        needed = precision in ("fp32", "tf32") or precision in precisions
+        names += [ref for ref in refs if needed and ref not in names]
     return names
 
 
@@ -241,25 +244,36 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
             status, reason = FAIL, f"{differ} network predictions differ from the CPU reference"
         rows.append(Row(name, variant.precision, batch, layer.name, layer.label, layer.shape,
                         layer.epilogue, status, reason, layer.timing, layer.check.max_rel_error,
-                        accuracy, differ, bound_ratio=layer.check.bound_ratio))
+                        accuracy, differ, bound_ratio=layer.check.bound_ratio, note=layer.note))
     return rows
 
 
-def _cudnn_fused_row(batch, layer_name, shape, policy, verify="sample") -> Row:
-    variant = get_variant(CUDNN_FUSED)
+def _cudnn_fused_row(name: str, batch, layer_name, shape, policy, verify="sample") -> Row:
+    """cuDNN row `name` for conv + tanh + 2x2 pool, as PyTorch users write it: three calls."""
+    variant = get_variant(name)
     label = f"{layer_name} + tanh + pool (3 PyTorch calls)"
     support = variant.supports(shape)
     if not support:
-        return Row(CUDNN_FUSED, variant.precision, batch, layer_name, label, shape, TANH_POOL, SKIP,
+        return Row(name, variant.precision, batch, layer_name, label, shape, TANH_POOL, SKIP,
                    support.reason)
     try:
-        result = lab.run_layer(shape, CUDNN_FUSED, policy, TANH_POOL, verify=verify)
+        result = lab.run_layer(shape, name, policy, TANH_POOL, verify=verify)
     except Exception as exc:  # noqa: BLE001 - any failure of a reference row is reported, not fatal
-        return Row(CUDNN_FUSED, variant.precision, batch, layer_name, label, shape, TANH_POOL, FAIL,
+        return Row(name, variant.precision, batch, layer_name, label, shape, TANH_POOL, FAIL,
                    f"{type(exc).__name__}: {exc}")
     status = PASS if result.check.passed else FAIL
-    return Row(CUDNN_FUSED, variant.precision, batch, layer_name, label, shape, TANH_POOL, status,
-               result.check.reason, result.timing, result.check.max_rel_error)
+    return Row(name, variant.precision, batch, layer_name, label, shape, TANH_POOL, status,
+               result.check.reason, result.timing, result.check.max_rel_error,
+               bound_ratio=result.check.bound_ratio)
+
+
+def best_cudnn(rows: list[Row], row: Row) -> Row | None:
+    """The fastest verified cuDNN row of `row`'s precision class for the same layer, batch and
+    epilogue (both layouts compete): what a speedup divides by."""
+    names = CUDNN_ROWS.get(row.precision, CUDNN_ROWS["fp32"])
+    rivals = [r for r in rows if r.variant in names and r.valid
+              and (r.batch, r.layer, r.epilogue) == (row.batch, row.layer, row.epilogue)]
+    return min(rivals, key=lambda r: r.median_ms, default=None)
 
 
 def finish(rows: list[Row], ceilings: measure.Ceilings | None) -> None:
@@ -273,9 +287,9 @@ def finish(rows: list[Row], ceilings: measure.Ceilings | None) -> None:
         naive = by_key.get(("naive", r.batch, r.layer, r.epilogue))
         if naive is not None and naive.valid:
             r.speedup_naive = naive.median_ms / r.median_ms
-        cudnn = by_key.get((CUDNN_FOR.get(r.precision, "cudnn"), r.batch, r.layer, r.epilogue))
-        if cudnn is not None and cudnn.valid:
-            r.speedup_cudnn = cudnn.median_ms / r.median_ms
+        cudnn = best_cudnn(rows, r)
+        if cudnn is not None:
+            r.speedup_cudnn, r.cudnn_basis = cudnn.median_ms / r.median_ms, cudnn.variant
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
         if r.valid:
@@ -390,8 +404,9 @@ def execute(p: Plan, policy: measure.TimingPolicy,
                                     p.verify)
             fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
             result.rows += rows
-        for layer_name in sorted(fused_layers):
-            result.rows.append(_cudnn_fused_row(batch, layer_name, shapes[layer_name], policy,
-                                                p.verify))
+        for name in (k for k in p.kernels if k in REFERENCE_VARIANTS):
+            for layer_name in sorted(fused_layers):
+                result.rows.append(_cudnn_fused_row(name, batch, layer_name, shapes[layer_name],
+                                                    policy, p.verify))
     finish(result.rows, ceilings)
     return result

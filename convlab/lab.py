@@ -146,6 +146,7 @@ class LayerResult:
     check: Check
     compile_s: float
     variant: str = ""
+    note: str = ""  # what the op chose when prepared (Op.note)
 
     @property
     def gflops(self) -> float:
@@ -159,13 +160,13 @@ class LayerResult:
         return {"name": self.name, "label": self.label, "shape": self.shape.as_dict(),
                 "epilogue": self.epilogue, "timing": self.timing.as_dict(),
                 "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
-                "compile_s": self.compile_s, "variant": self.variant}
+                "compile_s": self.compile_s, "variant": self.variant, "note": self.note}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LayerResult":
         return cls(d["name"], d["label"], ConvShape(**d["shape"]), d["epilogue"],
                    measure.Timing.from_dict(d["timing"]), Check(**d["check"]), d["compile_s"],
-                   d.get("variant", ""))
+                   d.get("variant", ""), d.get("note", ""))
 
 
 @dataclass
@@ -211,8 +212,9 @@ class RunResult:
     htod_ms: float | None = None
     dtoh_ms: float | None = None
     max_prob_error: float | None = None  # ImageNet: max |p - p_float64| over the batch
-    torch_ms: float | None = None  # PyTorch eager forward on the same weights and input
-    torch_note: str = ""
+    torch_ms: float | None = None  # PyTorch's fastest candidate (torch_rows) for the same pass
+    torch_note: str = ""  # which candidate that was, or why PyTorch was not measured
+    torch_rows: list[dict] = field(default_factory=list)  # torch_forward.TorchRow.as_dict()s
     fallback_layers: list[str] = field(default_factory=list)
     kernel_file: dict | None = None  # a kernel file's record (userkernel.KernelFile.record())
 
@@ -243,6 +245,7 @@ class RunResult:
                 "eager_forward_ms": self.eager_forward_ms, "htod_ms": self.htod_ms,
                 "dtoh_ms": self.dtoh_ms, "end_to_end_s": self.end_to_end_s,
                 "torch_ms": self.torch_ms, "torch_note": self.torch_note,
+                "torch_rows": self.torch_rows,
                 "fallback_layers": self.fallback_layers, "wall_s": self.wall_s,
                 "device": self.device, "notes": self.notes, "kernel_file": self.kernel_file}
 
@@ -271,8 +274,9 @@ def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None) 
 def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPolicy,
                     verify: str = "sample") -> tuple[measure.Timing, Check]:
     """Time the step's op, then verify the output of its last timed run, with the defences of
-    convlab/guard.py: the timed runs rotate between inputs of different contents; the last one
-    reads contents no run has seen, into an output poisoned just before (as after warm-up);
+    convlab/guard.py: the timed runs rotate between inputs of different contents; the last
+    launch of the last timed sample reads contents no run has seen, into an output poisoned
+    just before that sample (as after warm-up);
     the verified sample is drawn at random; on the GPU, work left outside the timed stream
     (still running after the stop event, or seen by a device-synchronised wall clock and not by
     the events) fails the check."""
@@ -283,8 +287,8 @@ def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPoli
     def launch() -> None:
         rotation.launch(step.op, step.output)
 
-    def before_last() -> None:
-        rotation.refresh_next()
+    def before_last(launches: int = 1) -> None:
+        rotation.refresh_next(ahead=launches - 1)
         poison(step.output)
 
     if variant.on_gpu:
@@ -358,33 +362,50 @@ def infer(model: str, kernel: str, x: np.ndarray, weights: Weights | None = None
 
 def _time_steps(network: Network, passes: int) -> dict[str, list[float]]:
     """Per-step times inside whole forward passes (after the warm-up pass): CUDA events between
-    steps on the GPU, the host clock for the cpu variant."""
+    steps on the GPU, each pass queued behind a spin kernel so the host's dispatch of one step
+    never shows as another's time (as measure.time_device does); the host clock for the cpu
+    variant."""
     from .isolate import gpu_wait
 
     samples: dict[str, list[float]] = {s.label: [] for s in network.steps}
-    if network.on_gpu:
-        import cupy
+    if not network.on_gpu:
+        for _ in range(passes):
+            marks = {}
+            network.forward(on_step=lambda step, when: marks.__setitem__((step.label, when),
+                                                                           time.perf_counter()))
+            for s in network.steps:
+                samples[s.label].append((marks[(s.label, "end")] - marks[(s.label, "begin")]) * 1e3)
+        return samples
+    import cupy
 
-        def clock():
+    def one_pass(spin_ms: float | None) -> tuple[dict, bool, float]:
+        marks = {}
+
+        def mark(step, when):
             ev = cupy.cuda.Event()
             ev.record()
-            return ev
+            marks[(step.label, when)] = ev
 
-        def elapsed(a, b):
-            return cupy.cuda.get_elapsed_time(a, b)
-    else:
-        clock = time.perf_counter
+        if spin_ms is not None:
+            measure.hold_device(spin_ms)
+        issued = time.perf_counter()
+        network.forward(on_step=mark)
+        issued = (time.perf_counter() - issued) * 1e3
+        queued = not marks[(network.steps[0].label, "begin")].done
+        with gpu_wait():
+            cupy.cuda.Device().synchronize()
+        return marks, queued, issued
 
-        def elapsed(a, b):
-            return (b - a) * 1e3
-    for _ in range(passes):
-        marks = {}
-        network.forward(on_step=lambda step, when: marks.__setitem__((step.label, when), clock()))
-        if network.on_gpu:
-            with gpu_wait():
-                network.xp.cuda.Device().synchronize()
+    host_ms = one_pass(None)[2]
+    spin_ms = max(measure.SPIN_FLOOR_MS, measure.SPIN_MARGIN * host_ms)
+    while len(samples[network.steps[0].label]) < passes:
+        marks, queued, _ = one_pass(spin_ms)
+        if not queued and spin_ms < measure.MAX_SPIN_MS:  # the GPU caught up: spin longer
+            spin_ms = min(2 * spin_ms, measure.MAX_SPIN_MS)
+            continue
         for s in network.steps:
-            samples[s.label].append(elapsed(marks[(s.label, "begin")], marks[(s.label, "end")]))
+            samples[s.label].append(cupy.cuda.get_elapsed_time(marks[(s.label, "begin")],
+                                                               marks[(s.label, "end")]))
     return samples
 
 
@@ -435,7 +456,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
         step_variant = variant if step.layer.name not in network.fallback_layers else fb
         timing, check = time_and_verify(step, step_variant, policy, verify)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
-                            step.op.compile_seconds, step_variant.name)
+                            step.op.compile_seconds, step_variant.name, step.op.note)
         layers.append(layer)
         emit("layer", layer)
 
@@ -467,10 +488,11 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
         result.predictions_differ = int((predictions != reference).sum())
     else:
         ref = reference_probabilities(weights, x)
-        result.predictions_differ = int((predictions != ref.argmax(axis=1)).sum())
+        reference = ref.argmax(axis=1)
+        result.predictions_differ = int((predictions != reference).sum())
         result.max_prob_error = float(np.abs(probs.astype(np.float64) - ref).max())
     if compare_torch and network.on_gpu:
-        _torch_time(weights, network, result, policy)
+        _torch_time(weights, network, result, policy, reference)
     if network.fallback_layers:
         result.notes.append(f"layers {', '.join(network.fallback_layers)} ran with "
                             f"'{fb.name}' ('{variant.name}' does not support them)")
@@ -509,11 +531,20 @@ def _device_end_to_end(network: Network, x: np.ndarray, result: RunResult,
     htod, dtoh = pipe.time_copies()
     result.htod_ms, result.dtoh_ms = float(np.median(htod)), float(np.median(dtoh))
     result.end_to_end_s = float(np.median(pipe.time_run())) / 1e3
-    for s in network.conv_steps:
-        poison(s.output)
-    predictions = pipe.run()
+    predictions = checked_pass(network, pipe)
     probs = cupy.asnumpy(network.steps[-1].result())
     return probs, predictions
+
+
+def checked_pass(network: Network, pipe) -> np.ndarray:
+    """The pipeline's host-to-host pass after the conv outputs are poisoned, so predictions
+    come from outputs this pass wrote. The poison goes on the pipeline's own stream: that
+    stream does not wait for the default stream, where a fill could land in the middle of the
+    pass (NaN in a few images' conv outputs, or all of them, after the pass had read some)."""
+    with pipe.stream:
+        for s in network.conv_steps:
+            poison(s.output)
+    return pipe.run()
 
 
 def _whole_pass_policy(policy: measure.TimingPolicy) -> measure.TimingPolicy:
@@ -523,16 +554,25 @@ def _whole_pass_policy(policy: measure.TimingPolicy) -> measure.TimingPolicy:
 
 
 def _torch_time(weights: Weights, network: Network, result: RunResult,
-                policy: measure.TimingPolicy) -> None:
-    from .torch_forward import eager_forward, unavailable_reason
+                policy: measure.TimingPolicy, reference_top1: np.ndarray) -> None:
+    """PyTorch's candidates for the same pass in the run's precision class (torch_forward), and
+    the fastest as the run's PyTorch time."""
+    from .torch_forward import candidates, fastest, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
         result.torch_note = reason
         return
-    forward = eager_forward(weights, network.input)
-    result.torch_ms = measure.time_device(forward, _whole_pass_policy(policy)).median_ms
-    result.torch_note = "PyTorch eager, cuDNN (benchmark mode), TF32 off, same device input"
+    rows = candidates(weights, network.input, result.precision, reference_top1,
+                      lambda fn: measure.time_device(fn, _whole_pass_policy(policy)).median_ms)
+    result.torch_rows = [row.as_dict() for row in rows]
+    best = fastest(rows)
+    if best is None:
+        result.torch_note = "no PyTorch candidate ran: " + "; ".join(
+            f"{row.label}: {row.error}" for row in rows)
+        return
+    result.torch_ms = best.ms
+    result.torch_note = f"fastest of {len(rows)}: {best.label}"
 
 
 def run_batches(model: str, kernel: str, batches: list[int], policy: measure.TimingPolicy | None = None,
@@ -564,7 +604,8 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
                     staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=xp.float32))
     timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy(), verify)
     label = "layer" + (f" + {epilogue}" if epilogue else "")
-    return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel)
+    return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel,
+                       op.note)
 
 
 # --- kernel files: the same run, in a child process -------------------------------------------

@@ -4,6 +4,15 @@ Rules (DESIGN.md): device work is timed with CUDA events around the op after war
 compilation, module load and allocation never land in a sample; runs repeat until the median is
 known to about 1% (relative standard error) or a time budget is spent; reports give the median
 with the minimum and a spread figure, and the number of runs behind them.
+
+The host's dispatch stays out of every sample (method QUEUED): a sample is N back-to-back
+launches between two events, all of them queued behind a spin kernel that keeps the GPU busy
+until the host has issued the whole burst, so the interval holds device work only, however
+slow the launch path (PyTorch's dispatch, DLPack, CuPy's argument packing). N is chosen so the
+interval is about BURST_MS; the time reported is per launch. Each sample checks that the spin
+really outlasted the host (the start event had not been reached when the last launch was
+issued), and lengthens the spin and takes the sample again where it did not. SINGLE is the old
+method, kept to measure what it adds: an event, one launch, an event, on an idle GPU.
 """
 
 from __future__ import annotations
@@ -26,6 +35,15 @@ DEFAULT_MAX_RUNS = 2000
 DEFAULT_TARGET_RSE = 0.01
 DEFAULT_BUDGET_S = 2.0
 DEFAULT_WARMUP = 3
+
+QUEUED = "queued"  # N launches between two events, queued behind a spin kernel (default)
+SINGLE = "single"  # an event, one launch, an event, on an idle GPU: the host's dispatch included
+TIMING_METHODS = (QUEUED, SINGLE)
+BURST_MS = 1.0  # a queued sample's interval: far above the events' 0.5 us resolution
+MAX_LAUNCHES = 200  # per sample: well inside the launch queue, which blocks the host when full
+SPIN_MARGIN = 2.0  # the spin lasts this many times the host's measured time to issue the burst
+SPIN_FLOOR_MS = 0.05
+MAX_SPIN_MS = 50.0  # a launch path slower than this per burst is host-bound: `drained` says so
 
 
 def median_rse(samples) -> float:
@@ -60,10 +78,17 @@ def stop_reason(samples, elapsed_s: float, *, min_runs: int = DEFAULT_MIN_RUNS,
 
 @dataclass
 class Timing:
-    samples_ms: list[float]
+    samples_ms: list[float]  # per launch
     stop: str = "converged"
     cold: bool = False
     clock: str = "cuda-events"
+    # How samples were taken: QUEUED, SINGLE, or "host" for the CPU variant. Records written
+    # before the method existed timed single launches.
+    method: str = SINGLE
+    launches: int = 1  # launches per sample (the interval over this is one sample)
+    # Queued bursts the GPU caught up with before the host had issued them (retaken with a
+    # longer spin; at MAX_SPIN_MS kept as they are: the op's launch path is host-bound).
+    drained: int = 0
 
     @property
     def n(self) -> int:
@@ -90,12 +115,25 @@ class Timing:
     def as_dict(self) -> dict:
         return {"median_ms": self.median_ms, "min_ms": self.min_ms, "spread_pct": self.spread_pct,
                 "rse": self.rse, "n": self.n, "stop": self.stop, "cold": self.cold,
-                "clock": self.clock, "samples_ms": list(map(float, self.samples_ms))}
+                "clock": self.clock, "method": self.method, "launches": self.launches,
+                "drained": self.drained, "samples_ms": list(map(float, self.samples_ms))}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Timing":
-        return cls(list(d["samples_ms"]), d.get("stop", "converged"), d.get("cold", False),
-                   d.get("clock", "cuda-events"))
+        return cls(samples_ms=list(d["samples_ms"]), stop=d.get("stop", "converged"),
+                   cold=d.get("cold", False), clock=d.get("clock", "cuda-events"),
+                   method=d.get("method", "host" if d.get("clock") == "host" else SINGLE),
+                   launches=d.get("launches", 1), drained=d.get("drained", 0))
+
+    def describe(self) -> str:
+        """How the samples were taken, in words a table's legend can use."""
+        if self.method == QUEUED:
+            return (f"CUDA events around {self.launches} back-to-back launch"
+                    f"{'es' if self.launches > 1 else ''} queued behind a spin kernel "
+                    "(host dispatch excluded), per launch")
+        if self.method == SINGLE:
+            return "CUDA events around one launch on an idle GPU (host dispatch included)"
+        return "host clock"
 
 
 @dataclass
@@ -105,7 +143,13 @@ class TimingPolicy:
     max_runs: int = DEFAULT_MAX_RUNS
     target_rse: float = DEFAULT_TARGET_RSE
     budget_s: float = DEFAULT_BUDGET_S
-    cold: bool = False  # flush the L2 cache before every sample
+    cold: bool = False  # flush the L2 cache before every sample (one launch per sample then)
+    method: str = QUEUED
+    burst_ms: float = BURST_MS
+
+    def __post_init__(self):
+        if self.method not in TIMING_METHODS:
+            raise ValueError(f"timing method {self.method!r} is none of {', '.join(TIMING_METHODS)}")
 
     def stop(self, samples, elapsed_s: float) -> str | None:
         return stop_reason(samples, elapsed_s, min_runs=self.min_runs, max_runs=self.max_runs,
@@ -126,18 +170,85 @@ class L2Flusher:
         self.buffer.fill(1.0)
 
 
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(unsigned long long ns)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"""
+
+
+def hold_device(ms: float) -> None:
+    """Keep the current stream busy for `ms` milliseconds (one thread reading the global
+    timer), so that work issued meanwhile queues up behind it and runs back to back."""
+    from .jit import load_module
+
+    kernel = load_module("measure:spin", SPIN_SOURCE, (), ("spin",)).module.get_function("spin")
+    kernel((1,), (1,), (np.uint64(int(ms * 1e6)),))
+
+
+class Burst:
+    """Queued launches of `fn` between two events: `launches` per sample, behind a spin long
+    enough for the host to issue them all (from the host time one launch took in warm-up)."""
+
+    def __init__(self, fn: Callable[[], None], launches: int, host_ms: float):
+        self.fn = fn
+        self.launches = launches
+        self.spin_ms = max(SPIN_FLOOR_MS, SPIN_MARGIN * host_ms * launches)
+        self.drained = 0
+
+    def take(self, start, end) -> bool:
+        """Record one sample; False when the GPU reached the start event before the host had
+        issued the last launch (the spin was too short: it is doubled for the next try)."""
+        hold_device(self.spin_ms)
+        start.record()
+        for _ in range(self.launches):
+            self.fn()
+        end.record()
+        if not start.done:
+            return True
+        self.drained += 1
+        self.spin_ms = min(2 * self.spin_ms, MAX_SPIN_MS)
+        return False
+
+
+def _host_launch_ms(fn: Callable[[], None], runs: int) -> float:
+    """The least host time of issuing `fn` (no waiting on the device): what a burst's spin
+    must cover per launch."""
+    import cupy
+
+    from .isolate import gpu_wait
+
+    times = []
+    for _ in range(max(1, runs)):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+        with gpu_wait():
+            cupy.cuda.Device().synchronize()
+    return min(times)
+
+
 def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
                 after_warmup: Callable[[], None] | None = None,
-                before_last: Callable[[], None] | None = None,
+                before_last: Callable[[int], None] | None = None,
                 after_sample: Callable[[], None] | None = None) -> Timing:
-    """Median-of-many CUDA-event timing of `fn` (which launches device work).
+    """Median-of-many CUDA-event timing of `fn` (which launches device work), per launch.
 
+    With the QUEUED method (the default) each sample is a burst of launches queued behind a
+    spin kernel (the module docstring says why); with SINGLE, one launch on an idle GPU; with
+    `policy.cold`, one launch per sample after the L2 is flushed, still queued behind a spin.
     `after_warmup` runs between warm-up and the timed runs: the lab poisons the output there,
     so what is verified afterwards was written by a timed run, not left over from warm-up.
-    `before_last` runs once the stop rule is met, before one last timed run (the lab gives that
-    run an input no run has seen, and verifies its output). `after_sample` runs after each
-    sample's stop event has completed, outside the timed region. Waits on the device are marked
-    for an isolating parent process (isolate.gpu_wait), which kills a run that hangs in one.
+    `before_last(launches)` runs once the stop rule is met, before one last timed sample of
+    that many launches (the lab gives that sample's last launch an input no run has seen, and
+    verifies its output). `after_sample` runs after each sample's stop event has completed,
+    outside the timed region. Waits on the device are marked for an isolating parent process
+    (isolate.gpu_wait), which kills a run that hangs in one.
     """
     import cupy
 
@@ -145,24 +256,46 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
 
     policy = policy or TimingPolicy()
     flush = L2Flusher() if policy.cold else None
-    for _ in range(policy.warmup):
+    warm = max(1, policy.warmup)
+    for _ in range(warm - 1):
+        fn()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    burst = None
+    if policy.method == QUEUED:
+        host_ms = _host_launch_ms(fn, 2)
+        burst = Burst(fn, 1, host_ms)
+        with gpu_wait():
+            while not burst.take(start, end) and burst.spin_ms < MAX_SPIN_MS:
+                end.synchronize()
+            end.synchronize()
+        once = cupy.cuda.get_elapsed_time(start, end)
+        if not flush:
+            burst = Burst(fn, max(1, min(MAX_LAUNCHES, math.ceil(policy.burst_ms / max(once, 1e-4)))),
+                          host_ms)
+    else:
         fn()
     if after_warmup:
         after_warmup()
     with gpu_wait():
         cupy.cuda.Device().synchronize()
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
     samples: list[float] = []
 
     def sample() -> None:
-        if flush:
-            flush()
-        start.record()
-        fn()
-        end.record()
-        with gpu_wait():
-            end.synchronize()
-        samples.append(cupy.cuda.get_elapsed_time(start, end))
+        while True:
+            if flush:
+                flush()
+            if burst is None:
+                start.record()
+                fn()
+                end.record()
+                taken = True
+            else:
+                taken = burst.take(start, end)
+            with gpu_wait():
+                end.synchronize()
+            if taken or burst.spin_ms >= MAX_SPIN_MS:
+                break
+        samples.append(cupy.cuda.get_elapsed_time(start, end) / (burst.launches if burst else 1))
         if after_sample:
             after_sample()
 
@@ -172,9 +305,11 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
         reason = policy.stop(samples, time.perf_counter() - t0)
         if reason:
             if before_last:
-                before_last()
+                before_last(burst.launches if burst else 1)
                 sample()
-            return Timing(samples, reason, policy.cold)
+            return Timing(samples, reason, policy.cold, method=policy.method,
+                          launches=burst.launches if burst else 1,
+                          drained=burst.drained if burst else 0)
 
 
 def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,
@@ -201,7 +336,7 @@ def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,
             if before_last:
                 before_last()
                 sample()
-            return Timing(samples, reason, False, "host")
+            return Timing(samples, reason, False, "host", method="host")
 
 
 # --- what the times mean --------------------------------------------------------------------

@@ -271,8 +271,10 @@ class Network:
                 if on_step:
                     on_step(step, "end")
             a = step.result()
-            if a.dtype != self.xp.float32:  # cuDNN's half-precision rows return half outputs
-                a = a.astype(self.xp.float32)
+            # cuDNN's rows return their own arrays: half, or channels-last; our layer kernels
+            # read float32 NCHW.
+            if a.dtype != self.xp.float32 or not a.flags.c_contiguous:
+                a = self.xp.ascontiguousarray(a, dtype=self.xp.float32)
         return a
 
     def predict(self, images: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .lab import RunResult
+from .measure import QUEUED, SINGLE
 
 DEFAULT_WIDTH = 80
 GAP = 3  # columns between two cells: one space of padding each side of an invisible rule
@@ -187,6 +188,24 @@ def steps_table(result: RunResult, width=None, wide=False) -> Table | None:
     return fitted_table(title, cols, rows, width, wide)
 
 
+def torch_table(result: RunResult, width=None, wide=False) -> Table | None:
+    """PyTorch's candidates for the same forward pass (run --pytorch), fastest marked."""
+    if not result.torch_rows:
+        return None
+    cols = [Col("PyTorch", "left", style="bold"), Col("ms"), Col("ratio"),
+            Col("top-1 differ"), Col("note", "left", wrap=True)]
+    rows = []
+    for d in result.torch_rows:
+        ms = d.get("ms")
+        fastest = ms is not None and ms == result.torch_ms
+        ratio = ms / result.forward_ms if ms and result.forward_ms else None
+        rows.append([Text(f"{d['layout']} {d['mode']}", style="bold green" if fastest else None),
+                     _num(ms, ".3f"), _num(ratio, ".2f"), _num(d.get("differ"), "d"),
+                     ("fastest" if fastest else "") + (d.get("error") or "")])
+    title = f"PyTorch ({result.precision}), same input; ratio: its ms / our forward's"
+    return fitted_table(title, cols, rows, width, wide)
+
+
 def failure_lines(result: RunResult) -> list[str]:
     lines = [f"{layer.label}: {layer.check.reason}" for layer in result.layers
              if not layer.check.passed]
@@ -232,9 +251,10 @@ def run_summary(result: RunResult, width=None) -> Table:
         rows.append(["forward", line])
     if result.torch_ms is not None:
         ratio = result.torch_ms / result.forward_ms if result.forward_ms else float("nan")
-        rows.append(["PyTorch eager", f"{result.torch_ms:.3f} ms ({ratio:.2f}x ours; {result.torch_note})"])
+        rows.append(["PyTorch best", f"{result.torch_ms:.3f} ms ({result.torch_note}); ours is "
+                                     f"{ratio:.2f}x as fast"])
     elif result.torch_note:
-        rows.append(["PyTorch eager", f"not measured: {result.torch_note}"])
+        rows.append(["PyTorch", f"not measured: {result.torch_note}"])
     if result.htod_ms is not None:
         rows.append(["copies", f"HtoD {result.htod_ms:.3f} ms, DtoH {result.dtoh_ms:.3f} ms "
                                "(pinned host buffers)"])
@@ -294,10 +314,29 @@ def compare_cells(row) -> list[str]:
         _num(t and t.median_ms, ".4f"), _num(t and t.min_ms, ".4f"),
         "-" if t is None else f"{100 * t.rse:.1f}%", "-" if t is None else str(t.n),
         _num(row.gflops, ",.0f"), _num(row.gbps, ",.0f"), _num(row.pct_floor, ".0f"),
-        _num(row.speedup_naive, ".2f"), _num(row.speedup_cudnn, ".2f"),
+        _num(row.speedup_naive, ".2f"), cudnn_ratio(row),
         "-" if row.max_rel_error is None or not row.valid else fmt_err(row.max_rel_error),
         "-" if ratio is None or not row.valid else f"{ratio:.2g}", acc,
     ]
+
+
+def cudnn_ratio(row) -> str:
+    """The speedup over the fastest cuDNN row of the class, with that row's layout named."""
+    if row.speedup_cudnn is None:
+        return "-"
+    basis = getattr(row, "cudnn_basis", "")
+    layout = "nhwc" if "nhwc" in basis else "nchw" if basis else ""
+    return f"{row.speedup_cudnn:.2f} {layout}".rstrip()
+
+
+def row_notes(row, bullet: str = "") -> list[str]:
+    """Lines below a layer's table for one row: why it did not PASS, what its op chose."""
+    lines = []
+    if row.status != "PASS":
+        lines.append(f"{bullet}{row.status} {row.variant} @ batch {row.batch}: {row.reason}")
+    if getattr(row, "note", ""):
+        lines.append(f"{bullet}{row.variant} @ batch {row.batch}: {row.note}")
+    return lines
 
 
 def _layers(comparison):
@@ -325,11 +364,19 @@ def compare_tables(comparison, width=None, wide=False) -> list[tuple[Table, list
             style = "bold green" if row.best else None
             rows.append([Text(c, style=STATUS_STYLE[row.status] if i == 3 else style)
                          for i, c in enumerate(cells)])
-            if row.status != "PASS":
-                notes.append(f"{row.status} {row.variant} @ batch {row.batch}: {row.reason}")
+            notes += row_notes(row)
         out.append((fitted_table(_layer_title(comparison, first), COMPARE_COLUMNS, rows, width,
                                  wide), notes))
     return out
+
+
+def timing_words(policy: dict) -> str:
+    """How a record's device rows were timed, from its policy (records before the method
+    existed timed one launch on an idle GPU)."""
+    if policy.get("method", SINGLE) == QUEUED:
+        return ("CUDA events around back-to-back launches queued behind a spin kernel (host "
+                "dispatch excluded), per launch")
+    return "CUDA events around one launch on an idle GPU (host dispatch included)"
 
 
 def compare_header(comparison) -> str:
@@ -340,10 +387,12 @@ def compare_header(comparison) -> str:
     return (f"{d.get('name', '?')} (CC {d.get('compute_capability', '?')}, CUDA {d.get('cuda_runtime', '?')}, "
             f"CuPy {d.get('cupy', '?')}); ceilings: copy {c.get('copy_gbps', 0):,.0f} GB/s, "
             f"FP32 {c.get('fp32_gflops', 0) / 1e3:,.1f} TFLOP/s, TF32 {c.get('tf32_gflops', 0) / 1e3:,.1f} "
-            f"TFLOP/s{_fp16_rate(c)}; timing: CUDA events, median until RSE <= {100 * policy.get('target_rse', 0.01):g}% "
-            f"or {policy.get('budget_s', 2):g} s per row; {cold}. %floor: the roofline floor "
-            "max(bytes / copy bandwidth, FLOPs / the precision's rate) over the time; x cuDNN: "
-            "cuDNN of the same precision over the time. Best PASS time per layer in bold.")
+            f"TFLOP/s{_fp16_rate(c)}; timing: {timing_words(policy)}, median until RSE <= "
+            f"{100 * policy.get('target_rse', 0.01):g}% or {policy.get('budget_s', 2):g} s per row; "
+            f"{cold}. %floor: the roofline floor max(bytes / copy bandwidth, FLOPs / the "
+            "precision's rate) over the time; x cuDNN: the faster cuDNN row of the row's "
+            "precision class (NCHW or NHWC, named in the cell) over the time. Best PASS time per "
+            "layer in bold.")
 
 
 def _fp16_rate(ceilings: dict) -> str:
@@ -365,9 +414,7 @@ def compare_markdown(comparison) -> str:
             if row.best:
                 cells[4] = f"**{cells[4]}**"
             lines.append("| " + " | ".join(cells) + " |")
-            if row.status != "PASS":
-                notes.append(f"- {row.status} {row.variant} @ batch {row.batch}: "
-                             f"{row.reason.replace('|', '/')}")
+            notes += [line.replace("|", "/") for line in row_notes(row, "- ")]
         lines.append("")
         if notes:
             lines += notes + [""]
@@ -392,7 +439,8 @@ def diff_table(deltas, width=None, wide=False) -> Table:
 
 def ladder_markdown(comparison, batch: int | None = None) -> str:
     """One row per variant, one column pair per layer: time at one batch size and its speed
-    relative to cuDNN of the same precision (like SGEMM_CUDA's table relative to cuBLAS)."""
+    relative to the fastest cuDNN row of its precision class, whose layout is named (like
+    SGEMM_CUDA's table relative to cuBLAS)."""
     batch = batch or max(comparison.batches)
     rows = [r for r in comparison.rows if r.batch == batch]
     layers = list(dict.fromkeys((r.layer, r.epilogue) for r in rows))
@@ -413,6 +461,6 @@ def ladder_markdown(comparison, batch: int | None = None) -> str:
             else:
                 ms = f"{row.median_ms:.3f}"
                 cells += [f"**{ms}**" if row.best else ms,
-                          "-" if row.speedup_cudnn is None else f"{row.speedup_cudnn:.2f}x"]
+                          cudnn_ratio(row).replace(" ", "x ", 1) if row.speedup_cudnn else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -144,7 +144,8 @@ def diff(new: Comparison, old: Comparison, floor: float = 0.02, sigmas: float = 
     """Each row's time against the same row of a baseline. A change counts only beyond
     `sigmas` combined standard errors of the two medians, and never below `floor` (2%). A
     baseline row is "missing" only where this run asked for its variant and batch: a run of
-    a few variants at one batch is checked against those rows of a full record."""
+    a few variants at one batch is checked against those rows of a full record. Rows timed
+    by different methods (measure.TIMING_METHODS) are "not comparable"."""
     old_rows = {r.key: r for r in old.rows}
     deltas = []
     for row in new.rows:
@@ -152,7 +153,9 @@ def diff(new: Comparison, old: Comparison, floor: float = 0.02, sigmas: float = 
         if base is None:
             deltas.append(Delta(row.key, row.label, None, row.median_ms, None, None, "new"))
             continue
-        if not (row.valid and base.valid):
+        # A time with the host's dispatch in it (the single-launch method) is no baseline for
+        # one without.
+        if not (row.valid and base.valid) or row.timing.method != base.timing.method:
             deltas.append(Delta(row.key, row.label, base.median_ms, row.median_ms, None, None,
                                 "not comparable"))
             continue

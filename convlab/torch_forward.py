@@ -1,11 +1,34 @@
-"""The same network in PyTorch eager mode, on the same weights and device input: the speed to
-beat end to end. PyTorch is optional; without it (or without CUDA) this reports why."""
+"""The same network in PyTorch, on the same weights and device input, at PyTorch's best: the
+speed to beat end to end. A PyTorch user after speed reaches for channels-last tensors, CUDA
+graphs and `torch.compile`, so each of those is a candidate, in the precision class of the run
+being compared (fp32 with TF32 off, tf32, fp16, bf16), and the fastest is the baseline.
+
+Candidates: layout (NCHW, channels-last) x mode (eager, a captured CUDA graph, torch.compile in
+its default mode). Each is warmed up (cuDNN's algorithm search, compilation) before it is timed
+with measure.time_device, and its top-1 predictions are checked against the reference's. The
+input's conversion to the candidate's dtype and layout is staging, outside the time. PyTorch is
+optional; without it (or without CUDA) this reports why. A candidate that fails (torch.compile
+without a working compiler toolchain, say) is reported with its error, not raised.
+"""
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import asdict, dataclass
 from typing import Callable
 
+import numpy as np
+
 from .models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
+
+LAYOUTS = ("nchw", "nhwc")
+MODES = ("eager", "graph", "compile")
+MODE_WORDS = {"eager": "eager", "graph": "CUDA graph", "compile": "torch.compile"}
+LAYOUT_WORDS = {"nchw": "NCHW", "nhwc": "channels-last"}
+# precision class -> (torch dtype name, TF32 allowed)
+DTYPES = {"fp32": ("float32", False), "tf32": ("float32", True), "fp16": ("float16", False),
+          "bf16": ("bfloat16", False)}
+GRAPH_WARMUP = 3
 
 
 def unavailable_reason() -> str | None:
@@ -18,22 +41,58 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def eager_forward(weights: Weights, x, tf32: bool = False) -> Callable[[], object]:
-    """A function running the model's forward pass in PyTorch eager mode (cuDNN convolutions,
-    `torch.backends.cudnn.benchmark` on so cuDNN picks its fastest algorithm, TF32 off unless
-    asked) on the device array x (CuPy, shared through DLPack). It returns the probabilities."""
+@dataclass
+class TorchRow:
+    """One PyTorch candidate for the whole forward pass."""
+
+    precision: str
+    layout: str
+    mode: str
+    ms: float | None = None  # per forward pass, device-resident input
+    differ: int | None = None  # top-1 predictions that differ from the reference's
+    error: str = ""  # why it was not measured
+
+    @property
+    def label(self) -> str:
+        return f"{self.precision}, {LAYOUT_WORDS[self.layout]}, {MODE_WORDS[self.mode]}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TorchRow":
+        return cls(**d)
+
+
+def fastest(rows: list[TorchRow]) -> TorchRow | None:
+    measured = [r for r in rows if r.ms is not None]
+    return min(measured, key=lambda r: r.ms, default=None)
+
+
+def _set_precision(torch, tf32: bool) -> None:
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def network_function(weights: Weights, precision: str = "fp32", layout: str = "nchw"):
+    """(forward(x) -> probabilities, stage(cupy x) -> x as forward reads it): the model in
+    PyTorch's functional ops, its weights on the device in the class's dtype (conv weights in
+    the layout)."""
     import torch
     import torch.nn.functional as F
 
-    t = {k: torch.from_dlpack(_device(v)) for k, v in weights.arrays.items()
-         if k != "reference_predictions"}
-    xt = torch.from_dlpack(x)
+    dtype = getattr(torch, DTYPES[precision][0])
+    memory = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    t = {}
+    for k, v in weights.arrays.items():
+        if k == "reference_predictions":
+            continue
+        tensor = torch.from_dlpack(_device(v)).to(dtype)
+        t[k] = tensor.contiguous(memory_format=memory) if tensor.dim() == 4 else tensor
     layers = weights.spec.layers
 
-    def forward():
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.backends.cuda.matmul.allow_tf32 = tf32
+    def forward(xt):
         a = xt
         for layer in layers:
             if isinstance(layer, Conv):
@@ -48,14 +107,79 @@ def eager_forward(weights: Weights, x, tf32: bool = False) -> Callable[[], objec
             elif isinstance(layer, MaxPool):
                 a = F.max_pool2d(a, layer.size, layer.step)
             elif isinstance(layer, Flatten):
-                a = a.flatten(1)
+                a = a.flatten(1)  # logical (C, H, W) order in either layout, as the weights expect
             elif isinstance(layer, Dense):
                 a = F.linear(a, t[f"{layer.name}.weight"], t[f"{layer.name}.bias"])
             elif isinstance(layer, Softmax):
                 a = F.softmax(a, dim=1)
         return a
 
-    return forward
+    def stage(x):
+        return torch.from_dlpack(x).to(dtype).contiguous(memory_format=memory)
+
+    return forward, stage
+
+
+def _runner(torch, forward, xt, mode: str, tf32: bool) -> Callable[[], object]:
+    """A function that launches one forward pass of `mode` and returns its output tensor."""
+    _set_precision(torch, tf32)
+    if mode == "eager":
+        def run():
+            _set_precision(torch, tf32)
+            return forward(xt)
+
+        return run
+    if mode == "compile":
+        compiled = torch.compile(forward)
+
+        def run():
+            _set_precision(torch, tf32)
+            return compiled(xt)
+
+        with warnings.catch_warnings():  # Inductor's advice to allow TF32 in an fp32 run
+            warnings.filterwarnings("ignore", message=".*TensorFloat32", category=UserWarning)
+            run()  # compiles here, outside any timing
+        return run
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # cuDNN's algorithm search and allocations before capture
+        for _ in range(GRAPH_WARMUP):
+            forward(xt)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = forward(xt)
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay
+
+
+def candidates(weights: Weights, x, precision: str, reference_top1: np.ndarray,
+               time_fn: Callable[[Callable[[], object]], float]) -> list[TorchRow]:
+    """Every layout x mode for the precision class, each timed by time_fn(launch) -> ms and
+    checked against `reference_top1` on the device input x (CuPy)."""
+    import torch
+
+    tf32 = DTYPES[precision][1]
+    rows = []
+    for layout in LAYOUTS:
+        forward, stage = network_function(weights, precision, layout)
+        xt = stage(x)
+        for mode in MODES:
+            row = TorchRow(precision, layout, mode)
+            try:
+                run = _runner(torch, forward, xt, mode, tf32)
+                row.ms = time_fn(run)
+                top1 = run().float().argmax(dim=1).cpu().numpy()
+                row.differ = int((top1 != reference_top1).sum())
+            except Exception as exc:  # noqa: BLE001 - a candidate PyTorch cannot run is reported
+                first = (str(exc).splitlines() or [""])[0][:200]
+                row.ms, row.error = None, f"{type(exc).__name__}: {first}"
+            rows.append(row)
+    return rows
 
 
 def _device(array):

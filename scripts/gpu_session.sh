@@ -4,7 +4,9 @@
 # is written under $OUT (default ./gpu-out) and packed into $OUT/session.tar.gz; a short summary
 # is printed last.
 # Usage: scripts/gpu_session.sh STEP...   steps:
+#   smoke        pytest -m "gpu and smoke": every variant's verdict in a few minutes
 #   tests        pytest -m gpu (PYTEST_ADDOPTS narrows it, e.g. -k alexnet)
+#   dispatch     scripts/dispatch_study.py: what timing one launch on an idle GPU added
 #   alexnet      run alexnet at batch 128 (with PyTorch eager) and a batch sweep 1..1024
 #   compare      compare every variant on the AlexNet layers, the ResNet-style layer and the
 #                course models; records under records/
@@ -85,10 +87,25 @@ for step in "${steps[@]}"; do
         summary+=("$(basename "$log" .log): $(tail -n 1 "$log")")
         grep -E "^(FAILED|ERROR)" "$log" | cut -c1-300 | head -n 12
       done ;;
+    smoke)
+      timeout "${TEST_LIMIT:-480}" python3 -m pytest -m "gpu and smoke" -q -p no:cacheprovider -rfEs \
+        --durations=5 tests > "$work/logs/smoke.log" 2>&1
+      summary+=("smoke: $(tail -n 1 "$work/logs/smoke.log")")
+      grep -E "^(FAILED|ERROR)" "$work/logs/smoke.log" | cut -c1-300 | head -n 20 ;;
+    dispatch)
+      python3 scripts/dispatch_study.py --out "$work/records/dispatch-study.json" 2>&1 \
+        | tee "$work/logs/dispatch-study.log" ;;
     alexnet)
-      convlab run --model alexnet --batch 128 --pytorch --wide 2>&1 | tee "$work/logs/run-alexnet-128.log" | tail -n 45
-      convlab run --model alexnet --batch "$ALEXNET_BATCHES" --pytorch --wide 2>&1 \
-        | tee "$work/logs/run-alexnet-sweep.log" | tail -n 20 ;;
+      # One run per precision class at batch 128 against PyTorch's best in that class; the
+      # batch sweep (ALEXNET_SWEEP=1) without PyTorch, whose compiled candidates take minutes.
+      for kernel in ${ALEXNET_KERNELS:-pipelined-3xtf32 pipelined pipelined-fp16}; do
+        convlab run --model alexnet --kernel "$kernel" --batch 128 --pytorch --wide 2>&1 \
+          | tee "$work/logs/run-alexnet-128-$kernel.log" | tail -n 32
+      done
+      if [[ ${ALEXNET_SWEEP:-0} == 1 ]]; then
+        convlab run --model alexnet --batch "$ALEXNET_BATCHES" --wide 2>&1 \
+          | tee "$work/logs/run-alexnet-sweep.log" | tail -n 20
+      fi ;;
     compare)
       convlab device | tee "$work/logs/device.txt"
       kernels=${KERNELS:-all}
@@ -97,7 +114,7 @@ for step in "${steps[@]}"; do
         convlab compare --kernels "$kernels" --model "$model" ${batch:+--batch "$batch"} \
           --budget "${BUDGET:-1}" --save "$work/records" --wide > "$work/logs/compare-$model.log" 2>&1
       done
-      for layer in ${COMPARE_LAYERS:-64,64,56,56,64,3,1,1}; do
+      for layer in ${COMPARE_LAYERS-64,64,56,56,64,3,1,1}; do
         convlab compare --kernels "$kernels" --layer "$layer" --batch "${layer%%,*}" \
           --budget "${BUDGET:-1}" --save "$work/records" --wide > "$work/logs/compare-$layer.log" 2>&1
       done

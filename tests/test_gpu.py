@@ -17,12 +17,12 @@ pytestmark = pytest.mark.gpu
 GPU_VARIANTS = [v for v in VARIANTS.values() if v.on_gpu]
 
 SHAPES = [
-    ConvShape(1, 1, 28, 28, 50, 5),      # B=1, C=1: the Fall 2017 layer
+    pytest.param(ConvShape(1, 1, 28, 28, 50, 5), marks=pytest.mark.smoke),  # B=1, C=1: Fall 2017
     ConvShape(7, 1, 48, 48, 12, 7),      # Spring 2018 conv1
     ConvShape(3, 12, 21, 21, 24, 7),     # Spring 2018 conv2, C > 1
     ConvShape(5, 3, 17, 13, 10, 3),      # odd H and W, H != W, K=3, M=10
     ConvShape(33, 4, 11, 19, 7, 5),      # B=33, M=7 (no multiple of any tile)
-    ConvShape(2, 2, 9, 30, 65, 3),       # M=65: more than one channel block everywhere
+    pytest.param(ConvShape(2, 2, 9, 30, 65, 3), marks=pytest.mark.smoke),  # M=65: >1 channel block
     ConvShape(131, 1, 28, 28, 50, 5),    # B=131: the last block is partial
     ConvShape(4, 16, 14, 14, 33, 5),     # C=16, M=33
     ConvShape(2, 5, 10, 8, 12, 1),       # K=1
@@ -160,14 +160,94 @@ def test_alexnet_top1_matches_float64(variant, tmp_path, monkeypatch):
         assert result.predictions_differ == 0
 
 
+@pytest.mark.smoke
 def test_timing_uses_events_and_stops(rng):
     import cupy
 
     a = cupy.asarray(rng.random((2048, 2048), dtype=np.float32))
     timing = measure.time_device(lambda: a @ a, measure.TimingPolicy(min_runs=5, budget_s=1))
     assert timing.n >= 5 and timing.median_ms > 0 and timing.stop in ("converged", "budget", "max-runs")
+    assert timing.method == measure.QUEUED and timing.launches > 1
     cold = measure.time_device(lambda: a @ a, measure.TimingPolicy(min_runs=3, cold=True, budget_s=1))
-    assert cold.cold and cold.n >= 3
+    assert cold.cold and cold.n >= 3 and cold.launches == 1
+
+
+TINY_KERNEL = r"""
+extern "C" __global__ void scale(float* y, const float* x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+
+@pytest.mark.smoke
+def test_queued_timing_keeps_the_hosts_dispatch_out(rng):
+    """A kernel of a few microseconds, launched through a deliberately slow host path (as
+    PyTorch's dispatch and DLPack are for the cuDNN rows): one launch between two events on an
+    idle GPU times the host; the queued burst times the kernel."""
+    import time
+
+    import cupy
+
+    from convlab.jit import load_module
+
+    kernel = load_module("test:scale", TINY_KERNEL, (), ("scale",)).module.get_function("scale")
+    x = cupy.asarray(rng.random(4096, dtype=np.float32))
+    y = cupy.empty_like(x)
+
+    def launch():
+        deadline = time.perf_counter() + 50e-6  # 50 us of host work before each launch
+        while time.perf_counter() < deadline:
+            pass
+        kernel((4,), (1024,), (y, x, np.int32(x.size)))
+
+    single = measure.time_device(launch, measure.TimingPolicy(method=measure.SINGLE, min_runs=20))
+    queued = measure.time_device(launch, measure.TimingPolicy(min_runs=20))
+    print(f"single {single.median_ms * 1e3:.1f} us, queued {queued.median_ms * 1e3:.1f} us "
+          f"({queued.launches} launches a sample, {queued.drained} drained)")
+    assert single.median_ms > 0.04  # the host's 50 us are in it
+    assert queued.median_ms < 0.02 and queued.median_ms < single.median_ms / 4
+    assert queued.launches > 1
+    assert cupy.allclose(y, 2 * x)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("name", ["cudnn-nhwc", "cudnn-nhwc-fp16"])
+def test_cudnn_channels_last_rows_read_and_write_nhwc_and_pick_a_relu(name, rng):
+    """The channels-last rows get NHWC tensors (staged outside the time) and return cuDNN's
+    NHWC output; with a ReLU epilogue the faster of fused conv-bias-ReLU and conv-then-ReLU is
+    kept and named."""
+    import cupy
+
+    from convlab.kernels.cudnn import CONV_THEN_RELU, FUSED_RELU
+
+    shape = ConvShape(4, 16, 13, 13, 24, 3, pad=1, bias=True)
+    x, w, b = random_problem(shape, rng, signed=True)
+    op = VARIANTS[name].prepare(shape, w, "relu", b)
+    assert op.note in (CONV_THEN_RELU, FUSED_RELU)
+    staged = op.stage(cupy.asarray(x))
+    assert staged.strides[1] == staged.itemsize  # channels innermost
+    got = op.run_once(x, cupy)
+    check = compare(cupy.asnumpy(got).astype(np.float32),
+                    reference_output(x, w, shape, "relu", b), VARIANTS[name].precision)
+    assert check.passed, check.reason
+
+
+def test_pytorch_candidates_for_the_whole_network():
+    """run --pytorch times PyTorch in both layouts, eager, graphed and compiled, checks each
+    one's top-1, and takes the fastest as the baseline."""
+    policy = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.5)
+    result = lab.run("ece408", "tiled", 100, policy, compare_torch=True)
+    rows = result.torch_rows
+    assert {(r["layout"], r["mode"]) for r in rows} == {
+        (layout, mode) for layout in ("nchw", "nhwc") for mode in ("eager", "graph", "compile")}
+    for r in rows:
+        print(r)
+    measured = [r for r in rows if r["ms"] is not None]
+    assert len(measured) >= 4  # eager and graph run wherever PyTorch does
+    assert result.torch_ms == min(r["ms"] for r in measured)
+    assert all(r["differ"] == 0 for r in measured if r["precision"] == "fp32")
 
 
 def test_device_info_and_ceilings(tmp_path, monkeypatch):
@@ -334,3 +414,23 @@ def test_cli_compare_saves_and_rerenders(tmp_path, monkeypatch):
     shown = runner.invoke(main, ["results", "show", str(record)], terminal_width=250)
     assert shown.exit_code == 0
     assert shown.output.strip() in out.output
+
+
+@pytest.mark.smoke
+def test_the_checked_pass_poisons_on_the_pipelines_stream():
+    """The end-to-end pass poisons the conv outputs, then runs on the pipeline's non-blocking
+    stream. A poison on the default stream waits behind whatever that stream holds (here a
+    long spin) and lands after, or in the middle of, the pass: NaN where the pass wrote."""
+    import cupy
+
+    from convlab.pipeline import Pipeline
+
+    network = lab.build_network("ece408", "tiled", 100)
+    x = lab.load_input("ece408", 100)
+    pipe = Pipeline(network, pinned=True, graph=True)
+    pipe.load(x)
+    measure.hold_device(200)  # the default stream is busy for 200 ms
+    predictions = lab.checked_pass(network, pipe)
+    conv = cupy.asnumpy(network.conv_steps[0].output)  # waits for the default stream too
+    assert np.isfinite(conv).all()
+    assert (predictions == load_weights("ece408").reference_predictions[:100]).all()

@@ -279,9 +279,9 @@ def test_execute_runs_kernel_files_after_the_built_ins_and_records_them(cpu_kern
     p = compare.plan("cudnn", "ece408", None, "10", kernel_files=[cpu_kernel])
     steps = []
     result = compare.execute(p, POLICY, lambda what, done, total: steps.append((what, done, total)))
-    assert result.kernels == ["cudnn", "cudnn-tf32", "mycpu"]
+    assert result.kernels == ["cudnn", "cudnn-nhwc", "cudnn-tf32", "cudnn-nhwc-tf32", "mycpu"]
     assert result.kernel_files == [load_kernel_file(cpu_kernel).record()]
-    assert steps[-1] == ("mycpu @ batch 10 (child process)", 3, 3)
+    assert steps[-1] == ("mycpu @ batch 10 (child process)", 5, 5)
     mine = [r for r in result.rows if r.variant == "mycpu"]
     assert [(r.layer, r.status) for r in mine] == [("conv1", "PASS"), ("conv2", "PASS")]
     assert all(r.floor_ms is not None for r in mine)

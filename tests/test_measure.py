@@ -56,6 +56,7 @@ def test_host_timing_follows_the_policy():
     calls = []
     timing = measure.time_host(lambda: calls.append(1), measure.TimingPolicy(min_runs=4, max_runs=4))
     assert timing.n == 4 and timing.clock == "host" and len(calls) == 5  # one warm-up
+    assert timing.method == "host" and timing.as_dict()["method"] == "host"
 
 
 def test_traffic_and_rates():
@@ -89,3 +90,20 @@ def test_half_precision_floor_uses_the_half_precision_rate():
         assert bound == "compute" and ms == pytest.approx(conv3.flops / 620000e9 * 1e3)
     older = measure.Ceilings("test", 3000.0, 50000.0, 300000.0)  # saved before fp16 was measured
     assert older.rate("fp16") == 600000.0 and older.rate("tf32") == 300000.0
+
+
+def test_timing_records_its_method_and_old_records_read_as_single_launches():
+    timing = measure.Timing([0.1, 0.2, 0.3], method=measure.QUEUED, launches=40, drained=1)
+    d = timing.as_dict()
+    assert (d["method"], d["launches"], d["drained"]) == ("queued", 40, 1)
+    assert measure.Timing.from_dict(d) == timing
+    old = {k: v for k, v in d.items() if k not in ("method", "launches", "drained")}
+    assert measure.Timing.from_dict(old).method == measure.SINGLE
+    assert measure.Timing.from_dict({**old, "clock": "host"}).method == "host"
+    assert "40 back-to-back launches" in timing.describe()
+
+
+def test_policy_refuses_an_unknown_method():
+    with pytest.raises(ValueError, match="queued, single"):
+        measure.TimingPolicy(method="graph")
+    assert measure.TimingPolicy().method == measure.QUEUED

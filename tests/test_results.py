@@ -232,3 +232,55 @@ def test_record_keeps_the_kernel_files_it_compared():
     c = sample()
     c.kernel_files = [{"path": "mine.cu", "sha256": "ab", "files": []}]
     assert results.from_record(results.to_record(c)).kernel_files == c.kernel_files
+
+
+def test_speedup_divides_by_the_fastest_cudnn_row_of_the_class_and_names_it():
+    """Both layouts of cuDNN compete; the faster (here channels-last) is the basis, a tf32 row
+    is never divided by an fp32 cuDNN row, and the table says which layout was the basis."""
+    rows = [row("cudnn", 2.0), row("cudnn-nhwc", 0.5), row("register-tiled", 1.0),
+            row("cudnn-tf32", 0.4, precision="tf32"), row("cudnn-nhwc-tf32", 0.8, precision="tf32"),
+            row("pipelined", 0.2, precision="tf32"), row("pipelined-fp16", 0.1, precision="fp16")]
+    compare.finish(rows, CEILINGS)
+    by = {r.variant: r for r in rows}
+    assert by["register-tiled"].speedup_cudnn == pytest.approx(0.5)
+    assert by["register-tiled"].cudnn_basis == "cudnn-nhwc"
+    assert by["cudnn"].speedup_cudnn == pytest.approx(0.25)
+    assert by["pipelined"].speedup_cudnn == pytest.approx(2.0)
+    assert by["pipelined"].cudnn_basis == "cudnn-tf32"
+    assert by["pipelined-fp16"].speedup_cudnn is None  # no fp16 cuDNN row: no ratio at all
+    assert report.compare_cells(by["register-tiled"])[12] == "0.50 nhwc"
+    assert report.compare_cells(by["pipelined"])[12] == "2.00 nchw"
+    again = compare.Row.from_dict(json.loads(json.dumps(by["register-tiled"].as_dict())))
+    assert again.cudnn_basis == "cudnn-nhwc"
+
+
+def test_a_failed_cudnn_row_is_no_basis():
+    rows = [row("cudnn", 2.0), row("cudnn-nhwc", None, "FAIL", reason="wrong"),
+            row("tiled", 1.0)]
+    compare.finish(rows, CEILINGS)
+    assert rows[2].speedup_cudnn == pytest.approx(2.0) and rows[2].cudnn_basis == "cudnn"
+
+
+def test_compare_plans_cudnn_rows_in_both_layouts():
+    p = compare.plan("pipelined-fp16", None, "8,16,12,12,16,3,1,1", "8")
+    assert p.kernels == ["pipelined-fp16", "cudnn", "cudnn-nhwc", "cudnn-tf32", "cudnn-nhwc-tf32",
+                         "cudnn-fp16", "cudnn-nhwc-fp16"]
+
+
+def test_header_says_how_rows_were_timed():
+    comparison = sample()
+    assert "queued behind a spin kernel" in report.compare_header(comparison)
+    comparison.policy = {k: v for k, v in comparison.policy.items() if k != "method"}
+    assert "one launch on an idle GPU" in report.compare_header(comparison)
+
+
+def test_rows_timed_by_another_method_are_not_compared():
+    """A record from before dispatch-free timing is no baseline for a queued one."""
+    old, new = sample(), sample()
+    for r in new.rows:
+        if r.timing is not None:
+            r.timing.method = measure.QUEUED
+    verdicts = {d.key[0]: d.verdict for d in results.diff(new, old) if d.key[2] == "conv"
+                and d.key[3] is None}
+    assert verdicts["tiled"] == "not comparable"
+    assert {d.verdict for d in results.diff(new, new)} <= {"same", "not comparable"}

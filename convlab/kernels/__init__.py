@@ -4,7 +4,8 @@ from ..errors import ConvlabError
 from .base import RELU, TANH_POOL, Op, Support, Variant
 from .constant import Constant
 from .cpu import Cpu
-from .cudnn import Cudnn, CudnnBF16, CudnnFP16, CudnnTF32
+from .cudnn import (Cudnn, CudnnBF16, CudnnFP16, CudnnNHWC, CudnnNHWCBF16, CudnnNHWCFP16,
+                    CudnnNHWCTF32, CudnnTF32)
 from .fused import Fused
 from .im2col import Im2col
 from .implicit_gemm import ImplicitGemm
@@ -22,14 +23,17 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Cpu(), Naive(), Tiled(), Constant(), Unrolled(), RegisterTiled(), Im2col(), Winograd(),
         ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Pipelined(), Pipelined3xTF32(),
-        PipelinedFP16(), PipelinedBF16(), Fused(), Cudnn(), CudnnTF32(), CudnnFP16(),
-        CudnnBF16(),
+        PipelinedFP16(), PipelinedBF16(), Fused(), Cudnn(), CudnnNHWC(), CudnnTF32(),
+        CudnnNHWCTF32(), CudnnFP16(), CudnnNHWCFP16(), CudnnBF16(), CudnnNHWCBF16(),
     )
 }
 
-REFERENCE_VARIANTS = ("cudnn", "cudnn-tf32", "cudnn-fp16", "cudnn-bf16")
-# The cuDNN row each precision class is measured against.
-CUDNN_FOR = {"fp32": "cudnn", "tf32": "cudnn-tf32", "fp16": "cudnn-fp16", "bf16": "cudnn-bf16"}
+# The cuDNN rows of each precision class, one per layout: a speedup divides by the faster.
+CUDNN_ROWS = {
+    "fp32": ("cudnn", "cudnn-nhwc"), "tf32": ("cudnn-tf32", "cudnn-nhwc-tf32"),
+    "fp16": ("cudnn-fp16", "cudnn-nhwc-fp16"), "bf16": ("cudnn-bf16", "cudnn-nhwc-bf16"),
+}
+REFERENCE_VARIANTS = tuple(name for rows in CUDNN_ROWS.values() for name in rows)
 
 
 def get_variant(name: str) -> Variant:
@@ -45,5 +49,5 @@ def kernel_variants() -> list[Variant]:
     return [v for v in VARIANTS.values() if v.source]
 
 
-__all__ = ["RELU", "TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS", "CUDNN_FOR",
+__all__ = ["RELU", "TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS", "CUDNN_ROWS",
            "get_variant", "kernel_variants"]

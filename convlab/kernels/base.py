@@ -64,6 +64,7 @@ class Op:
     epilogue: str | None = None
     stage_input: Callable[[object], object] | None = None
     capturable: bool = True  # only kernel launches on the given buffers: a CUDA graph can hold it
+    note: str = ""  # what the op chose when prepared, for the record (cuDNN's fused ReLU)
     # Variants that cannot write into a caller's buffer (cuDNN through PyTorch) return their own.
     _result: object = None
 

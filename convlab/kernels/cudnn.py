@@ -1,15 +1,26 @@
-"""cudnn, cudnn-tf32, cudnn-fp16, cudnn-bf16: PyTorch's F.conv2d (cuDNN) on the same device
-arrays, as reference rows: each of our variants is compared with cuDNN in its own precision.
+"""cuDNN through PyTorch, as reference rows: each precision class (fp32, tf32, fp16, bf16) in
+both activation layouts, NCHW (`cudnn`, `cudnn-tf32`, ...) and channels-last (`cudnn-nhwc`,
+`cudnn-nhwc-tf32`, ...). A speed claim is measured against the faster of the two rows of its
+class (compare.finish), because cuDNN picks other, often much faster, kernels for NHWC tensors.
 
 PyTorch is optional: without it these variants report SKIP with the reason. Arrays cross from
 CuPy to PyTorch through DLPack (no copies); cuDNN's autotuner (cudnn.benchmark) is on, and the
-warm-up runs keep the algorithm search out of any timed region. The half-precision rows get
-half inputs and weights, converted once outside the timed region (Op.stage), like ours, and
-return cuDNN's half output as it is: converting it back is left out of their time.
+warm-up runs keep the algorithm search out of any timed region. Everything a user would do once
+per tensor is staging, outside the timed region (Op.stage), as our own fp16 inputs are: the
+conversion to half or bfloat16 and to channels-last. Outputs are returned as cuDNN leaves them
+(half, channels-last strides): converting them back is left out of their time.
+
+Conv + bias + ReLU: PyTorch exposes cuDNN's fused convolution-bias-activation as
+`torch.cudnn_convolution_relu`. Where a layer has a ReLU epilogue, both that and conv-then-ReLU
+are timed once when the op is prepared, and the faster is kept; the row's note says which.
 """
 
 from ..shapes import FEATURES
 from .base import RELU, TANH_POOL, Op, Support, Variant, check_inputs, device_weights
+
+NCHW, NHWC = "nchw", "nhwc"
+CONV_THEN_RELU = "conv, then ReLU"
+FUSED_RELU = "fused conv-bias-ReLU (torch.cudnn_convolution_relu)"
 
 
 def _torch():
@@ -22,11 +33,12 @@ def _torch():
 
 class Cudnn(Variant):
     name = "cudnn"
-    summary = "cuDNN via PyTorch F.conv2d, FP32 (TF32 off); the speed to beat"
+    summary = "cuDNN via PyTorch F.conv2d, FP32 (TF32 off), NCHW tensors"
     epilogues = (TANH_POOL, RELU)
     general = frozenset(FEATURES)
     allow_tf32 = False
     dtype = "float32"  # what cuDNN reads and writes
+    layout = NCHW
 
     def supports(self, shape):
         if _torch() is None:
@@ -39,12 +51,31 @@ class Cudnn(Variant):
         if torch is None:
             raise RuntimeError(self.supports(shape).reason)
         F = torch.nn.functional
-        dtype = getattr(torch, self.dtype)
-        w = torch.from_dlpack(device_weights(weights)).to(dtype)
-        b = torch.from_dlpack(device_weights(bias)).to(dtype) if bias is not None else None
+        layout = self._tensor_layout(torch)
+        w = torch.from_dlpack(device_weights(weights)).to(self._torch_dtype(torch))
+        w = w.contiguous(memory_format=layout)
+        b = (torch.from_dlpack(device_weights(bias)).to(self._torch_dtype(torch))
+             if bias is not None else None)
         stride, pad, groups = shape.stride, shape.pad, shape.groups
         allow_tf32 = self.allow_tf32
         cache: dict = {}
+
+        def conv(xt):
+            return F.conv2d(xt, w, b, stride=stride, padding=pad, groups=groups)
+
+        def fused(xt):
+            return torch.cudnn_convolution_relu(xt, w, b, (stride, stride), (pad, pad), (1, 1),
+                                                groups)
+
+        def plain(xt):
+            out = conv(xt)
+            if epilogue == TANH_POOL:
+                return F.max_pool2d(torch.tanh(out), 2)
+            if epilogue == RELU:
+                return F.relu(out)
+            return out
+
+        chosen = {"fn": plain}
 
         def launch(x, y):
             import cupy
@@ -53,20 +84,53 @@ class Cudnn(Variant):
             torch.backends.cudnn.allow_tf32 = allow_tf32
             if cache.get("x") is not x:  # DLPack views are made once per input array
                 cache["x"], cache["xt"] = x, torch.from_dlpack(x)
-            out = F.conv2d(cache["xt"], w, b, stride=stride, padding=pad, groups=groups)
-            if epilogue == TANH_POOL:
-                out = F.max_pool2d(torch.tanh(out), 2)
-            elif epilogue == RELU:
-                out = F.relu(out)
+            out = chosen["fn"](cache["xt"])
             cache["out"] = out
             return cupy.from_dlpack(out)
 
-        def to_dtype(x):
-            return cupy_from_torch(torch.from_dlpack(x).to(dtype))
+        op = Op(launch, self.output_shape(shape, epilogue), epilogue=epilogue, capturable=False,
+                stage_input=self._stager(torch))
+        if epilogue == RELU:
+            op.note = self._faster_relu(op, shape, chosen, plain, fused)
+        return op
 
-        stage = to_dtype if self.dtype != "float32" else None
-        return Op(launch, self.output_shape(shape, epilogue), epilogue=epilogue, capturable=False,
-                  stage_input=stage)
+    def _torch_dtype(self, torch):
+        return getattr(torch, self.dtype)
+
+    def _tensor_layout(self, torch):
+        return torch.channels_last if self.layout == NHWC else torch.contiguous_format
+
+    def _stager(self, torch):
+        """The input as this row reads it: its dtype and layout, converted outside the time."""
+        if self.dtype == "float32" and self.layout == NCHW:
+            return None
+        dtype, layout = self._torch_dtype(torch), self._tensor_layout(torch)
+
+        def stage(x):
+            return cupy_from_torch(torch.from_dlpack(x).to(dtype).contiguous(memory_format=layout))
+
+        return stage
+
+    def _faster_relu(self, op: Op, shape, chosen: dict, plain, fused) -> str:
+        """Time conv-then-ReLU and cuDNN's fused kernel on a random input of the layer's shape;
+        keep the faster in `chosen`, and say which. A fused call PyTorch or cuDNN refuses for
+        this layer leaves conv-then-ReLU."""
+        import cupy
+
+        from .. import measure
+
+        x = op.stage(cupy.random.standard_normal(shape.input_shape, dtype=cupy.float32))
+        policy = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=30, budget_s=0.3)
+        times = {}
+        for label, fn in ((CONV_THEN_RELU, plain), (FUSED_RELU, fused)):
+            chosen["fn"] = fn
+            try:
+                times[label] = measure.time_device(lambda: op(x, None), policy).median_ms
+            except (RuntimeError, AttributeError):  # no fused kernel here (or in this PyTorch)
+                continue
+        best = min(times, key=times.get)
+        chosen["fn"] = plain if best == CONV_THEN_RELU else fused
+        return best
 
 
 def cupy_from_torch(tensor):
@@ -77,20 +141,44 @@ def cupy_from_torch(tensor):
 
 class CudnnTF32(Cudnn):
     name = "cudnn-tf32"
-    summary = "cuDNN via PyTorch F.conv2d with TF32 tensor cores allowed"
+    summary = "cuDNN via PyTorch F.conv2d with TF32 tensor cores allowed, NCHW tensors"
     precision = "tf32"
     allow_tf32 = True
 
 
 class CudnnFP16(Cudnn):
     name = "cudnn-fp16"
-    summary = "cuDNN via PyTorch F.conv2d on half inputs and weights (FP32 accumulation)"
+    summary = "cuDNN via PyTorch F.conv2d on half inputs and weights (FP32 accumulation), NCHW"
     precision = "fp16"
     dtype = "float16"
 
 
 class CudnnBF16(Cudnn):
     name = "cudnn-bf16"
-    summary = "cuDNN via PyTorch F.conv2d on bfloat16 inputs and weights"
+    summary = "cuDNN via PyTorch F.conv2d on bfloat16 inputs and weights, NCHW tensors"
     precision = "bf16"
     dtype = "bfloat16"
+
+
+class CudnnNHWC(Cudnn):
+    name = "cudnn-nhwc"
+    summary = "cuDNN via PyTorch F.conv2d, FP32 (TF32 off), channels-last tensors"
+    layout = NHWC
+
+
+class CudnnNHWCTF32(CudnnTF32):
+    name = "cudnn-nhwc-tf32"
+    summary = "cuDNN via PyTorch F.conv2d with TF32 allowed, channels-last tensors"
+    layout = NHWC
+
+
+class CudnnNHWCFP16(CudnnFP16):
+    name = "cudnn-nhwc-fp16"
+    summary = "cuDNN via PyTorch F.conv2d on half inputs and weights, channels-last tensors"
+    layout = NHWC
+
+
+class CudnnNHWCBF16(CudnnBF16):
+    name = "cudnn-nhwc-bf16"
+    summary = "cuDNN via PyTorch F.conv2d on bfloat16 inputs and weights, channels-last tensors"
+    layout = NHWC
