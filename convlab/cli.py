@@ -345,7 +345,8 @@ def device(ceilings, refresh, as_json):
               show_default=True,
               help="queued: back-to-back launches between two events, queued behind a spin "
                    "kernel, so the host's dispatch is not timed; single: one launch between two "
-                   "events on an idle GPU (dispatch included), to see what it adds.")
+                   "events on an idle GPU (dispatch included), to see what it adds. It applies "
+                   "to the per-layer rows; whole-pass times are always queued.")
 @click.option("--verify", type=click.Choice(VERIFY_MODES), default="sample", show_default=True,
               help=VERIFY_HELP)
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,

@@ -5,9 +5,10 @@ the check will not see. Each defence answers one way of skipping:
 
 - Input rotation (InputRotation): the timed runs cycle through ROTATION input buffers with
   different contents (the real input with its images rolled and mirrored), and right before
-  the last timed sample the buffer its last launch reads is refilled with contents no run has
-  seen. Only that launch's output is verified, so a kernel that computes on its first call only, or only for an
-  input pointer it has not seen, or that copies a result cached on an earlier call, is caught.
+  the last timed sample (a single launch) the buffer it reads is refilled with contents no run
+  has seen. Only that launch's output is verified, so a kernel that computes on its first call
+  only, or only for an input pointer it has not seen, or that copies a result cached on an
+  earlier call, is caught.
 - The verified sample (verify_output): SAMPLE_IMAGES images drawn at random on every run are
   checked whole, and every image's first and last output rows are checked too (a random subset
   of channels per image when all of them would cost more than ROW_BUDGET multiply-adds), so a
@@ -86,10 +87,9 @@ class InputRotation:
         op(self.staged[i], y)
         self.last, self.next = i, (i + 1) % len(self.buffers)
 
-    def refresh_next(self, ahead: int = 0) -> None:
-        """Give the buffer that the launch `ahead` launches after the next one reads contents no
-        launch has read, at its old address (a timed sample of N launches verifies its last)."""
-        i = (self.next + ahead) % len(self.buffers)
+    def refresh_next(self) -> None:
+        """Give the buffer the next launch reads contents no launch has read, at its old address."""
+        i = self.next
         fresh = max(self.contents) + 1
         self.xp.copyto(self.buffers[i], _content(self.xp, self.source, fresh))
         staged = self.stage(self.buffers[i])

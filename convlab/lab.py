@@ -275,8 +275,8 @@ def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPoli
                     verify: str = "sample") -> tuple[measure.Timing, Check]:
     """Time the step's op, then verify the output of its last timed run, with the defences of
     convlab/guard.py: the timed runs rotate between inputs of different contents; the last
-    launch of the last timed sample reads contents no run has seen, into an output poisoned
-    just before that sample (as after warm-up);
+    timed sample is one launch that reads contents no run has seen, into an output poisoned
+    just before it (as after warm-up);
     the verified sample is drawn at random; on the GPU, work left outside the timed stream
     (still running after the stop event, or seen by a device-synchronised wall clock and not by
     the events) fails the check."""
@@ -287,8 +287,8 @@ def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPoli
     def launch() -> None:
         rotation.launch(step.op, step.output)
 
-    def before_last(launches: int = 1) -> None:
-        rotation.refresh_next(ahead=launches - 1)
+    def before_last() -> None:
+        rotation.refresh_next()
         poison(step.output)
 
     if variant.on_gpu:
@@ -566,10 +566,10 @@ def _torch_time(weights: Weights, network: Network, result: RunResult,
     rows = candidates(weights, network.input, result.precision, reference_top1,
                       lambda fn: measure.time_device(fn, _whole_pass_policy(policy)).median_ms)
     result.torch_rows = [row.as_dict() for row in rows]
-    best = fastest(rows)
+    best = fastest(rows, network.batch)
     if best is None:
-        result.torch_note = "no PyTorch candidate ran: " + "; ".join(
-            f"{row.label}: {row.error}" for row in rows)
+        result.torch_note = "no PyTorch candidate ran with its predictions intact: " + "; ".join(
+            f"{row.label}: {row.error or f'{row.differ} top-1 differ'}" for row in rows)
         return
     result.torch_ms = best.ms
     result.torch_note = f"fastest of {len(rows)}: {best.label}"

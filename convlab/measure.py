@@ -11,7 +11,8 @@ until the host has issued the whole burst, so the interval holds device work onl
 slow the launch path (PyTorch's dispatch, DLPack, CuPy's argument packing). N is chosen so the
 interval is about BURST_MS; the time reported is per launch. Each sample checks that the spin
 really outlasted the host (the start event had not been reached when the last launch was
-issued), and lengthens the spin and takes the sample again where it did not. SINGLE is the old
+issued), and lengthens the spin and takes the sample again where it did not. The last sample,
+whose output the lab verifies, is one launch, queued the same way. SINGLE is the old
 method, kept to measure what it adds: an event, one launch, an event, on an idle GPU.
 """
 
@@ -86,8 +87,8 @@ class Timing:
     # before the method existed timed single launches.
     method: str = SINGLE
     launches: int = 1  # launches per sample (the interval over this is one sample)
-    # Queued bursts the GPU caught up with before the host had issued them (retaken with a
-    # longer spin; at MAX_SPIN_MS kept as they are: the op's launch path is host-bound).
+    # Samples kept although the GPU caught up with the host before it had issued them (after
+    # retakes with a longer spin, at MAX_SPIN_MS): their time holds some of the host's dispatch.
     drained: int = 0
 
     @property
@@ -182,13 +183,16 @@ extern "C" __global__ void spin(unsigned long long ns)
 """
 
 
+def _spin_kernel():
+    from .jit import load_module
+
+    return load_module("measure:spin", SPIN_SOURCE, (), ("spin",)).module.get_function("spin")
+
+
 def hold_device(ms: float) -> None:
     """Keep the current stream busy for `ms` milliseconds (one thread reading the global
     timer), so that work issued meanwhile queues up behind it and runs back to back."""
-    from .jit import load_module
-
-    kernel = load_module("measure:spin", SPIN_SOURCE, (), ("spin",)).module.get_function("spin")
-    kernel((1,), (1,), (np.uint64(int(ms * 1e6)),))
+    _spin_kernel()((1,), (1,), (np.uint64(int(ms * 1e6)),))
 
 
 class Burst:
@@ -198,12 +202,12 @@ class Burst:
     def __init__(self, fn: Callable[[], None], launches: int, host_ms: float):
         self.fn = fn
         self.launches = launches
-        self.spin_ms = max(SPIN_FLOOR_MS, SPIN_MARGIN * host_ms * launches)
-        self.drained = 0
+        self.spin_ms = min(MAX_SPIN_MS, max(SPIN_FLOOR_MS, SPIN_MARGIN * host_ms * launches))
 
     def take(self, start, end) -> bool:
         """Record one sample; False when the GPU reached the start event before the host had
-        issued the last launch (the spin was too short: it is doubled for the next try)."""
+        issued the last launch (the spin was too short: it is doubled for the next try, up to
+        MAX_SPIN_MS)."""
         hold_device(self.spin_ms)
         start.record()
         for _ in range(self.launches):
@@ -211,9 +215,12 @@ class Burst:
         end.record()
         if not start.done:
             return True
-        self.drained += 1
         self.spin_ms = min(2 * self.spin_ms, MAX_SPIN_MS)
         return False
+
+    @property
+    def at_limit(self) -> bool:
+        return self.spin_ms >= MAX_SPIN_MS
 
 
 def _host_launch_ms(fn: Callable[[], None], runs: int) -> float:
@@ -235,7 +242,7 @@ def _host_launch_ms(fn: Callable[[], None], runs: int) -> float:
 
 def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
                 after_warmup: Callable[[], None] | None = None,
-                before_last: Callable[[int], None] | None = None,
+                before_last: Callable[[], None] | None = None,
                 after_sample: Callable[[], None] | None = None) -> Timing:
     """Median-of-many CUDA-event timing of `fn` (which launches device work), per launch.
 
@@ -244,11 +251,12 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
     `policy.cold`, one launch per sample after the L2 is flushed, still queued behind a spin.
     `after_warmup` runs between warm-up and the timed runs: the lab poisons the output there,
     so what is verified afterwards was written by a timed run, not left over from warm-up.
-    `before_last(launches)` runs once the stop rule is met, before one last timed sample of
-    that many launches (the lab gives that sample's last launch an input no run has seen, and
-    verifies its output). `after_sample` runs after each sample's stop event has completed,
-    outside the timed region. Waits on the device are marked for an isolating parent process
-    (isolate.gpu_wait), which kills a run that hangs in one.
+    `before_last` runs once the stop rule is met, before one last timed sample of a single
+    launch (queued behind a spin like the others), and again before each retake of it: the lab
+    gives that launch an input no run has seen, and verifies its output. `after_sample` runs
+    after each sample's stop event has completed, outside the timed region. Waits on the device
+    are marked for an isolating parent process (isolate.gpu_wait), which kills a run that hangs
+    in one.
     """
     import cupy
 
@@ -256,32 +264,21 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
 
     policy = policy or TimingPolicy()
     flush = L2Flusher() if policy.cold else None
-    warm = max(1, policy.warmup)
-    for _ in range(warm - 1):
+    queued = policy.method == QUEUED
+    if queued:
+        _spin_kernel()  # compiled and loaded here, not inside a marked wait
+    for _ in range(max(1, policy.warmup) - 1):
         fn()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    burst = None
-    if policy.method == QUEUED:
-        host_ms = _host_launch_ms(fn, 2)
-        burst = Burst(fn, 1, host_ms)
-        with gpu_wait():
-            while not burst.take(start, end) and burst.spin_ms < MAX_SPIN_MS:
-                end.synchronize()
-            end.synchronize()
-        once = cupy.cuda.get_elapsed_time(start, end)
-        if not flush:
-            burst = Burst(fn, max(1, min(MAX_LAUNCHES, math.ceil(policy.burst_ms / max(once, 1e-4)))),
-                          host_ms)
-    else:
-        fn()
-    if after_warmup:
-        after_warmup()
-    with gpu_wait():
-        cupy.cuda.Device().synchronize()
-    samples: list[float] = []
+    drained = 0
 
-    def sample() -> None:
+    def take(burst: Burst | None, before: Callable[[], None] | None = None) -> float:
+        """One sample, per launch; a queued one the GPU caught up with is taken again with a
+        longer spin, and kept as it is (counted in `drained`) once the spin is at its limit."""
+        nonlocal drained
         while True:
+            if before:
+                before()
             if flush:
                 flush()
             if burst is None:
@@ -293,23 +290,41 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
                 taken = burst.take(start, end)
             with gpu_wait():
                 end.synchronize()
-            if taken or burst.spin_ms >= MAX_SPIN_MS:
-                break
-        samples.append(cupy.cuda.get_elapsed_time(start, end) / (burst.launches if burst else 1))
-        if after_sample:
-            after_sample()
+            if taken or burst.at_limit:
+                drained += not taken
+                return cupy.cuda.get_elapsed_time(start, end) / (burst.launches if burst else 1)
 
+    burst = last = None
+    if queued:
+        host_ms = _host_launch_ms(fn, 2)
+        last = Burst(fn, 1, host_ms)
+        once = take(last)
+        launches = 1
+        if not flush:  # a burst lasts about policy.burst_ms, its spin at most MAX_SPIN_MS
+            launches = max(1, min(MAX_LAUNCHES, math.ceil(policy.burst_ms / max(once, 1e-4)),
+                                  int(MAX_SPIN_MS / (SPIN_MARGIN * max(host_ms, 1e-6)))))
+        burst = Burst(fn, launches, host_ms)
+        drained = 0
+    else:
+        fn()
+    if after_warmup:
+        after_warmup()
+    with gpu_wait():
+        cupy.cuda.Device().synchronize()
+    samples: list[float] = []
     t0 = time.perf_counter()
     while True:
-        sample()
+        samples.append(take(burst))
+        if after_sample:
+            after_sample()
         reason = policy.stop(samples, time.perf_counter() - t0)
         if reason:
             if before_last:
-                before_last(burst.launches if burst else 1)
-                sample()
+                samples.append(take(last, before_last))
+                if after_sample:
+                    after_sample()
             return Timing(samples, reason, policy.cold, method=policy.method,
-                          launches=burst.launches if burst else 1,
-                          drained=burst.drained if burst else 0)
+                          launches=burst.launches if burst else 1, drained=drained)
 
 
 def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,

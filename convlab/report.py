@@ -17,6 +17,7 @@ from rich.text import Text
 
 from .lab import RunResult
 from .measure import QUEUED, SINGLE
+from .torch_forward import allowed_differ
 
 DEFAULT_WIDTH = 80
 GAP = 3  # columns between two cells: one space of padding each side of an invisible rule
@@ -199,9 +200,12 @@ def torch_table(result: RunResult, width=None, wide=False) -> Table | None:
         ms = d.get("ms")
         fastest = ms is not None and ms == result.torch_ms
         ratio = ms / result.forward_ms if ms and result.forward_ms else None
+        wrong = d.get("differ") is not None and d["differ"] > allowed_differ(d["precision"],
+                                                                             result.batch)
+        note = "fastest" if fastest else "too many top-1 differ: no baseline" if wrong else ""
         rows.append([Text(f"{d['layout']} {d['mode']}", style="bold green" if fastest else None),
                      _num(ms, ".3f"), _num(ratio, ".2f"), _num(d.get("differ"), "d"),
-                     ("fastest" if fastest else "") + (d.get("error") or "")])
+                     note + (d.get("error") or "")])
     title = f"PyTorch ({result.precision}), same input; ratio: its ms / our forward's"
     return fitted_table(title, cols, rows, width, wide)
 
@@ -293,7 +297,7 @@ def sweep_table(results: list[RunResult], width=None, wide=False) -> Table:
 # --- convlab compare -------------------------------------------------------------------------
 
 COMPARE_COLUMNS = [
-    Col("batch"), Col("variant", "left"), Col("prec", "left"), Col("status", "left"),
+    Col("batch"), Col("variant", "left"), Col("prec", "left"), Col("check", "left"),
     Col("ms"), Col("min ms", key=False, priority=4), Col("RSE", key=False, priority=6),
     Col("runs", key=False, priority=7), Col("GFLOP/s", key=False, priority=1),
     Col("GB/s", key=False, priority=5), Col("%floor"), Col("x naive", key=False, priority=3),
@@ -311,7 +315,7 @@ def compare_cells(row) -> list[str]:
     ratio = getattr(row, "bound_ratio", None)
     return [
         str(row.batch), row.variant, row.precision, row.status,
-        _num(t and t.median_ms, ".4f"), _num(t and t.min_ms, ".4f"),
+        "-" if t is None else fmt_ms(t.median_ms), "-" if t is None else fmt_ms(t.min_ms),
         "-" if t is None else f"{100 * t.rse:.1f}%", "-" if t is None else str(t.n),
         _num(row.gflops, ",.0f"), _num(row.gbps, ",.0f"), _num(row.pct_floor, ".0f"),
         _num(row.speedup_naive, ".2f"), cudnn_ratio(row),
@@ -320,13 +324,17 @@ def compare_cells(row) -> list[str]:
     ]
 
 
-def cudnn_ratio(row) -> str:
+def cudnn_layout(row) -> str:
+    """The layout of the cuDNN row a speedup divides by ("" in records from before both)."""
+    basis = getattr(row, "cudnn_basis", "")
+    return "nhwc" if "nhwc" in basis else "nchw" if basis else ""
+
+
+def cudnn_ratio(row, unit: str = "") -> str:
     """The speedup over the fastest cuDNN row of the class, with that row's layout named."""
     if row.speedup_cudnn is None:
         return "-"
-    basis = getattr(row, "cudnn_basis", "")
-    layout = "nhwc" if "nhwc" in basis else "nchw" if basis else ""
-    return f"{row.speedup_cudnn:.2f} {layout}".rstrip()
+    return f"{row.speedup_cudnn:.2f}{unit} {cudnn_layout(row)}".rstrip()
 
 
 def row_notes(row, bullet: str = "") -> list[str]:
@@ -461,6 +469,6 @@ def ladder_markdown(comparison, batch: int | None = None) -> str:
             else:
                 ms = f"{row.median_ms:.3f}"
                 cells += [f"**{ms}**" if row.best else ms,
-                          cudnn_ratio(row).replace(" ", "x ", 1) if row.speedup_cudnn else "-"]
+                          cudnn_ratio(row, "x")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

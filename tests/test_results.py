@@ -284,3 +284,25 @@ def test_rows_timed_by_another_method_are_not_compared():
                 and d.key[3] is None}
     assert verdicts["tiled"] == "not comparable"
     assert {d.verdict for d in results.diff(new, new)} <= {"same", "not comparable"}
+
+
+def test_committed_records_fit_80_columns_with_the_cudnn_basis_named():
+    """The x cuDNN cell names its basis's layout ("0.51 nhwc"); the key columns must still fit
+    80 columns whole, with the longest variant names and batch 10,000."""
+    from rich.console import Console
+
+    folder = os.path.join(os.path.dirname(__file__), "..", "results", "h100")
+    for name in ("compare-layer-64x64x56x56x64x3-p1-20261125T032540.json",
+                 "compare-ece408-20261125T032951.json"):
+        comparison = results.from_record(results.load_record(os.path.join(folder, name)))
+        console = Console(width=80, record=True, file=open(os.devnull, "w"))
+        for table, _ in report.compare_tables(comparison, 80):
+            console.print(table)
+        text = console.export_text()
+        assert max(len(line) for line in text.splitlines()) <= 80
+        for row in comparison.rows:
+            if row.valid:
+                cells = report.compare_cells(row)
+                line = next(ln for ln in text.splitlines()
+                            if f" {row.variant} " in f" {ln} " and cells[4] in ln)
+                assert cells[12] in line and cells[13] in line, line
