@@ -49,5 +49,5 @@ def kernel_variants() -> list[Variant]:
     return [v for v in VARIANTS.values() if v.source]
 
 
-__all__ = ["RELU", "TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS", "CUDNN_ROWS",
-           "get_variant", "kernel_variants"]
+__all__ = ["RELU", "TANH_POOL", "Op", "Support", "Variant", "VARIANTS", "REFERENCE_VARIANTS",
+           "CUDNN_ROWS", "get_variant", "kernel_variants"]
