@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
 from . import __version__, lab, measure, report
@@ -17,7 +18,7 @@ from .gpu import gpu_available, unavailable_reason
 from .guard import VERIFY_MODES
 from .isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
-from .models import MODELS, get_model, load_weights
+from .models import DEFAULT_MODEL, MODELS, get_model, load_weights
 from .shapes import parse_layer
 from .sanitize import DEFAULT_BATCH as DEFAULT_SANITIZE_BATCH
 from .sanitize import SANITIZER_TIMEOUT_S
@@ -37,6 +38,15 @@ def console(wide: bool = False) -> Console:
 
 def err_console() -> Console:
     return Console(stderr=True)
+
+
+def progress_bar(quiet: bool = False) -> Progress:
+    """A progress bar on stderr while a terminal watches; none when stderr is a pipe or a file
+    (a stopped bar would leave an empty line before what follows, an error included)."""
+    err = err_console()
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err, transient=True,
+                    disable=quiet or not err.is_terminal)
 
 
 class ConvlabGroup(click.Group):
@@ -92,7 +102,9 @@ def show(name, raw):
     if raw:
         click.echo(variant.source.strip("\n"))
     else:
-        console().print(Syntax(variant.source.strip("\n"), "cuda", line_numbers=True))
+        # Long lines wrap under their number: code is never cut at the terminal's width.
+        console().print(Syntax(variant.source.strip("\n"), "cuda", line_numbers=True,
+                               word_wrap=True))
 
 
 KERNEL_FILE_HELP = ("Your own kernel: a .cu file with a convlab header or a .py file defining a "
@@ -110,7 +122,7 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
                    "fastest general fp32 variant for alexnet on a GPU machine, else cpu).")
 @click.option("--kernel-file", type=click.Path(dir_okay=False, path_type=Path),
               help=KERNEL_FILE_HELP)
-@click.option("--model", default="ece408-high", show_default=True,
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help=f"One of: {', '.join(MODELS)}.")
 @click.option("--batch", "batches", default=None,
               help="Images per forward pass, or a comma-separated list to run each "
@@ -330,7 +342,7 @@ def device(ceilings, refresh, as_json):
 @click.option("--kernel-file", "kernel_files", multiple=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help=KERNEL_FILE_HELP[:-1] + " (repeatable).")
-@click.option("--model", default=None, help="Model whose conv layers to compare (default ece408-high).")
+@click.option("--model", default=None, help=f"Model whose conv layers to compare (default {DEFAULT_MODEL}).")
 @click.option("--layer", default=None,
               help="A single layer instead: B,C,H,W,M,K[,stride,pad,groups] (random inputs).")
 @click.option("--bias", is_flag=True, help="With --layer: the layer adds a bias.")
@@ -362,7 +374,6 @@ def device(ceilings, refresh, as_json):
 def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches, cold, budget,
                 timing, verify, timeout, save_dir, baseline, plot_path, as_json, wide):
     """Verify, then time, variants side by side with cuDNN and the roofline floor."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import compare, results
 
@@ -381,9 +392,7 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
 
         _pyplot()  # a missing matplotlib is reported before minutes of timing, not after
     policy = measure.TimingPolicy(cold=cold, budget_s=budget, method=timing)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console(), transient=True,
-                  disable=as_json) as progress:
+    with progress_bar(as_json) as progress:
         task = progress.add_task("compare", total=None)
 
         def on_step(what, done, total):
@@ -431,6 +440,9 @@ def results_show(path, markdown, ladder, wide):
     """Re-render a saved `convlab compare` or `convlab profile` record."""
     from . import results as results_io
 
+    if ladder and markdown:
+        raise ConvlabError("--ladder and --markdown are two different markdown renderings: give "
+                           "one of them")
     if results_io.record_kind(path) == "profile":
         from . import profile, profile_report
 
@@ -511,7 +523,7 @@ def classify(images, model, weights_path, kernel, as_json):
 
 
 @main.command("profile")
-@click.option("--model", default="ece408-high", show_default=True,
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help=f"One of: {', '.join(MODELS)}.")
 @click.option("--kernel", callback=_variant_choice,
               help="Variant for the conv layers (default: run's: tiled for the ECE408 models, "
@@ -594,7 +606,6 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
 def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
     """Try every tiling of a variant on one layer (compiled, verified, timed) and keep the
     fastest verified one for this GPU, where run and compare find it."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import tune
 
@@ -604,9 +615,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
 
         _pyplot()  # a missing matplotlib is reported before the sweep, not after
     policy = measure.TimingPolicy(budget_s=budget)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console(), transient=True,
-                  disable=as_json) as progress:
+    with progress_bar(as_json) as progress:
         task = progress.add_task("tune", total=None)
 
         def on_step(done, total, config):
@@ -648,7 +657,7 @@ def new_kernel(name, origin):
 
 @main.command("check")
 @click.argument("path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--model", default="ece408", show_default=True,
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help=f"Compile for this model's conv layers; one of: {', '.join(MODELS)}.")
 @click.option("--layer", default=None,
               help="A single layer instead: B,C,H,W,M,K[,stride,pad,groups].")
@@ -676,5 +685,7 @@ def check_kernel(path, model, layer, batch, arch, as_json, wide):
         out.print(table)
         for note in notes:
             out.print(escape(note))
+        if not result.runnable:
+            err_console().print(f"no layer can run {escape(str(path))}: each one is refused above")
     if not result.ok:
         raise SystemExit(1)

@@ -16,10 +16,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import lab, measure
+from . import guard, lab, measure
 from .errors import ConvlabError
 from .kernels import CUDNN_ROWS, RELU, REFERENCE_VARIANTS, TANH_POOL, VARIANTS, get_variant
-from .models import Conv, ReLU, Weights, get_model
+from .kernels.base import Arithmetic, direct_arithmetic
+from .models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
 from .network import conv_epilogue
 from .shapes import ConvShape, parse_layer
 from .verify import compare as compare_output
@@ -55,6 +56,7 @@ class Row:
     bound_ratio: float | None = None  # worst |err| / bound of the verified output
     cudnn_basis: str = ""  # the cuDNN row speedup_cudnn divides by: the fastest of the class
     note: str = ""  # what the op chose when prepared (cuDNN: fused conv-bias-ReLU or not)
+    floor_basis: str = ""  # the arithmetic floor_ms counts (FP32, 3xTF32, FP32 F(2x2), ...)
 
     @property
     def key(self) -> tuple:
@@ -92,7 +94,7 @@ class Row:
             "predictions_differ": self.predictions_differ, "floor_ms": self.floor_ms,
             "floor_bound": self.floor_bound, "speedup_naive": self.speedup_naive,
             "speedup_cudnn": self.speedup_cudnn, "best": self.best, "bound_ratio": self.bound_ratio,
-            "cudnn_basis": self.cudnn_basis, "note": self.note,
+            "cudnn_basis": self.cudnn_basis, "note": self.note, "floor_basis": self.floor_basis,
             "gflops": self.gflops, "gbps": self.gbps, "pct_floor": self.pct_floor,
         }
 
@@ -104,7 +106,7 @@ class Row:
                    timing, d.get("max_rel_error"), d.get("accuracy"), d.get("predictions_differ"),
                    d.get("floor_ms"), d.get("floor_bound", ""), d.get("speedup_naive"),
                    d.get("speedup_cudnn"), d.get("best", False), d.get("bound_ratio"),
-                   d.get("cudnn_basis", ""), d.get("note", ""))
+                   d.get("cudnn_basis", ""), d.get("note", ""), d.get("floor_basis", ""))
 
 
 @dataclass
@@ -120,7 +122,7 @@ class Comparison:
 
 
 def parse_batches(spec: str, model: str | None = None) -> list[int]:
-    return lab.parse_batches(spec, model or "ece408-high")
+    return lab.parse_batches(spec, model or DEFAULT_MODEL)
 
 
 def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = False,
@@ -276,12 +278,26 @@ def best_cudnn(rows: list[Row], row: Row) -> Row | None:
     return min(rivals, key=lambda r: r.median_ms, default=None)
 
 
+def arithmetic_of(row: Row) -> Arithmetic:
+    """What the row's variant issues (a kernel file's: a direct conv at its precision)."""
+    variant = VARIANTS.get(row.variant)  # kernel files never take a built-in's name
+    if variant is None:
+        return direct_arithmetic(row.shape, row.precision)
+    return variant.arithmetic(row.shape)
+
+
 def finish(rows: list[Row], ceilings: measure.Ceilings | None) -> None:
-    """Floors, speedups and the best row per layer, from the timed rows."""
+    """Floors, speedups and the best row per layer, from the timed rows (also what a saved
+    record is re-derived with when loaded, so old records follow today's rules)."""
     by_key = {r.key: r for r in rows}
     for r in rows:
         if ceilings is not None:
-            r.floor_ms, r.floor_bound = ceilings.floor_ms(r.shape, r.precision, r.epilogue)
+            arithmetic = arithmetic_of(r)
+            r.floor_ms, r.floor_bound = ceilings.floor_ms(r.shape, arithmetic.rate, r.epilogue,
+                                                          arithmetic.flops)
+            r.floor_basis = "copy" if r.floor_bound == "memory" else arithmetic.label
+        r.speedup_naive = r.speedup_cudnn = None
+        r.cudnn_basis, r.best = "", False
         if not r.valid:
             continue
         naive = by_key.get(("naive", r.batch, r.layer, r.epilogue))
@@ -311,6 +327,33 @@ class Plan:
     timeout_s: float | None = None  # a kernel file's longest device wait (isolate's default)
 
 
+def layer_bytes(shape: ConvShape) -> int:
+    """Device memory a --layer row holds at once: the rotated inputs the timer reads in turn,
+    the staged input, the output and the weights (float32), and as much again for the cuDNN
+    rows' own copies."""
+    floats = ((guard.ROTATION + 1) * int(np.prod(shape.input_shape))
+              + int(np.prod(shape.output_shape)) + int(np.prod(shape.weight_shape)))
+    return 2 * measure.FLOAT_BYTES * floats
+
+
+def check_layer_memory(shape: ConvShape) -> None:
+    """A --layer batch too large for the GPU's memory is an error before anything runs (its
+    inputs are random, so the test set's size does not limit it; memory does)."""
+    from .gpu import gpu_available
+
+    if not gpu_available():
+        return
+    import cupy
+
+    free, total = cupy.cuda.runtime.memGetInfo()
+    need = layer_bytes(shape)
+    if need > free:
+        raise ConvlabError(f"--batch {shape.B} with --layer {shape.brief()} needs about "
+                           f"{need / 2**30:.1f} GiB of device memory (inputs, outputs, the timer's "
+                           f"rotated copies); the GPU has {free / 2**30:.1f} GiB free of "
+                           f"{total / 2**30:.1f}")
+
+
 def plan(kernels: str | None, model: str | None, layer: str | None, batches: str,
          bias: bool = False, weights: Weights | None = None,
          kernel_files: Sequence[str | os.PathLike] = (),
@@ -324,15 +367,17 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
         raise ConvlabError("give --model or --layer, not both")
     if bias and layer is None:
         raise ConvlabError("--bias goes with --layer (a model's layers have the bias they have)")
-    batch_list = parse_batches(batches, model)
     if layer is not None:
         base = parse_layer(layer, bias)
+        batch_list = lab.parse_batches(batches, None)
+        check_layer_memory(base.with_batch(batch_list[-1]))
         model = None
 
         def shapes_for(b):
             return {"layer": base.with_batch(b)}
     else:
-        model = model or "ece408-high"
+        model = model or DEFAULT_MODEL
+        batch_list = parse_batches(batches, model)
         shapes_for = get_model(model).conv_shapes
     files = [load_kernel_file(path) for path in kernel_files]
     seen: dict[str, object] = {}

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from rich.table import Table
+from rich.console import RenderableType
 
 from . import lab
 from .errors import ConvlabError, DataError
@@ -178,7 +178,7 @@ def format_probability(p: float) -> str:
     return f"{p:.1e}"
 
 
-def predictions_table(item: Classified, width: int | None = None) -> Table:
+def predictions_table(item: Classified, width: int | None = None) -> RenderableType:
     """One input's top classes; the class names wrap at spaces rather than being cut. No
     title: rich would wrap a long input path inside it, so the caller prints the path."""
     cols = [Col("#"), Col("probability"), Col("class", justify="left", wrap=True),

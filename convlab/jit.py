@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -91,6 +92,32 @@ def nvrtc_version() -> tuple[int, int]:
     major, minor = ctypes.c_int(), ctypes.c_int()
     _nvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     return major.value, minor.value
+
+
+def supported_archs() -> list[int]:
+    """The compute capabilities this NVRTC builds for, as 75, 80, 90, ..."""
+    lib = _nvrtc()
+    count = ctypes.c_int()
+    lib.nvrtcGetNumSupportedArchs(ctypes.byref(count))
+    archs = (ctypes.c_int * count.value)()
+    lib.nvrtcGetSupportedArchs(archs)
+    return list(archs)
+
+
+ARCH_PATTERN = re.compile(r"(sm|compute)_(\d+)[af]?")
+
+
+def check_arch(arch: str, option: str = "--arch") -> str:
+    """`arch` when NVRTC builds for it (sm_90, sm_90a, compute_90), else a ConvlabError that
+    names `option` and the architectures there are."""
+    supported = supported_archs()
+    match = ARCH_PATTERN.fullmatch(arch)
+    if match and int(match.group(2)) in supported:
+        return arch
+    major, minor = nvrtc_version()
+    names = ", ".join(f"sm_{a}" for a in supported)
+    raise ConvlabError(f"{option} '{arch}': NVRTC {major}.{minor} builds for {names} (an 'a' "
+                       f"suffix, e.g. sm_90a, adds the architecture-specific instructions)")
 
 
 @dataclass

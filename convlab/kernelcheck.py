@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import cubin
 from .gpu import gpu_available
-from .jit import CHECK_ARCH, NvrtcResult, nvrtc_compile
+from .jit import CHECK_ARCH, NvrtcResult, check_arch, nvrtc_compile
 from .kernels.base import Support
 from .shapes import ConvShape
 from .userkernel import LINEINFO, KernelFile, load_kernel_file
@@ -47,8 +47,13 @@ class CheckReport:
     messages: list[str]  # compiler errors and warnings, located in the user's files
 
     @property
+    def runnable(self) -> bool:
+        """Whether any layer can run the kernel at all."""
+        return any(layer.support for layer in self.layers)
+
+    @property
     def ok(self) -> bool:
-        return all(layer.compiled for layer in self.layers if layer.support)
+        return self.runnable and all(layer.compiled for layer in self.layers if layer.support)
 
 
 def target_arch() -> str:
@@ -85,8 +90,8 @@ def check_file(path: str | Path, shapes: dict[str, ConvShape], arch: str | None 
     """Compile the kernel file for every layer shape it supports and report its resources."""
     kernel = load_kernel_file(path)
     variant = kernel.variant
-    arch = arch or target_arch()
-    limits = cubin.ARCH_LIMITS.get(arch)
+    arch = check_arch(arch) if arch else target_arch()
+    limits = cubin.ARCH_LIMITS.get(arch.rstrip("af"))  # sm_90a has sm_90's limits
     display, offset = kernel.source_location()
     program = Path(display).name if not display.startswith("<") else f"{variant.name}.cu"
     compiled: dict[tuple[str, ...], NvrtcResult] = {}
@@ -131,6 +136,11 @@ def _kb(nbytes: int | None) -> str:
     return f"{nbytes}" if nbytes < 1024 else f"{nbytes / 1024:.1f} KB"
 
 
+SMEM_NOTE = "smem: static + dynamic shared memory per block"
+SPILL_NOTE = "spills: bytes stored/loaded to local memory per thread by register spills"
+OCCUPANCY_NOTE = "occupancy: blocks per SM x warps per block, share of the SM's warp slots"
+
+
 def report_table(report: CheckReport, width: int | None = None, wide: bool = False):
     """A table fitted to `width` (one row per layer and kernel) and the notes below it: why a
     layer was skipped or did not compile."""
@@ -138,11 +148,13 @@ def report_table(report: CheckReport, width: int | None = None, wide: bool = Fal
 
     from .report import Col, fitted_table
 
-    cols = [Col("layer", "left"), Col("shape", "left", key=False, wrap=True, priority=1),
-            Col("kernel", "left"), Col("regs"), Col("spills"), Col("warps/SM"),
-            Col("blocks/SM", key=False, priority=3), Col("block", key=False, priority=2),
-            Col("smem static+dyn", key=False, priority=2), Col("local", key=False, priority=4),
-            Col("limited by", "left", key=False, wrap=True, priority=0)]
+    # Registers, shared memory, spills and occupancy are what `check` is for: key columns,
+    # short enough to fit 80 columns beside a long kernel name.
+    cols = [Col("layer", "left"), Col("shape", "left", key=False, wrap=True, priority=2),
+            Col("kernel", "left"), Col("regs"), Col("smem", note=SMEM_NOTE),
+            Col("spills", note=SPILL_NOTE), Col("occupancy", note=OCCUPANCY_NOTE),
+            Col("block", key=False, priority=1), Col("local", key=False, priority=3),
+            Col("limited by", "left", key=False, wrap=True, wrap_width=12, priority=0)]
     rows, notes = [], []
     for layer in report.layers:
         label, shape = layer.layer, layer.shape.brief()
@@ -158,16 +170,17 @@ def report_table(report: CheckReport, width: int | None = None, wide: bool = Fal
             spills = Text("?" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads} B",
                           style="red" if r.spill_stores else "")
             if occ is None:
-                warps, blocks, limit, block, dynamic = "?", "?", k.note, "?", "?"
+                occupancy, limit, block, dynamic = "?", k.note, "?", "?"
             elif occ.blocks_per_sm == 0:
-                warps, blocks, limit = Text("cannot launch", style="red"), "0", occ.reason
+                occupancy, limit = Text("cannot launch", style="red"), occ.reason
                 block, dynamic = str(occ.threads_per_block), _kb(occ.dynamic_shared)
             else:
-                warps, blocks = f"{occ.warps_per_sm} ({occ.percent:.0f}%)", str(occ.blocks_per_sm)
+                occupancy = f"{occ.blocks_per_sm}x{occ.threads_per_block // 32}w {occ.percent:.0f}%"
                 limit = ", ".join(occ.limited_by) + (f"; {k.note}" if k.note else "")
                 block, dynamic = str(occ.threads_per_block), _kb(occ.dynamic_shared)
-            rows.append([label, shape, r.name, str(r.registers), spills, warps, blocks, block,
-                         f"{_kb(r.static_shared)}+{dynamic}", _kb(r.local_bytes), limit])
+            rows.append([label, shape, r.name, str(r.registers),
+                         f"{_kb(r.static_shared)}+{dynamic}", spills, occupancy, block,
+                         _kb(r.local_bytes), limit])
             label = shape = ""
     title = (f"{report.path} on {report.arch}: {report.kernel.variant.name} "
              f"({report.kernel.variant.precision})")

@@ -15,7 +15,7 @@ from . import data, measure, nvtx
 from .errors import ConvlabError
 from .gpu import require_cupy
 from .kernels import Variant, get_variant
-from .models import FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
+from .models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
 from .network import ConvStep, Network, Step
 from .shapes import ConvShape
 from .verify import Check, compare, poison
@@ -25,6 +25,7 @@ MAX_IMAGENET_BATCH = 4096  # random AlexNet inputs: 618 KB each on the host, aga
 VERIFY_IMAGES = 32  # conv outputs checked against float64 per layer: these first images + the last
 IMAGENET_INPUT_SEED = 227  # the fixed random batch `run` and `compare` feed AlexNet
 BREAKDOWN_PASSES = 10  # forward passes timed step by step for the per-layer breakdown
+MIN_HOST_PASSES = 1  # on the CPU a pass can take seconds: passes go on while the budget lasts
 
 
 DEFAULT_BATCH = {FASHION_MNIST: MAX_BATCH, IMAGENET: 128}
@@ -59,24 +60,31 @@ def max_batch(model: str) -> int:
     return MAX_IMAGENET_BATCH if get_model(model).task == IMAGENET else MAX_BATCH
 
 
-def check_batch(batch: int, model: str = "ece408-high") -> None:
+def check_batch(batch: int, model: str = DEFAULT_MODEL) -> None:
     limit = max_batch(model)
     if not 1 <= batch <= limit:
         what = "the test set's size" if limit == MAX_BATCH else "the random input batch's limit"
         raise ConvlabError(f"batch must be between 1 and {limit} ({what}), got {batch}")
 
 
-def parse_batches(spec: str, model: str = "ece408-high") -> list[int]:
-    """'10,100,1000' -> [10, 100, 1000] (sorted, unique), each checked against the model's limit."""
-    parts = [p.strip() for p in str(spec).split(",") if p.strip()]
-    if not parts:
+def parse_batches(spec: str, model: str | None = DEFAULT_MODEL) -> list[int]:
+    """'10,100,1000' -> [10, 100, 1000] (sorted, unique), each checked against the model's limit
+    (with no model, for a --layer of random inputs, only that each is at least 1)."""
+    parts = [p.strip() for p in str(spec).split(",")]
+    if not any(parts):
         raise ConvlabError("--batch needs at least one batch size, e.g. 10,100,1000,10000")
+    if not all(parts):
+        raise ConvlabError(f"--batch '{spec}' has an empty entry: write batch sizes between "
+                           "commas, e.g. 10,100,1000")
     try:
         batches = [int(p) for p in parts]
     except ValueError:
         raise ConvlabError(f"--batch takes comma-separated integers; got '{spec}'") from None
     for b in batches:
-        check_batch(b, model)
+        if model is not None:
+            check_batch(b, model)
+        elif b < 1:
+            raise ConvlabError(f"--batch sizes must be 1 or more, got {b}")
     return sorted(set(batches))
 
 
@@ -217,6 +225,7 @@ class RunResult:
     torch_rows: list[dict] = field(default_factory=list)  # torch_forward.TorchRow.as_dict()s
     fallback_layers: list[str] = field(default_factory=list)
     kernel_file: dict | None = None  # a kernel file's record (userkernel.KernelFile.record())
+    step_passes: int = 0  # whole forward passes the per-step times are the median of
 
     @property
     def task(self) -> str:
@@ -247,7 +256,8 @@ class RunResult:
                 "torch_ms": self.torch_ms, "torch_note": self.torch_note,
                 "torch_rows": self.torch_rows,
                 "fallback_layers": self.fallback_layers, "wall_s": self.wall_s,
-                "device": self.device, "notes": self.notes, "kernel_file": self.kernel_file}
+                "device": self.device, "notes": self.notes, "kernel_file": self.kernel_file,
+                "step_passes": self.step_passes}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunResult":
@@ -360,16 +370,20 @@ def infer(model: str, kernel: str, x: np.ndarray, weights: Weights | None = None
     return np.concatenate(out).astype(np.float32)
 
 
-def _time_steps(network: Network, passes: int) -> dict[str, list[float]]:
+def _time_steps(network: Network, passes: int,
+                budget_s: float = measure.DEFAULT_BUDGET_S) -> dict[str, list[float]]:
     """Per-step times inside whole forward passes (after the warm-up pass): CUDA events between
     steps on the GPU, each pass queued behind a spin kernel so the host's dispatch of one step
     never shows as another's time (as measure.time_device does); the host clock for the cpu
-    variant."""
+    variant, where passes stop early (after MIN_HOST_PASSES) once `budget_s` is spent."""
     from .isolate import gpu_wait
 
     samples: dict[str, list[float]] = {s.label: [] for s in network.steps}
     if not network.on_gpu:
-        for _ in range(passes):
+        start = time.perf_counter()
+        for i in range(passes):
+            if i >= MIN_HOST_PASSES and time.perf_counter() - start > budget_s:
+                break
             marks = {}
             network.forward(on_step=lambda step, when: marks.__setitem__((step.label, when),
                                                                            time.perf_counter()))
@@ -462,7 +476,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
 
     # Whole passes again, timed step by step: they also recompute every step's input and
     # output after the conv timings poisoned outputs.
-    times = _time_steps(network, BREAKDOWN_PASSES if network.on_gpu else 1)
+    times = _time_steps(network, BREAKDOWN_PASSES, policy.budget_s)
     steps = [StepTime(s.label, s.category, s.kernel_label, float(np.median(times[s.label])),
                       None if s.is_conv else _verify_layer_step(s, network))
              for s in network.steps]
@@ -470,7 +484,8 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
                        batch=batch, layers=layers, accuracy=None, expected_accuracy=None,
                        predictions_differ=0, compile_s=network.compile_seconds,
                        end_to_end_s=0.0, wall_s=0.0, steps=steps,
-                       fallback_layers=list(network.fallback_layers))
+                       fallback_layers=list(network.fallback_layers),
+                       step_passes=len(next(iter(times.values()), [])))
 
     if network.on_gpu:  # poisons the conv outputs itself before the pass it checks
         probs, predictions = _device_end_to_end(network, x, result, policy, graph)

@@ -228,6 +228,11 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+# What every command runs without --model: the Spring 2018 course model, the one the README's
+# first command runs.
+DEFAULT_MODEL = "ece408"
+
+
 def get_model(name: str) -> ModelSpec:
     try:
         return MODELS[name]
@@ -295,6 +300,32 @@ def random_weights(name: str, seed: int = RANDOM_SEED) -> "Weights":
     return Weights(spec=spec, arrays=arrays, meta=meta)
 
 
+def _not_an_npz(path: Path) -> str:
+    """What the file is, in words, when it is not a .npz archive ("" when it is one)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return ""
+    if head.startswith(b"\x93NUMPY"):
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            return f"a single NumPy array ({array.dtype}, shape {array.shape})"
+        except ValueError:
+            return "a pickled NumPy file"
+    if not head:
+        return "empty"
+    if head.startswith(b"\x80"):
+        return "a Python pickle"
+    try:
+        head.decode("utf-8")
+        return "a text file"
+    except UnicodeDecodeError:
+        return "neither a .npz archive nor a NumPy array"
+
+
 def load_weights(name: str, path: Path | None = None) -> Weights:
     """A model's weights: the shipped file (or `path`), validated; for models that ship none
     (alexnet) without `path`, the deterministic random weights."""
@@ -306,11 +337,17 @@ def load_weights(name: str, path: Path | None = None) -> Weights:
         hint = ("import them with `convlab import-weights`" if spec.task == IMAGENET
                 else "train it with `convlab train`")
         raise DataError(f"{path}: no weights file for model '{name}' ({hint})")
+    maker = "`convlab import-weights`" if spec.task == IMAGENET else "`convlab train`"
+    expected_words = f"expected a .npz of model '{name}' written by {maker}"
+    found = _not_an_npz(path)
+    if found:
+        raise DataError(f"{path}: not a weights file: it is {found}; {expected_words}")
     try:
         with np.load(path, allow_pickle=False) as npz:
             contents = {key: npz[key] for key in npz.files}
     except Exception as exc:  # zipfile, zlib and NumPy format errors all mean a corrupt file
-        raise DataError(f"{path}: corrupt weights file ({type(exc).__name__}: {exc})") from None
+        raise DataError(f"{path}: corrupt .npz archive ({type(exc).__name__}: {exc}); "
+                        f"{expected_words}") from None
     try:
         meta = json.loads(str(contents.pop("meta")))
     except (KeyError, ValueError):

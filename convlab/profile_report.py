@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from .profile import (GPU_CATEGORIES, BatchProfile, NcuTarget, PhaseProfile, Profile, Row, marked,
                       percent_cells)
-from .report import DEFAULT_WIDTH, Col, fitted_table, table_width
+from .report import DEFAULT_WIDTH, Col, cell_text, fitted_table, table_width
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
 
@@ -60,7 +60,7 @@ def activity_cells(rows: list[Row], threshold: float) -> list[list]:
 
 
 def activity_table(title: str, rows: list[Row], threshold: float, width: int | None = None,
-                   wide: bool = False, caption: str | None = None) -> Table:
+                   wide: bool = False, caption: str | None = None) -> RenderableType:
     width = width or DEFAULT_WIDTH
     cells = activity_cells(rows, threshold)
     cols = [Col("Time(%)"), Col("Time"), Col("Calls"), Col("Avg"), Col("Min", key=False),
@@ -72,9 +72,11 @@ def activity_table(title: str, rows: list[Row], threshold: float, width: int | N
         # only take more of its room.
         cols[-1] = Col("Name", justify="left", wrap=True)
         if not wide:
+            dropped = [c.header for c in cols[4:6]]
             cols, cells = cols[:4] + cols[6:], [r[:4] + r[6:] for r in cells]
-    return fitted_table(Text(title), cols, cells, width, wide,
-                        caption=Text(caption) if caption else None)
+            return fitted_table(Text(title), cols, cells, width, wide, caption=caption,
+                                also_hidden=dropped)
+    return fitted_table(Text(title), cols, cells, width, wide, caption=caption)
 
 
 def _mark_note(threshold: float) -> str:
@@ -89,7 +91,7 @@ def _head_rows(rows: list[Row], threshold: float) -> tuple[list[Row], int]:
 
 
 def batch_tables(profile: Profile, run: BatchProfile, width: int | None = None,
-                 wide: bool = False) -> list[Table]:
+                 wide: bool = False) -> list[RenderableType]:
     """Steady state in full (nvprof's two tables), then warm-up's marked rows."""
     tables = []
     what = f"{profile.model}, kernel '{profile.kernel}', batch {run.batch}"
@@ -168,7 +170,11 @@ ONCE_COLUMNS = (("module", "module load", True), ("device_alloc", "dev alloc/fre
 
 def steady_breakdown(profile: Profile) -> tuple[list[Col], list[list]]:
     """One row per batch size, ms per forward pass in each category (mean of the passes)."""
-    cols = [Col("batch")] + [Col(label, key=key) for _, label, key in STEADY_COLUMNS]
+    cols = [Col("batch")]
+    for key, label, shown in STEADY_COLUMNS:
+        gpu = key in GPU_PARTS
+        cols.append(Col(label, key=shown or key == "other", part=gpu and key != "other",
+                        rest=key == "other"))
     cols += [Col("GPU busy", key=False), Col("wall")]
     rows = []
     for run in profile.runs:
@@ -177,7 +183,9 @@ def steady_breakdown(profile: Profile) -> tuple[list[Col], list[list]]:
             continue
         n = steady.windows
         cats = steady.category_ns()
-        rows.append([str(run.batch)] + [fmt_ms(cats[key] / n) for key, _, _ in STEADY_COLUMNS]
+        rows.append([str(run.batch)]
+                    + [cats[key] / n / 1e6 if key in GPU_PARTS else fmt_ms(cats[key] / n)
+                       for key, _, _ in STEADY_COLUMNS]
                     + [fmt_ms(steady.gpu_ns / n), fmt_ms(steady.wall_ns / n)])
     return cols, rows
 
@@ -197,18 +205,31 @@ def once_breakdown(profile: Profile) -> tuple[list[Col], list[list]]:
 
 
 STEADY_TITLE = "ms per forward pass, steady state (mean of the traced passes)"
-STEADY_NOTE = ("GPU columns (HtoD, conv, pool, LRN, FC, DtoH, other; GPU busy is their sum) are "
-               "device time; sync, dev alloc and pinned are host time in those CUDA calls; wall "
-               "is host to host")
+GPU_PARTS = ("htod", "conv", "pool", "lrn", "fc", "dtoh", "other")
+HOST_PARTS = ("sync", "dev alloc", "pinned")
+
+
+def steady_note(shown: list[str]) -> str:
+    """What the shown columns measure: only those are named."""
+    gpu = [label for key, label, _ in STEADY_COLUMNS if key in GPU_PARTS and label in shown]
+    host = [h for h in HOST_PARTS if h in shown]
+    busy = "; GPU busy is their sum" if "GPU busy" in shown else ""
+    parts = [f"GPU columns ({', '.join(gpu)}{busy}) are device time"]
+    if host:
+        parts.append(f"{', '.join(host)} {'is' if len(host) == 1 else 'are'} host time in "
+                     "those CUDA calls")
+    parts.append("wall is host to host")
+    return "; ".join(parts)
+
+
 ONCE_TITLE = "ms once per batch size: warm-up (network built, first pass) and teardown"
-ONCE_NOTE = ("allocation happens here, once: a forward pass allocates nothing (the steady-state "
-             "dev alloc and pinned columns)")
+ONCE_NOTE = "allocation happens here, once: a forward pass allocates nothing"
 
 
-def breakdown_tables(profile: Profile, width: int | None = None, wide: bool = False) -> list[Table]:
+def breakdown_tables(profile: Profile, width: int | None = None, wide: bool = False) -> list[RenderableType]:
     cols, rows = steady_breakdown(profile)
     once_cols, once_rows = once_breakdown(profile)
-    return [fitted_table(Text(STEADY_TITLE), cols, rows, width, wide, caption=Text(STEADY_NOTE)),
+    return [fitted_table(Text(STEADY_TITLE), cols, rows, width, wide, caption=steady_note),
             fitted_table(Text(ONCE_TITLE), once_cols, once_rows, width, wide,
                          caption=Text(ONCE_NOTE))]
 
@@ -275,9 +296,12 @@ def markdown(record: dict) -> str:
             lines += [f"### API calls, {title}", ""] + _md_activities(phase.api, profile.threshold)
         lines += [f"- {label}: {text}" for label, text in summary_lines(run)] + [""]
     if len(profile.runs) > 1:
-        for title, note, (cols, rows) in ((STEADY_TITLE, STEADY_NOTE, steady_breakdown(profile)),
-                                          (ONCE_TITLE, ONCE_NOTE, once_breakdown(profile))):
-            lines += [f"## {title}", "", note + ".", ""] + _md_table([c.header for c in cols], rows)
+        steady, once = steady_breakdown(profile), once_breakdown(profile)
+        for title, note, (cols, rows) in (
+                (STEADY_TITLE, steady_note([c.header for c in steady[0]]), steady),
+                (ONCE_TITLE, ONCE_NOTE, once)):
+            cells = [[cell_text(v, c) for v, c in zip(r, cols)] for r in rows]
+            lines += [f"## {title}", "", note + ".", ""] + _md_table([c.header for c in cols], cells)
     return "\n".join(lines)
 
 

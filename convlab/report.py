@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich import box
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -30,7 +31,11 @@ class Col:
     key: bool = True  # always shown; optional columns appear when they fit, or with --wide
     style: str | None = None
     wrap: bool = False  # prose columns may wrap at spaces (never cut); numbers and names never
+    wrap_width: int = 24  # a prose column is never made narrower than this (or its header)
     priority: int = 0  # among optional columns, lower numbers are added first
+    note: str = ""  # a footnote about this column: printed under the table only when it is shown
+    part: bool = False  # one term of a breakdown (cells are ms); hidden, it folds into `rest`
+    rest: bool = False  # the breakdown's catch-all: shows what the hidden parts add (cells ms)
 
 
 def _cell_width(cell) -> int:
@@ -42,20 +47,68 @@ def table_width(widths: list[int]) -> int:
     return sum(widths) + GAP * (len(widths) - 1) if widths else 0
 
 
-def fitted_table(title: str | None, cols: list[Col], rows: list[list], width: int | None = None,
-                 wide: bool = False, **options) -> Table:
-    """A table of the columns that fit `width` (key columns always, optional ones by priority
-    while they fit; all of them with `wide`), each at least as wide as its widest cell."""
-    width = width or DEFAULT_WIDTH
-    natural = [max([len(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(cols)]
-    floor = [min(n, max(len(c.header), 24)) if c.wrap else n for c, n in zip(cols, natural)]
+def cell_text(value, col: Col):
+    if isinstance(value, Text):
+        return value
+    if (col.part or col.rest) and isinstance(value, (int, float)):
+        return fmt_ms(value)
+    return str(value)
+
+
+def _natural(cols: list[Col], rows: list[list]) -> list[int]:
+    return [max([len(c.header)] + [_cell_width(cell_text(r[i], c)) for r in rows])
+            for i, c in enumerate(cols)]
+
+
+def choose_columns(cols: list[Col], rows: list[list], width: int, wide: bool) -> list[int]:
+    """Indices of the columns to show: key columns always, optional ones by priority while the
+    table still fits `width` (each column at its narrowest: prose wrapped, numbers whole)."""
+    natural = _natural(cols, rows)
+    floor = [min(n, max(len(c.header), c.wrap_width)) if c.wrap else n
+             for c, n in zip(cols, natural)]
     shown = [i for i, c in enumerate(cols) if c.key or wide]
     if not wide:
-        optional = sorted((c.priority, i) for i, c in enumerate(cols) if not c.key)
-        for _, i in optional:
+        for _, i in sorted((c.priority, i) for i, c in enumerate(cols) if not c.key):
             if table_width([floor[j] for j in shown + [i]]) <= width:
                 shown.append(i)
-    shown.sort()
+    return sorted(shown)
+
+
+def hidden_line(headers: list[str]) -> str:
+    n = len(headers)
+    return (f"{n} column{'s' if n != 1 else ''} hidden: {', '.join(headers)}; --wide shows "
+            f"{'them' if n != 1 else 'it'}")
+
+
+def fitted_table(title: str | None, cols: list[Col], rows: list[list], width: int | None = None,
+                 wide: bool = False, caption=None, also_hidden: list[str] = (),
+                 **options) -> RenderableType:
+    """A table of the columns that fit `width` (key columns always, optional ones by priority
+    while they fit; all of them with `wide`), each at least as wide as its widest cell.
+
+    Under it: `caption` (text, or a function of the shown headers that writes it), then the
+    notes of the shown columns, then which columns are hidden.
+    The hidden parts of a breakdown are added into its `rest` column, so the shown columns
+    still add up to the total."""
+    width = width or DEFAULT_WIDTH
+    shown = choose_columns(cols, rows, width, wide)
+    folded = [i for i, c in enumerate(cols) if c.part and i not in shown]
+    rest = next((i for i in shown if cols[i].rest), None)
+    if folded and rest is not None:
+        rows = [list(r) for r in rows]
+        for r in rows:
+            r[rest] = r[rest] + sum(r[i] for i in folded)
+    if callable(caption):
+        caption = caption([cols[i].header for i in shown])
+    lines = [caption.plain if isinstance(caption, Text) else caption] if caption else []
+    lines += [cols[i].note for i in shown if cols[i].note]
+    if folded and rest is not None:
+        lines.append(f"{cols[rest].header} includes the hidden "
+                     f"{', '.join(cols[i].header for i in folded)}")
+    hidden = list(also_hidden) + [cols[i].header for i in range(len(cols)) if i not in shown]
+    if hidden:
+        lines.append(hidden_line(hidden))
+    natural = _natural(cols, rows)
     options.setdefault("box", box.SIMPLE_HEAD)
     options.setdefault("show_edge", False)
     options.setdefault("pad_edge", False)
@@ -64,13 +117,15 @@ def fitted_table(title: str | None, cols: list[Col], rows: list[list], width: in
         c = cols[i]
         if c.wrap:
             table.add_column(c.header, justify=c.justify, style=c.style, overflow="fold",
-                             min_width=floor[i])
+                             min_width=min(natural[i], max(len(c.header), c.wrap_width)))
         else:
             table.add_column(c.header, justify=c.justify, style=c.style, no_wrap=True,
                              overflow="fold", min_width=natural[i])
     for r in rows:
-        table.add_row(*[r[i] if isinstance(r[i], Text) else str(r[i]) for i in shown])
-    return table
+        table.add_row(*[cell_text(r[i], cols[i]) for i in shown])
+    # Below the table, not its caption: a caption wraps at the table's width, mid-word when the
+    # table is narrow; lines of their own wrap at the console's, between words.
+    return Group(table, Text("\n".join(lines))) if lines else table
 
 
 def fmt_ms(ms: float) -> str:
@@ -94,7 +149,7 @@ STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}
 
 # --- list, models, device -------------------------------------------------------------------
 
-def variants_table(variants, width=None, wide=False) -> Table:
+def variants_table(variants, width=None, wide=False) -> RenderableType:
     cols = [Col("name", "left", style="bold cyan"), Col("precision", "left"),
             Col("runs on", "left"), Col("general", "left", key=False, priority=1),
             Col("summary", "left", wrap=True)]
@@ -106,7 +161,7 @@ def variants_table(variants, width=None, wide=False) -> Table:
     return fitted_table("convlab variants (ladder order)", cols, rows, width, wide)
 
 
-def models_table(rows, width=None, wide=False) -> Table:
+def models_table(rows, width=None, wide=False) -> RenderableType:
     """rows: (spec, weights or None, error message or None)."""
     cols = [Col("name", "left", style="bold cyan"), Col("input", "left"),
             Col("expected accuracy (10/100/1000/10000)", "left", wrap=True),
@@ -131,7 +186,7 @@ def models_layers(rows) -> list[str]:
     return [f"{spec.name}: {spec.describe()}" for spec, _, _ in rows]
 
 
-def device_table(info: dict, ceilings=None, width=None) -> Table:
+def device_table(info: dict, ceilings=None, width=None) -> RenderableType:
     rows = [[label, str(info[key])] for key, label in (
         ("name", "device"), ("compute_capability", "compute capability"),
         ("multiprocessors", "multiprocessors"), ("memory_gib", "memory (GiB)"),
@@ -149,9 +204,13 @@ def device_table(info: dict, ceilings=None, width=None) -> Table:
 
 # --- convlab run ------------------------------------------------------------------------------
 
-def run_table(result: RunResult, width=None, wide=False) -> Table:
+OP_TIME_NOTE = ("Op Time is the conv alone, the median of its repeated runs (after warm-up) on "
+                "inputs that change every run; the step table times it inside whole passes")
+
+
+def run_table(result: RunResult, width=None, wide=False) -> RenderableType:
     cols = [Col("layer", "left", style="bold"), Col("shape", "left", key=False, priority=1),
-            Col("kernel", "left", key=False, priority=6), Col("Op Time ms"),
+            Col("kernel", "left", key=False, priority=6), Col("Op Time ms", note=OP_TIME_NOTE),
             Col("min", key=False, priority=4), Col("IQR", key=False, priority=7),
             Col("runs", key=False, priority=5), Col("GFLOP/s", key=False, priority=2),
             Col("GB/s", key=False, priority=8), Col("err/bound", key=False, priority=3),
@@ -171,7 +230,7 @@ def run_table(result: RunResult, width=None, wide=False) -> Table:
     return fitted_table(title, cols, rows, width, wide)
 
 
-def steps_table(result: RunResult, width=None, wide=False) -> Table | None:
+def steps_table(result: RunResult, width=None, wide=False) -> RenderableType | None:
     """Every step of the forward pass, timed inside whole passes."""
     if not result.steps:
         return None
@@ -185,11 +244,13 @@ def steps_table(result: RunResult, width=None, wide=False) -> Table | None:
         rows.append([s.label, s.category, s.kernel, fmt_ms(s.median_ms),
                      f"{100 * s.median_ms / total:.1f}%", check])
     clock = "CUDA events between steps" if result.device else "host clock"
-    title = f"forward pass by step ({clock}, median of passes): {total:.3f} ms"
+    n = result.step_passes
+    passes = ("one pass" if n == 1 else f"median of {n} passes") if n else "median of passes"
+    title = f"forward pass by step ({clock}, {passes}): {total:.3f} ms"
     return fitted_table(title, cols, rows, width, wide)
 
 
-def torch_table(result: RunResult, width=None, wide=False) -> Table | None:
+def torch_table(result: RunResult, width=None, wide=False) -> RenderableType | None:
     """PyTorch's candidates for the same forward pass (run --pytorch), fastest marked."""
     if not result.torch_rows:
         return None
@@ -226,7 +287,7 @@ def course_line(result: RunResult) -> str:
             f"{fmt_err(result.max_prob_error or 0.0)} Model: {result.model}")
 
 
-def run_summary(result: RunResult, width=None) -> Table:
+def run_summary(result: RunResult, width=None) -> RenderableType:
     rows = []
     if result.accuracy is not None:
         acc = Text(f"{result.accuracy:.4f}")
@@ -272,22 +333,25 @@ def run_summary(result: RunResult, width=None) -> Table:
                         width, show_header=False, box=None)
 
 
-def sweep_table(results: list[RunResult], width=None, wide=False) -> Table:
+def sweep_table(results: list[RunResult], width=None, wide=False) -> RenderableType:
     """One row per batch size: where the time of a forward pass goes (the assignment's table)."""
-    cols = [Col("batch"), Col("conv ms"), Col("pool", key=False, priority=3),
-            Col("LRN", key=False, priority=4), Col("FC", key=False, priority=2),
-            Col("other", key=False, priority=6), Col("HtoD", key=False, priority=5),
-            Col("DtoH", key=False, priority=7), Col("forward"), Col("end-to-end"),
-            Col("PyTorch", key=False, priority=1), Col("x PyTorch"), Col("check", "left")]
+    cols = [Col("batch"), Col("conv ms", part=True), Col("pool", key=False, priority=3, part=True),
+            Col("LRN", key=False, priority=4, part=True),
+            Col("FC", key=False, priority=2, part=True),
+            Col("other", rest=True, note="other: softmax, top-1 and activations not fused"),
+            Col("HtoD", key=False, priority=5), Col("DtoH", key=False, priority=7),
+            Col("forward", note="forward: the whole pass; the parts are its steps timed one by "
+                                "one inside passes, so they add up to about it"),
+            Col("end-to-end"), Col("PyTorch", key=False, priority=1), Col("x PyTorch"),
+            Col("check", "left")]
     rows = []
     for r in results:
         other = r.time_in("softmax") + r.time_in("activation")
         ratio = (r.torch_ms / r.forward_ms) if r.torch_ms and r.forward_ms else None
-        rows.append([str(r.batch), fmt_ms(r.time_in("conv")), fmt_ms(r.time_in("pool")),
-                     fmt_ms(r.time_in("lrn")), fmt_ms(r.time_in("fc")), fmt_ms(other),
-                     _num(r.htod_ms, ".3f"), _num(r.dtoh_ms, ".3f"), _num(r.forward_ms, ".3f"),
-                     f"{r.end_to_end_s * 1e3:.3f}", _num(r.torch_ms, ".3f"),
-                     _num(ratio, ".2f"), status_text(r.passed)])
+        rows.append([str(r.batch), r.time_in("conv"), r.time_in("pool"), r.time_in("lrn"),
+                     r.time_in("fc"), other, _num(r.htod_ms, ".3f"), _num(r.dtoh_ms, ".3f"),
+                     _num(r.forward_ms, ".3f"), f"{r.end_to_end_s * 1e3:.3f}",
+                     _num(r.torch_ms, ".3f"), _num(ratio, ".2f"), status_text(r.passed)])
     first = results[0]
     title = (f"{first.model}, kernel '{first.kernel}' ({first.precision}): ms per forward pass "
              f"by batch")
@@ -300,10 +364,14 @@ COMPARE_COLUMNS = [
     Col("batch"), Col("variant", "left"), Col("prec", "left"), Col("check", "left"),
     Col("ms"), Col("min ms", key=False, priority=4), Col("RSE", key=False, priority=6),
     Col("runs", key=False, priority=7), Col("GFLOP/s", key=False, priority=1),
-    Col("GB/s", key=False, priority=5), Col("%floor"), Col("x naive", key=False, priority=3),
+    Col("GB/s", key=False, priority=5), Col("%floor"), Col("floor", "left", key=False, priority=3),
+    Col("x naive", key=False, priority=3),
     Col("x cuDNN"), Col("rel err"), Col("err/bound", key=False, priority=2),
     Col("accuracy", key=False, priority=8),
 ]
+
+
+BEST_MARK = "*"  # after PASS on the fastest row of a layer: survives a pipe, bold or not
 
 
 def compare_cells(row) -> list[str]:
@@ -314,10 +382,11 @@ def compare_cells(row) -> list[str]:
         acc += f" ({row.predictions_differ} differ)"
     ratio = getattr(row, "bound_ratio", None)
     return [
-        str(row.batch), row.variant, row.precision, row.status,
+        str(row.batch), row.variant, row.precision, row.status + (BEST_MARK if row.best else ""),
         "-" if t is None else fmt_ms(t.median_ms), "-" if t is None else fmt_ms(t.min_ms),
         "-" if t is None else f"{100 * t.rse:.1f}%", "-" if t is None else str(t.n),
         _num(row.gflops, ",.0f"), _num(row.gbps, ",.0f"), _num(row.pct_floor, ".0f"),
+        (row.floor_basis or "-") if row.valid else "-",
         _num(row.speedup_naive, ".2f"), cudnn_ratio(row),
         "-" if row.max_rel_error is None or not row.valid else fmt_err(row.max_rel_error),
         "-" if ratio is None or not row.valid else f"{ratio:.2g}", acc,
@@ -355,9 +424,21 @@ def _layers(comparison):
 
 
 def _layer_title(comparison, first_row) -> str:
-    what = comparison.model or "layer"
+    if comparison.model is None:  # a --layer comparison: the shape is its only name
+        return f"layer {first_row.shape.brief()}"
     label = first_row.label if first_row.status == "PASS" else first_row.layer
-    return f"{what}: {label}, {first_row.shape.brief()}"
+    return f"{comparison.model}: {label}, {first_row.shape.brief()}"
+
+
+def floor_note(rows) -> list[str]:
+    """Which rows' floors count other arithmetic than a direct conv at their class's rate."""
+    other = {}
+    for row in rows:
+        basis = row.floor_basis
+        if row.valid and basis and basis != "copy" and basis != row.precision.upper():
+            other.setdefault(basis, []).append(row.variant)
+    return [f"%floor of {', '.join(dict.fromkeys(names))}: {basis}"
+            for basis, names in other.items()]
 
 
 def compare_tables(comparison, width=None, wide=False) -> list[tuple[Table, list[str]]]:
@@ -373,8 +454,9 @@ def compare_tables(comparison, width=None, wide=False) -> list[tuple[Table, list
             rows.append([Text(c, style=STATUS_STYLE[row.status] if i == 3 else style)
                          for i, c in enumerate(cells)])
             notes += row_notes(row)
+        members = [r for r in comparison.rows if (r.layer, r.epilogue) == (layer, epilogue)]
         out.append((fitted_table(_layer_title(comparison, first), COMPARE_COLUMNS, rows, width,
-                                 wide), notes))
+                                 wide), floor_note(members) + notes))
     return out
 
 
@@ -397,10 +479,13 @@ def compare_header(comparison) -> str:
             f"FP32 {c.get('fp32_gflops', 0) / 1e3:,.1f} TFLOP/s, TF32 {c.get('tf32_gflops', 0) / 1e3:,.1f} "
             f"TFLOP/s{_fp16_rate(c)}; timing: {timing_words(policy)}, median until RSE <= "
             f"{100 * policy.get('target_rse', 0.01):g}% or {policy.get('budget_s', 2):g} s per row; "
-            f"{cold}. %floor: the roofline floor max(bytes / copy bandwidth, FLOPs / the "
-            "precision's rate) over the time; x cuDNN: the faster cuDNN row of the row's "
-            "precision class (NCHW or NHWC, named in the cell) over the time. Best PASS time per "
-            "layer in bold.")
+            f"{cold}. %floor: the roofline floor max(bytes / copy bandwidth, FLOPs issued / that "
+            "instruction's rate) over the time; a direct conv's FLOPs at its class's rate unless "
+            "a note under the table names other arithmetic (3xTF32: three TF32 products per FP32 "
+            "one; F(2x2): Winograd's GEMM products), so ours stay below 100; cuDNN rows count "
+            "direct-conv FLOPs though cuDNN may compute fewer (Winograd, FFT), so theirs can "
+            "pass 100. x cuDNN: the faster cuDNN row of the row's precision class (NCHW or NHWC, "
+            "named in the cell) over the time. The fastest PASS row of each layer: PASS*.")
 
 
 def _fp16_rate(ceilings: dict) -> str:
@@ -418,18 +503,20 @@ def compare_markdown(comparison) -> str:
         for row in comparison.rows:
             if (row.layer, row.epilogue) != (layer, epilogue):
                 continue
-            cells = [c.replace("|", "\\|") for c in compare_cells(row)]
+            cells = [c.replace("|", "\\|").replace("*", "\\*") for c in compare_cells(row)]
             if row.best:
                 cells[4] = f"**{cells[4]}**"
             lines.append("| " + " | ".join(cells) + " |")
             notes += [line.replace("|", "/") for line in row_notes(row, "- ")]
         lines.append("")
+        notes = [f"- {line}" for line in floor_note(
+            [r for r in comparison.rows if (r.layer, r.epilogue) == (layer, epilogue)])] + notes
         if notes:
             lines += notes + [""]
     return "\n".join(lines)
 
 
-def diff_table(deltas, width=None, wide=False) -> Table:
+def diff_table(deltas, width=None, wide=False) -> RenderableType:
     cols = [Col("variant", "left"), Col("batch"), Col("layer", "left"), Col("old ms"),
             Col("new ms"), Col("ratio"), Col("noise", key=False, priority=1),
             Col("verdict", "left")]

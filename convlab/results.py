@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
-from .compare import Comparison, Row
+from . import __version__, measure
+from .compare import Comparison, Row, finish
 from .errors import DataError
 
 SCHEMA_VERSION = 1
@@ -47,10 +47,15 @@ def to_record(comparison: Comparison, command: str = "") -> dict:
 
 
 def from_record(record: dict) -> Comparison:
+    """The comparison a record holds, its floors and speedups derived again by today's rules:
+    a record from before a rule changed (cuDNN of the same class as the basis, the arithmetic a
+    variant issues as its floor) renders what its legend says."""
     comparison = Comparison(record.get("model"), record["batches"], record["kernels"],
                             [Row.from_dict(r) for r in record["rows"]], record.get("ceilings"),
                             record.get("device"), record.get("policy"),
                             record.get("kernel_files", []))
+    ceilings = measure.Ceilings(**comparison.ceilings) if comparison.ceilings else None
+    finish(comparison.rows, ceilings)
     return comparison
 
 

@@ -85,7 +85,7 @@ def _preamble(name: str, origin: str, launch_note: str) -> str:
             f"(`convlab new {name} --from {origin}`).\n"
             f"{launch_note}"
             "// `convlab check` compiles it and shows registers, shared memory and occupancy;\n"
-            "// the `// convlab:` lines are its header (format: convlab/userkernel.py).\n")
+            "// the `// convlab:` lines are its header (format: docs/kernel-files.md).\n")
 
 
 def header_args(variant: Variant, launch: HeaderLaunch) -> str:

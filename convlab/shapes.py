@@ -156,4 +156,12 @@ def parse_layer(spec: str, bias: bool = False) -> ConvShape:
     if not 6 <= len(values) <= 9:
         raise ConvlabError(f"--layer takes six to nine integers {LAYER_SYNTAX} (e.g. "
                            f"10000,1,28,28,50,5 or 128,96,27,27,256,5,1,2,2); got '{spec}'")
-    return ConvShape(**dict(zip(LAYER_FIELDS, values)), bias=bias)
+    for i, (name, value) in enumerate(zip(LAYER_FIELDS, values)):
+        least = 0 if name == "pad" else 1
+        if value < least:
+            raise ConvlabError(f"--layer '{spec}': {name} (number {i + 1} of {LAYER_SYNTAX}) must "
+                               f"be {least} or more, got {value}")
+    try:
+        return ConvShape(**dict(zip(LAYER_FIELDS, values)), bias=bias)
+    except ConvlabError as exc:
+        raise ConvlabError(f"--layer '{spec}': {exc}") from None

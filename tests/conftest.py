@@ -3,6 +3,7 @@ import secrets
 import numpy as np
 import pytest
 
+from convlab import gpu
 from convlab.gpu import gpu_available, unavailable_reason
 
 
@@ -21,3 +22,15 @@ def rng(request):
     seed = secrets.randbits(32)
     print(f"{request.node.nodeid}: numpy seed {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """A machine without CuPy, whatever this one has."""
+    monkeypatch.setattr(gpu, "_probe", lambda: (None, "CuPy is not installed (test)"))
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """Compiled kernels and tuned tilings in a folder of the test's own."""
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "cache"))

@@ -4,9 +4,9 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from convlab import gpu
 from convlab.cli import main
 from convlab.kernels import VARIANTS
+from convlab.models import DEFAULT_MODEL
 
 
 @pytest.fixture
@@ -14,14 +14,7 @@ def runner():
     return CliRunner()
 
 
-@pytest.fixture
-def no_gpu(monkeypatch):
-    monkeypatch.setattr(gpu, "_probe", lambda: (None, "CuPy is not installed (test)"))
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def invoke(runner, *args, width=200):
@@ -115,7 +108,7 @@ def test_run_defaults_to_cpu_without_gpu(runner, no_gpu):
     result = invoke(runner, "run", "--batch", "10")
     assert result.exit_code == 0, result.output
     assert "no usable GPU" in result.output and "running the cpu variant" in result.output
-    assert "Correctness: " in result.output and "Model: ece408-high" in result.output
+    assert "Correctness: " in result.output and f"Model: {DEFAULT_MODEL}" in result.output
 
 
 def test_unknown_kernel_lists_names(runner):

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from PIL import Image
 from rich.console import Console
 
-from convlab import gpu, imagenet, lab, reference
+from convlab import imagenet, lab, reference
 from convlab.cli import main
 from convlab.errors import ConvlabError, DataError
 from convlab.models import get_model, random_weights, save_weights
@@ -214,11 +214,6 @@ def row_probabilities(x: np.ndarray) -> np.ndarray:
     z = x.reshape(len(x), -1)[:, :1000].astype(np.float64) / 20
     e = np.exp(z - z.max(axis=1, keepdims=True))
     return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
-
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    monkeypatch.setattr(gpu, "_probe", lambda: (None, "CuPy is not installed (test)"))
 
 
 @pytest.fixture

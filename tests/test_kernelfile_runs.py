@@ -18,10 +18,12 @@ from convlab.cli import main
 from convlab.errors import ConvlabError
 from convlab.kernelcheck import check_file
 from convlab.kernels import VARIANTS
-from convlab.models import get_model
+from convlab.models import DEFAULT_MODEL, get_model
 from convlab.scaffold import scaffold
 from convlab.shapes import ConvShape
 from convlab.userkernel import load_kernel_file
+
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 POLICY = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.1)
 
@@ -72,11 +74,6 @@ STUBS = textwrap.dedent('''\
         return {"sha256": load_kernel_file(kernel_file).sha256,
                 "rows": [row.as_dict() for row in rows]}
     ''')
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.fixture
@@ -347,11 +344,11 @@ def test_run_sanitize_reports_and_fails_on_errors(monkeypatch, mine_cu):
     monkeypatch.setattr(sanitize_mod, "sanitize_model", fake)
     result = invoke("run", "--kernel-file", mine_cu, "--sanitize")
     assert result.exit_code == 1
-    assert seen == [("ece408-high", 16, "mine", mine_cu, "memcheck", sanitize_mod.SANITIZER_TIMEOUT_S)]
+    assert seen == [(DEFAULT_MODEL, 16, "mine", mine_cu, "memcheck", sanitize_mod.SANITIZER_TIMEOUT_S)]
     assert f"conv_forward at {mine_cu}:30" in result.output and "ERROR SUMMARY: 1 error" in result.output
     invoke("run", "--kernel-file", mine_cu, "--sanitize", "racecheck", "--batch", "4,5",
            "--timeout", "7")
-    assert seen[1:] == [("ece408-high", b, "mine", mine_cu, "racecheck", 7.0) for b in (4, 5)]
+    assert seen[1:] == [(DEFAULT_MODEL, b, "mine", mine_cu, "racecheck", 7.0) for b in (4, 5)]
     record = json.loads(invoke("run", "--kernel", "naive", "--sanitize", "--json").output)
     assert record[0]["tool"] == "memcheck" and record[0]["layers"][0]["report"]["errors"]
 

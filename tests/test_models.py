@@ -132,7 +132,7 @@ def test_weights_with_nan_are_rejected(tmp_path):
 def test_corrupt_weights_file(tmp_path):
     path = tmp_path / "ece408.npz"
     path.write_bytes(weights_path("ece408").read_bytes()[:5000])
-    with pytest.raises(DataError, match="corrupt weights file"):
+    with pytest.raises(DataError, match="corrupt .npz archive"):
         load_weights("ece408", path)
 
 

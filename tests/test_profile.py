@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from convlab import gpu, nvtx, profile, profile_report
+from convlab import nvtx, profile, profile_report
 from convlab.cli import main
 from convlab.errors import ConvlabError, DataError
 from convlab.profile import (Activity, BatchProfile, Overhead, Profile, Row, StepInfo, Trace,
@@ -631,11 +631,6 @@ def test_install_lines_for_other_drivers():
 
 
 # --- the CLI without a GPU -------------------------------------------------------------------
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    monkeypatch.setattr(gpu, "_probe", lambda: (None, "CuPy is not installed (test)"))
-
 
 def profile_cli(*args):
     result = CliRunner().invoke(main, ["profile", *args])

@@ -22,6 +22,25 @@ RELU = "relu"  # conv (+ bias), then ReLU: every AlexNet conv layer
 
 
 @dataclass(frozen=True)
+class Arithmetic:
+    """The arithmetic a variant issues for one shape, which its roofline floor is made of:
+    `flops` at the ceiling of `rate` (a key of measure.Ceilings.rate), named `label`."""
+    rate: str
+    flops: float
+    label: str
+
+
+def direct_arithmetic(shape: ConvShape, precision: str) -> Arithmetic:
+    """A direct convolution's FLOPs at its precision class's rate."""
+    return Arithmetic(precision, shape.flops, precision.upper())
+
+
+def split_tf32_arithmetic(shape: ConvShape) -> Arithmetic:
+    """3xTF32: three TF32 tensor-core products (big*big, big*small, small*big) per FP32 one."""
+    return Arithmetic("tf32", 3 * shape.flops, "3xTF32")
+
+
+@dataclass(frozen=True)
 class Support:
     ok: bool
     reason: str = ""
@@ -128,6 +147,11 @@ class Variant:
 
     def output_shape(self, shape: ConvShape, epilogue: str | None = None) -> tuple[int, ...]:
         return pooled_shape(shape) if epilogue == TANH_POOL else shape.output_shape
+
+    def arithmetic(self, shape: ConvShape) -> Arithmetic:
+        """What this variant's floor counts: a variant that issues other instructions than its
+        precision class names (3xTF32) or fewer FLOPs than a direct conv (Winograd) says so."""
+        return direct_arithmetic(shape, self.precision)
 
     # --- the tiling space `convlab tune` searches (empty: nothing to tune) -------------------
     def configs(self, shape: ConvShape, epilogue: str | None = None) -> list[dict]:

@@ -524,7 +524,8 @@ import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
 from ..shapes import FEATURES, ConvShape  # noqa: E402
-from .base import RELU, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
+from .base import (RELU, Op, Support, Variant, blocks, check_inputs,  # noqa: E402
+                   device_weights, split_tf32_arithmetic)
 from .tensorcore import round_tf32  # noqa: E402
 
 MODES = {"tf32": 0, "3xtf32": 1, "fp16": 2, "bf16": 3}
@@ -1069,6 +1070,9 @@ class Pipelined3xTF32(Pipelined):
     summary = "pipelined with split TF32 operands (3 MMAs per step): FP32-level accuracy"
     precision = "fp32"
     maths = "3xtf32"
+
+    def arithmetic(self, shape):
+        return split_tf32_arithmetic(shape)
 
 
 class PipelinedFP16(Pipelined):

@@ -51,6 +51,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[MF][NF][4], const float4 (
 
 SOURCE = COMMENT + HEADER + MMA_STEP + BODY
 
+from .base import split_tf32_arithmetic  # noqa: E402
 from .tensorcore import TensorCore, round_tf32  # noqa: E402
 
 
@@ -59,6 +60,9 @@ class TensorCore3xTF32(TensorCore):
     summary = "tensorcore with split TF32 operands (3 MMAs per step); tf32 class (see its source)"
     precision = "tf32"
     source = SOURCE
+
+    def arithmetic(self, shape):
+        return split_tf32_arithmetic(shape)
 
     def filter_parts(self, weights):
         big = round_tf32(weights)

@@ -168,7 +168,7 @@ import contextlib  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from .base import RELU, Op, Support, Variant, blocks, check_inputs  # noqa: E402
+from .base import RELU, Arithmetic, Op, Support, Variant, blocks, check_inputs  # noqa: E402
 from .general import device_bias  # noqa: E402
 from .winograd_transforms import c_initializer, transform_matrices, weight_transform  # noqa: E402
 
@@ -243,6 +243,13 @@ class Winograd(Variant):
     def __init__(self, chunk: int | None = None, block: int | None = None):
         """Fix the images per chunk or the threads per block instead of the per-shape choice."""
         self.chunk, self.block = chunk, block
+
+    def arithmetic(self, shape):
+        """The batched SGEMM's products: 16 transformed points per 2x2 output tile (a direct
+        conv forms 36 products for the same four outputs); the transforms' few adds are left
+        out, so the floor stays a lower bound."""
+        tiles = -(-shape.Ho // 2) * -(-shape.Wo // 2)
+        return Arithmetic("fp32", 2 * 16 * tiles * shape.B * shape.M * shape.Cg, "FP32 F(2x2)")
 
     def supports(self, shape):
         if shape.K != 3:

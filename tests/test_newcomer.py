@@ -1,0 +1,305 @@
+"""What a newcomer meets at 80 columns with the output piped (issue 17): hidden columns are
+announced, code is never cut, errors name what was expected and which option was wrong, and
+legends match the numbers. CliRunner's output is not a terminal, as in `convlab ... | cat`."""
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from convlab import compare, gpu, report, results
+from convlab.cli import main
+from convlab.kernels import CUDNN_ROWS, get_variant
+from convlab.models import DEFAULT_MODEL
+from convlab.report import Col, fitted_table
+from convlab.scaffold import scaffold
+
+RESULTS = Path(__file__).parent.parent / "results" / "h100"
+OLD_ECE408 = RESULTS / "compare-ece408-20261123T104454.json"
+LAYER_RECORD = RESULTS / "compare-layer-64x64x56x56x64x3-p1-20261125T032540.json"
+ALEXNET_RECORD = RESULTS / "compare-alexnet-20261125T032502.json"
+
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
+def piped(*args, width=80):
+    out = CliRunner().invoke(main, [str(a) for a in args], terminal_width=width,
+                             env={"COLUMNS": str(width)})
+    assert "Traceback" not in out.output
+    return out
+
+
+def render(table, width=80) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))
+    console.print(table)
+    return console.export_text()
+
+
+# --- 1. columns never vanish without notice ---------------------------------------------------
+
+def test_a_table_that_hides_columns_says_which_and_how_to_see_them():
+    cols = [Col("name", "left"), Col("a"), Col("bbbbbbbbbbbbbb", key=False, priority=1),
+            Col("cccccccccccccc", key=False, priority=2)]
+    rows = [["x", "1", "2", "3"]]
+    narrow = render(fitted_table("t", cols, rows, width=20))
+    assert "2 columns hidden: bbbbbbbbbbbbbb, cccccccccccccc; --wide shows them" in \
+        " ".join(narrow.split())
+    wide = render(fitted_table("t", cols, rows, width=20, wide=True), width=200)
+    assert "hidden" not in wide
+
+
+def test_a_column_note_is_printed_only_with_its_column():
+    cols = [Col("name", "left"), Col("wide column header", key=False, note="about the wide one")]
+    rows = [["x", "1"]]
+    assert "about the wide one" not in render(fitted_table(None, cols, rows, width=10))
+    assert "about the wide one" in render(fitted_table(None, cols, rows, width=80))
+
+
+def test_hidden_parts_of_a_breakdown_fold_into_its_rest_column():
+    cols = [Col("what", "left"), Col("conv", part=True), Col("pool pool pool", key=False,
+            part=True), Col("other", rest=True), Col("total")]
+    rows = [["run", 1.0, 0.25, 0.5, "1.75"]]
+    text = render(fitted_table(None, cols, rows, width=30))
+    line = next(ln for ln in text.splitlines() if ln.startswith("run"))
+    assert line.split() == ["run", "1.0000", "0.7500", "1.75"]
+    assert "other includes the hidden pool pool pool" in " ".join(text.split())
+
+
+def test_list_at_80_columns_names_the_hidden_general_column():
+    out = piped("list")
+    assert out.exit_code == 0 and "hidden: general; --wide shows it" in out.output
+    assert "general" in piped("list", "--wide").output.splitlines()[1]
+
+
+def test_batch_sweep_parts_add_up_to_forward_at_80_columns(no_gpu):
+    out = piped("run", "--kernel", "cpu", "--model", "ece408-low", "--batch", "1,2")
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("batch "))
+    headers = re.split(r"\s{2,}", lines[head].strip())
+    assert "other" in headers and "pool" not in headers
+    for line in lines[head + 2:head + 4]:
+        cells = dict(zip(headers, line.split()))
+        parts = sum(float(cells[h]) for h in ("conv ms", "other"))
+        assert parts == pytest.approx(float(cells["forward"]), abs=0.002), line
+    text = " ".join(out.output.split())
+    assert "other includes the hidden pool, LRN, FC" in text
+    assert "dev alloc" not in text  # the footnotes speak of shown columns only
+
+
+def test_profile_breakdown_note_names_only_shown_columns():
+    from convlab.profile_report import steady_note
+
+    some = steady_note(["batch", "HtoD", "conv", "pool", "FC", "DtoH", "other", "wall"])
+    assert "LRN" not in some and "GPU busy" not in some and "pinned" not in some
+    every = steady_note(["HtoD", "conv", "pool", "LRN", "FC", "DtoH", "sync", "other",
+                         "dev alloc", "pinned", "GPU busy", "wall"])
+    assert "LRN" in every and "GPU busy is their sum" in every and "pinned" in every
+
+
+def test_check_always_shows_registers_shared_memory_spills_and_occupancy(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    scaffold("a_kernel_with_a_rather_long_name", "register-tiled", tmp_path)
+    out = piped("check", "a_kernel_with_a_rather_long_name.cu", "--model", "alexnet")
+    assert out.exit_code == 0, out.output
+    header = next(ln for ln in out.output.splitlines() if ln.startswith("layer "))
+    for column in ("regs", "smem", "spills", "occupancy"):
+        assert column in header
+    assert max(len(ln) for ln in out.output.splitlines()) <= 80
+    assert "hidden:" in out.output
+
+
+# --- 2. code is never cut ---------------------------------------------------------------------
+
+def test_show_wraps_long_source_lines_instead_of_cutting_them():
+    source = get_variant("tiled").source
+    long_lines = [ln for ln in source.splitlines() if len(ln) > 72]
+    assert long_lines  # the test means something only with lines wider than the terminal
+    out = piped("show", "tiled")
+    assert out.exit_code == 0
+    flat = "".join(out.output.split())
+    for line in long_lines:
+        assert "".join(line.split()[-3:]) in flat, line
+
+
+# --- 3. errors say what was expected ----------------------------------------------------------
+
+@pytest.mark.parametrize("content,found", [
+    (b"just some text\n", "a text file"),
+    ("array", "a single NumPy array (float32, shape (3, 4))"),
+    (b"", "empty"),
+])
+def test_a_wrong_weights_file_is_named_for_what_it_is(tmp_path, no_gpu, content, found):
+    path = tmp_path / "bad.npy"
+    if content == "array":
+        np.save(path, np.zeros((3, 4), np.float32))
+    else:
+        path.write_bytes(content)
+    out = piped("run", "--kernel", "cpu", "--batch", "10", "--model", "ece408", "--weights", path)
+    assert out.exit_code == 1
+    message = " ".join(out.output.split())
+    assert found in message and "expected a .npz of model 'ece408' written by `convlab train`" \
+        in message
+    for leak in ("allow_pickle", "context manager", "TypeError", "ValueError"):
+        assert leak not in message
+
+
+def test_a_bad_layer_names_the_option_and_the_field_as_typed():
+    out = piped("compare", "--layer", "64,64,56,56,64,3,0")
+    assert out.exit_code == 1
+    assert "--layer '64,64,56,56,64,3,0': stride" in out.output
+    assert "ConvShape" not in out.output
+
+
+# --- 4. impossible or malformed input is refused ----------------------------------------------
+
+@pytest.mark.parametrize("block", ["4096", "0"])
+def test_check_fails_when_no_layer_can_run(tmp_path, monkeypatch, block):
+    monkeypatch.chdir(tmp_path)
+    made = scaffold("mine", "naive", tmp_path).files[0]
+    made.write_text(re.sub(r"(?m)^// convlab: block = .*$", f"// convlab: block = {block}",
+                           made.read_text()))
+    out = piped("check", made)
+    assert out.exit_code == 1 and "no layer can run" in out.output
+
+
+def test_an_empty_batch_entry_is_refused(no_gpu):
+    out = piped("run", "--kernel", "cpu", "--batch", "1,,2")
+    assert out.exit_code == 1 and "--batch '1,,2' has an empty entry" in out.output
+
+
+def test_ladder_and_markdown_together_are_refused():
+    out = piped("results", "show", "--ladder", "--markdown", OLD_ECE408)
+    assert out.exit_code == 1 and "give one of them" in out.output
+
+
+def test_an_unknown_arch_names_our_option_and_what_nvrtc_builds(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    scaffold("mine", "naive", tmp_path)
+    out = piped("check", "mine.cu", "--arch", "foo")
+    assert out.exit_code == 1
+    assert "--arch 'foo'" in out.output and "sm_90" in out.output
+    assert "nvrtc: error" not in out.output and "did not compile" not in out.output
+    assert piped("check", "mine.cu", "--arch", "sm_90a").exit_code == 0
+
+
+def test_a_layer_batch_is_limited_by_device_memory_not_the_test_set(monkeypatch):
+    plan = compare.plan("naive", None, "64,64,56,56,64,3,1,1", "20000")
+    assert plan.batches == [20000]
+    shape = plan.shapes_for(20000)["layer"]
+
+    class Runtime:
+        @staticmethod
+        def memGetInfo():
+            return 8 * 2**30, 80 * 2**30
+
+    class Cuda:
+        runtime = Runtime
+
+    class FakeCupy:
+        cuda = Cuda
+
+    monkeypatch.setattr(gpu, "_probe", lambda: (FakeCupy, ""))
+    monkeypatch.setitem(__import__("sys").modules, "cupy", FakeCupy)
+    with pytest.raises(Exception, match=r"needs about .* GiB of device memory.*8\.0 GiB free"):
+        compare.check_layer_memory(shape)
+    assert compare.layer_bytes(shape) > 8 * 2**30
+
+
+# --- 5. legends that match the numbers --------------------------------------------------------
+
+def test_an_old_record_is_rendered_with_the_basis_its_legend_names():
+    comparison = results.from_record(results.load_record(OLD_ECE408))
+    for row in comparison.rows:
+        if row.valid and row.speedup_cudnn is not None:
+            basis = compare.best_cudnn(comparison.rows, row)
+            assert basis.variant in CUDNN_ROWS[row.precision]
+            assert row.cudnn_basis == basis.variant
+    tf32 = [r for r in comparison.rows if r.variant == "cudnn-tf32" and r.valid]
+    assert tf32 and all(r.speedup_cudnn == pytest.approx(1.0) for r in tf32)
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("compare-*.json")), ids=lambda p: p.name)
+def test_our_floors_count_the_arithmetic_issued_and_stay_below_100(path):
+    comparison = results.from_record(results.load_record(path))
+    cudnn = {name for names in CUDNN_ROWS.values() for name in names}
+    for row in comparison.rows:
+        if row.valid and row.pct_floor is not None and row.variant not in cudnn:
+            assert row.pct_floor < 100, (row.variant, row.layer, row.batch, row.pct_floor)
+    bases = {r.variant: r.floor_basis for r in comparison.rows if r.valid}
+    if "pipelined-3xtf32" in bases:
+        assert bases["pipelined-3xtf32"] in ("3xTF32", "copy")
+
+
+def test_winograd_and_3xtf32_floors_use_what_they_issue():
+    shape = compare.parse_layer("64,64,56,56,64,3,1,1")
+    assert get_variant("pipelined-3xtf32").arithmetic(shape).flops == 3 * shape.flops
+    assert get_variant("pipelined-3xtf32").arithmetic(shape).rate == "tf32"
+    winograd = get_variant("winograd").arithmetic(shape)
+    assert winograd.flops == pytest.approx(shape.flops * 16 / 36)
+    assert get_variant("tiled").arithmetic(shape).flops == shape.flops
+
+
+def test_the_layer_record_is_titled_by_its_shape():
+    out = piped("results", "show", LAYER_RECORD)
+    assert "layer 64x56x56->64x56x56 3x3 p1" in out.output
+    assert "layer: layer" not in out.output
+    assert "%floor of winograd: FP32 F(2x2)" in out.output
+
+
+def test_the_fastest_row_is_marked_in_a_pipe():
+    out = piped("results", "show", ALEXNET_RECORD)
+    assert out.exit_code == 0
+    rows = [ln for ln in out.output.splitlines() if re.match(r"\s*\d+\s+\S+\s+\w+\s+PASS\*", ln)]
+    assert rows  # a marked row in every table, no styling needed
+    assert "each layer: PASS*" in " ".join(out.output.split())
+    assert max(len(ln) for ln in out.output.splitlines()) <= 80
+
+
+# --- 6. numbers that disagree say why ---------------------------------------------------------
+
+def test_cpu_op_time_and_step_table_say_what_each_includes(no_gpu):
+    out = piped("run", "--kernel", "cpu", "--model", "ece408-low", "--batch", "20")
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "Op Time is the conv alone" in text
+    passes = int(re.search(r"median of (\d+) passes", text).group(1))
+    assert passes >= 3
+
+
+# --- 7. small ---------------------------------------------------------------------------------
+
+def test_new_points_to_the_kernel_file_docs(tmp_path):
+    made = scaffold("mine", "naive", tmp_path).files[0]
+    assert "docs/kernel-files.md" in made.read_text()
+    assert (Path(__file__).parent.parent / "docs" / "kernel-files.md").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["compare", "--layer", "64,64,56,56,64,3,1,1", "--batch", "8"],
+    ["tune", "--layer", "64,64,56,56,64,3,1,1", "--kernel", "pipelined"],
+])
+def test_errors_start_on_the_first_line(no_gpu, args):
+    out = piped(*args)
+    assert out.exit_code == 1 and out.output.startswith("Error: "), repr(out.output[:80])
+
+
+def test_readme_first_command_runs_the_default_model():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    first = next(ln for ln in readme.splitlines() if "convlab run" in ln)
+    model = re.search(r"--model (\S+)", first)
+    assert model is None or model.group(1) == DEFAULT_MODEL
+    assert f"[default: {DEFAULT_MODEL}]" in piped("run", "--help", width=200).output
+
+
+def test_report_module_keeps_the_best_mark_out_of_the_time_cell():
+    comparison = results.from_record(results.load_record(LAYER_RECORD))
+    best = next(r for r in comparison.rows if r.best)
+    cells = report.compare_cells(best)
+    assert cells[3] == "PASS*" and not cells[4].startswith("*")
