@@ -11,7 +11,7 @@ there makes that run's rows FAIL with the reason, and the comparison goes on.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -85,28 +85,22 @@ class Row:
         return 100.0 * self.floor_ms / self.median_ms
 
     def as_dict(self) -> dict:
-        return {
-            "variant": self.variant, "precision": self.precision, "batch": self.batch,
-            "layer": self.layer, "label": self.label, "shape": self.shape.as_dict(),
-            "epilogue": self.epilogue, "status": self.status, "reason": self.reason,
-            "timing": self.timing.as_dict() if self.timing else None,
-            "max_rel_error": self.max_rel_error, "accuracy": self.accuracy,
-            "predictions_differ": self.predictions_differ, "floor_ms": self.floor_ms,
-            "floor_bound": self.floor_bound, "speedup_naive": self.speedup_naive,
-            "speedup_cudnn": self.speedup_cudnn, "best": self.best, "bound_ratio": self.bound_ratio,
-            "cudnn_basis": self.cudnn_basis, "note": self.note, "floor_basis": self.floor_basis,
-            "gflops": self.gflops, "gbps": self.gbps, "pct_floor": self.pct_floor,
-        }
+        """Every field by name (the timing and shape as their own dicts), plus the derived
+        figures a reader of the JSON wants without recomputing them."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["shape"] = self.shape.as_dict()
+        d["timing"] = self.timing.as_dict() if self.timing else None
+        d.update(gflops=self.gflops, gbps=self.gbps, pct_floor=self.pct_floor)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Row":
-        timing = measure.Timing.from_dict(d["timing"]) if d.get("timing") else None
-        return cls(d["variant"], d["precision"], d["batch"], d["layer"], d["label"],
-                   ConvShape(**d["shape"]), d.get("epilogue"), d["status"], d.get("reason", ""),
-                   timing, d.get("max_rel_error"), d.get("accuracy"), d.get("predictions_differ"),
-                   d.get("floor_ms"), d.get("floor_bound", ""), d.get("speedup_naive"),
-                   d.get("speedup_cudnn"), d.get("best", False), d.get("bound_ratio"),
-                   d.get("cudnn_basis", ""), d.get("note", ""), d.get("floor_basis", ""))
+        """The row as_dict() gave, by field name (fields a record predates take defaults)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in d.items() if k in known}
+        values["shape"] = ConvShape(**d["shape"])
+        values["timing"] = measure.Timing.from_dict(d["timing"]) if d.get("timing") else None
+        return cls(**values)
 
 
 @dataclass
@@ -205,8 +199,13 @@ def variant_rows(variant, batch: int, model: str | None, policy: measure.TimingP
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - a crashing variant is a FAIL row, not a crash
         reason = f"{type(exc).__name__}: {exc}"
-    return [Row(variant.name, variant.precision, batch, ln, ln, s, None, FAIL, reason)
-            for ln, s in shapes.items()]
+    return failed_rows(variant, batch, shapes, reason)
+
+
+def failed_rows(variant, batch: int, shapes: dict[str, ConvShape], reason: str) -> list[Row]:
+    """One FAIL row per layer, all for the same reason."""
+    return [Row(variant=variant.name, precision=variant.precision, batch=batch, layer=ln,
+                label=ln, shape=s, status=FAIL, reason=reason) for ln, s in shapes.items()]
 
 
 def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="sample") -> list[Row]:
@@ -214,16 +213,18 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
     epilogues = _epilogues(model, variant, shapes)
     supported = {ln: s for ln, s in shapes.items() if variant.supports(s)}
     natural = _natural_epilogues(model)
-    skipped = [Row(name, variant.precision, batch, ln, ln, s, natural.get(ln), SKIP,
-                   variant.supports(s).reason)
+    skipped = [Row(variant=name, precision=variant.precision, batch=batch, layer=ln, label=ln,
+                   shape=s, epilogue=natural.get(ln), status=SKIP,
+                   reason=variant.supports(s).reason)
                for ln, s in shapes.items() if ln not in supported]
     if not supported:
         return skipped
     if variant.name not in REFERENCE_VARIANTS:
         ok, reason = random_trials(variant, supported, epilogues)
         if not ok:
-            return skipped + [Row(name, variant.precision, batch, layer, layer, shape,
-                                  epilogues.get(layer), FAIL, reason)
+            return skipped + [Row(variant=name, precision=variant.precision, batch=batch,
+                                  layer=layer, label=layer, shape=shape,
+                                  epilogue=epilogues.get(layer), status=FAIL, reason=reason)
                               for layer, shape in supported.items()]
     rows = skipped
     if model is None:
@@ -244,29 +245,31 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
             status, reason = FAIL, f"after timing: {layer.check.reason}"
         elif not run_ok:
             status, reason = FAIL, f"{differ} network predictions differ from the CPU reference"
-        rows.append(Row(name, variant.precision, batch, layer.name, layer.label, layer.shape,
-                        layer.epilogue, status, reason, layer.timing, layer.check.max_rel_error,
-                        accuracy, differ, bound_ratio=layer.check.bound_ratio, note=layer.note))
+        rows.append(Row(variant=name, precision=variant.precision, batch=batch, layer=layer.name,
+                        label=layer.label, shape=layer.shape, epilogue=layer.epilogue,
+                        status=status, reason=reason, timing=layer.timing,
+                        max_rel_error=layer.check.max_rel_error, accuracy=accuracy,
+                        predictions_differ=differ, bound_ratio=layer.check.bound_ratio,
+                        note=layer.note))
     return rows
 
 
 def _cudnn_fused_row(name: str, batch, layer_name, shape, policy, verify="sample") -> Row:
     """cuDNN row `name` for conv + tanh + 2x2 pool, as PyTorch users write it: three calls."""
     variant = get_variant(name)
-    label = f"{layer_name} + tanh + pool (3 PyTorch calls)"
+    row = Row(variant=name, precision=variant.precision, batch=batch, layer=layer_name,
+              label=f"{layer_name} + tanh + pool (3 PyTorch calls)", shape=shape,
+              epilogue=TANH_POOL)
     support = variant.supports(shape)
     if not support:
-        return Row(name, variant.precision, batch, layer_name, label, shape, TANH_POOL, SKIP,
-                   support.reason)
+        return replace(row, status=SKIP, reason=support.reason)
     try:
         result = lab.run_layer(shape, name, policy, TANH_POOL, verify=verify)
     except Exception as exc:  # noqa: BLE001 - any failure of a reference row is reported, not fatal
-        return Row(name, variant.precision, batch, layer_name, label, shape, TANH_POOL, FAIL,
-                   f"{type(exc).__name__}: {exc}")
-    status = PASS if result.check.passed else FAIL
-    return Row(name, variant.precision, batch, layer_name, label, shape, TANH_POOL, status,
-               result.check.reason, result.timing, result.check.max_rel_error,
-               bound_ratio=result.check.bound_ratio)
+        return replace(row, status=FAIL, reason=f"{type(exc).__name__}: {exc}")
+    return replace(row, status=PASS if result.check.passed else FAIL, reason=result.check.reason,
+                   timing=result.timing, max_rel_error=result.check.max_rel_error,
+                   bound_ratio=result.check.bound_ratio)
 
 
 def best_cudnn(rows: list[Row], row: Row) -> Row | None:
@@ -416,8 +419,7 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
         reason = kernel_file.locate(job["message"])
     else:
         reason = job["reason"]
-    return [Row(variant.name, variant.precision, batch, ln, ln, s, None, FAIL, reason)
-            for ln, s in shapes.items()]
+    return failed_rows(variant, batch, shapes, reason)
 
 
 def execute(p: Plan, policy: measure.TimingPolicy,

@@ -172,9 +172,10 @@ class LayerResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LayerResult":
-        return cls(d["name"], d["label"], ConvShape(**d["shape"]), d["epilogue"],
-                   measure.Timing.from_dict(d["timing"]), Check(**d["check"]), d["compile_s"],
-                   d.get("variant", ""), d.get("note", ""))
+        return cls(name=d["name"], label=d["label"], shape=ConvShape(**d["shape"]),
+                   epilogue=d["epilogue"], timing=measure.Timing.from_dict(d["timing"]),
+                   check=Check(**d["check"]), compile_s=d["compile_s"],
+                   variant=d.get("variant", ""), note=d.get("note", ""))
 
 
 @dataclass
@@ -194,8 +195,9 @@ class StepTime:
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepTime":
-        return cls(d["label"], d["category"], d["kernel"], d["median_ms"],
-                   Check(**d["check"]) if d.get("check") is not None else None)
+        return cls(label=d["label"], category=d["category"], kernel=d["kernel"],
+                   median_ms=d["median_ms"],
+                   check=Check(**d["check"]) if d.get("check") is not None else None)
 
 
 @dataclass

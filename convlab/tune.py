@@ -6,185 +6,32 @@ others are measured against), each in a child process of its own (convlab.isolat
 that faults leaves the CUDA context unusable, one that hangs never returns, and either would
 otherwise end the sweep or fail every candidate after it. A configuration that fails to compile,
 to verify or to run, or that crashes or hangs its process, is a FAIL row with its reason and
-the sweep goes on. The fastest verified one is stored in an on-disk
-cache keyed by the GPU (name and compute capability), the variant, a hash of the variant's
-source (its CUDA C and the Python module that launches it: an edited kernel is tuned afresh),
-the layer shape (batch included) and the epilogue.
-
-`lookup` is the cache's read side, for variants' default choices: no GPU work, memoised on the
-cache file's modification time, and it never raises: a missing, unreadable or corrupt cache is
-no entry (and the next store rewrites a corrupt file whole). The cache is one JSON file under
-CONVLAB_CACHE_DIR (default ~/.cache/convlab); a store is a read-modify-write under an exclusive
-lock on a side file, written to a temporary file and moved into place with os.replace, so
-concurrent tuners lose no entry and a reader never sees half a file.
+the sweep goes on. The fastest verified one is stored in convlab/tuning.py's on-disk cache,
+which the variants read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib
-import inspect
-import json
-import os
-import secrets
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 from .errors import ConvlabError
-from .gpu import gpu_available, unavailable_reason
+from .gpu import unavailable_reason
 from .measure import Timing, TimingPolicy
 from .shapes import ConvShape
+from . import tuning
 from .verify import Check
 
-CACHE_FILE = "tune-cache.json"
-CACHE_FORMAT = 1
 PASS, FAIL = "PASS", "FAIL"
-
-
-# --- the layer ------------------------------------------------------------------------------
-
-def layer_text(shape: ConvShape) -> str:
-    """The layer in --layer syntax (the long form), plus ',bias' when it has one."""
-    s = shape
-    text = f"{s.B},{s.C},{s.H},{s.W},{s.M},{s.K},{s.stride},{s.pad},{s.groups}"
-    return text + (",bias" if s.bias else "")
 
 
 def config_text(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
-
-
-# --- the cache ------------------------------------------------------------------------------
-
-def cache_path() -> Path:
-    directory = os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab")
-    return Path(directory) / CACHE_FILE
-
-
-@lru_cache(maxsize=None)
-def _device_name(device_id: int) -> str:
-    import cupy
-
-    props = cupy.cuda.runtime.getDeviceProperties(device_id)
-    name = props["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return f"{name} (CC {props['major']}.{props['minor']})"
-
-
-def device_key() -> str | None:
-    """The current GPU as the cache names it (name and compute capability); None without one."""
-    if not gpu_available():
-        return None
-    import cupy
-
-    return _device_name(cupy.cuda.Device().id)
-
-
-@lru_cache(maxsize=256)
-def _hash(source: str, module_file: str | None) -> str:
-    digest = hashlib.sha256(source.encode())
-    if module_file is not None:
-        with contextlib.suppress(OSError):
-            digest.update(Path(module_file).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def source_hash(variant) -> str:
-    """Hash of the variant's CUDA source and of the module its class is defined in."""
-    try:
-        module_file = inspect.getsourcefile(type(variant))
-    except TypeError:
-        module_file = None
-    return _hash(variant.source or "", module_file)
-
-
-def cache_key(device: str, variant_name: str, digest: str, shape: ConvShape,
-              epilogue: str | None) -> str:
-    return f"{device} | {variant_name} | {digest} | {layer_text(shape)} | {epilogue or 'none'}"
-
-
-_memo: dict[Path, tuple[tuple[int, int, int], dict]] = {}
-
-
-def _read_entries(path: Path) -> dict:
-    """The cache's entries, {} for a missing, unreadable or corrupt file."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return {}
-    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    memo = _memo.get(path)
-    if memo is not None and memo[0] == stamp:
-        return memo[1]
-    try:
-        data = json.loads(path.read_bytes())
-        entries = data["entries"] if data.get("format") == CACHE_FORMAT else {}
-        if not isinstance(entries, dict):
-            entries = {}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        entries = {}
-    _memo[path] = (stamp, entries)
-    return entries
-
-
-def lookup(variant, shape: ConvShape, epilogue: str | None = None) -> dict | None:
-    """The tuned configuration of `variant` (a name or a Variant) for this layer on the current
-    GPU, or None: no GPU, no entry, or an unreadable cache. Never raises."""
-    try:
-        if isinstance(variant, str):
-            from .kernels import VARIANTS
-
-            variant = VARIANTS.get(variant)
-            if variant is None:
-                return None
-        device = device_key()
-        if device is None:
-            return None
-        key = cache_key(device, variant.name, source_hash(variant), shape, epilogue)
-        entry = _read_entries(cache_path()).get(key)
-        config = entry.get("config") if isinstance(entry, dict) else None
-        return dict(config) if isinstance(config, dict) else None
-    except Exception:  # a variant's default choice must not fail because of its cache
-        return None
-
-
-@contextlib.contextmanager
-def _exclusive(path: Path):
-    """Holds an exclusive lock on path's side file (POSIX; elsewhere os.replace alone keeps the
-    file whole, and concurrent stores may drop one another's entry)."""
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
-        try:
-            import fcntl
-        except ImportError:
-            yield
-            return
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def store(key: str, entry: dict, path: Path | None = None) -> Path:
-    """Add or replace one entry; a corrupt cache file is replaced by one holding this entry."""
-    path = path or cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(path):
-        _memo.pop(path, None)
-        entries = dict(_read_entries(path))
-        entries[key] = entry
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-    return path
 
 
 # --- the sweep ------------------------------------------------------------------------------
@@ -345,13 +192,13 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
         others = _variants_with_configs(shape, epilogue)
         raise ConvlabError(f"kernel '{variant.name}' has no tiling space to search; kernels with "
                            f"one for this layer: {', '.join(others) or 'none'}")
-    device = device_key()
+    device = tuning.device_key()
     if device is None:
         raise ConvlabError(f"tuning times kernels on a CUDA GPU: {unavailable_reason()}")
     policy = policy or TimingPolicy()
     step = on_step or (lambda done, total, config: None)
     result = TuneResult(variant.name, variant.precision, shape, epilogue, device,
-                        source_hash(variant))
+                        tuning.source_hash(variant))
     run = _isolated if isolate else _in_process
     for i, config in enumerate(configs):
         step(i, len(configs), config)
@@ -364,11 +211,11 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
                  "median_ms": best.median_ms, "tried": len(configs),
                  "passed": sum(c.passed for c in result.candidates),
                  "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        key = cache_key(device, variant.name, result.source_hash, shape, epilogue)
+        key = tuning.cache_key(device, variant.name, result.source_hash, shape, epilogue)
         try:
-            result.cache_path = str(store(key, entry))
+            result.cache_path = str(tuning.store(key, entry))
         except OSError as exc:
-            result.cache_error = f"could not write the tuning cache {cache_path()}: {exc}"
+            result.cache_error = f"could not write the tuning cache {tuning.cache_path()}: {exc}"
     return result
 
 

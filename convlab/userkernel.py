@@ -53,6 +53,7 @@ import numpy as np
 
 from . import expressions
 from .errors import ConvlabError
+from .hardware import H100
 from .jit import build_options
 from .kernels import VARIANTS
 from .kernels.base import (RELU, SUPPORTED, Op, Support, Variant, check_inputs, device_weights,
@@ -77,8 +78,8 @@ REPEATABLE = {"requires"}
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
-MAX_SHARED_PER_BLOCK = 227 * 1024  # sm_90 opt-in limit (CUDA C Programming Guide, table 24)
-DEFAULT_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in (max_dynamic_shared_size_bytes)
+MAX_SHARED_PER_BLOCK = H100.limits.shared_per_block_optin  # sm_90's opt-in limit
+DEFAULT_SHARED_LIMIT = H100.limits.shared_per_block_default  # above it a kernel must opt in
 SCALAR_TYPES = (("long long", np.int64), ("int64_t", np.int64), ("size_t", np.uint64),
                 ("unsigned", np.uint32), ("double", np.float64), ("float", np.float32),
                 ("int", np.int32))

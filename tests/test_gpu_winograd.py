@@ -10,7 +10,7 @@ each layer's bound_ratio.
 import numpy as np
 import pytest
 
-from convlab import measure, tune
+from convlab import measure, tune, tuning
 from convlab.kernels import RELU
 from convlab.kernels.winograd import BLOCKS, MIN_GROUP_CHANNELS, Winograd, fp32_gemm
 from convlab.shapes import ConvShape
@@ -146,6 +146,6 @@ def test_tuned_configuration_becomes_the_default_choice(tmp_path, monkeypatch):
               candidate.bound_ratio)
     assert all(c.passed for c in result.candidates), tune.failure_lines(result)
     best = result.best.config
-    assert tune.lookup(Winograd(), shape, RELU) == best
+    assert tuning.lookup(Winograd(), shape, RELU) == best
     assert Winograd().choice(shape, RELU) == (best["chunk"], best["block"])
-    assert tune.lookup(Winograd(), shape, None) is None  # another epilogue, another entry
+    assert tuning.lookup(Winograd(), shape, None) is None  # another epilogue, another entry

@@ -69,7 +69,8 @@ STUBS = textwrap.dedent('''\
 
     def compile_error_rows(kernel_file, batch, shapes, **args):
         reason = "kernel 'mine' failed to compile\\n" + COMPILE_LOG
-        rows = [Row("mine", "fp32", batch, name, name, ConvShape(**shape), None, "FAIL", reason)
+        rows = [Row(variant="mine", precision="fp32", batch=batch, layer=name, label=name,
+                    shape=ConvShape(**shape), status="FAIL", reason=reason)
                 for name, shape in shapes.items()]
         return {"sha256": load_kernel_file(kernel_file).sha256,
                 "rows": [row.as_dict() for row in rows]}

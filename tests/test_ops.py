@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from convlab import reference
+from convlab import hardware, reference
 from convlab.jit import compile_cubin
 from convlab.models import LRN, MODELS, Dense, MaxPool, ReLU, Softmax, Tanh
 from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, softmax
@@ -351,7 +351,7 @@ def test_dense_plan_is_gemv_up_to_batch_8(inputs, outputs):
 
 
 def test_dense_plan_splits_k_where_tiles_are_few():
-    sms = dense.DEFAULT_SMS
+    sms = hardware.H100.sms
     for inputs, outputs in ((9216, 4096), (4096, 4096), (4096, 1000)):
         plan = dense.plan_dense(128, inputs, outputs, sms)
         tiles = math.ceil(128 / plan.tile_m) * math.ceil(outputs / plan.tile_n)

@@ -8,7 +8,7 @@ Run on a GPU machine with `pytest -m gpu tests/test_ops_gpu.py -s` (-s shows the
 import numpy as np
 import pytest
 
-from convlab import measure
+from convlab import hardware, measure
 from convlab.ops import (dense, prepare_activation, prepare_dense, prepare_dense_cublas,
                          prepare_lrn, prepare_lrn_max_pool, prepare_max_pool, prepare_softmax,
                          reference_activation, reference_dense, reference_lrn,
@@ -218,7 +218,7 @@ def test_dense_fc6_batch_128_within_2x_of_cublas(rng):
         theirs = prepare_dense_cublas(batch, w, b, "relu")
         times[batch] = (measure.time_device(lambda: ours(xd, y), policy).median_ms,
                         measure.time_device(lambda: theirs(xd, y), policy).median_ms)
-        plan = dense.plan_dense(batch, 9216, 4096, dense.sm_count())
+        plan = dense.plan_dense(batch, 9216, 4096, hardware.current().sms)
         flops = 2 * batch * 9216 * 4096
         print(f"\nfc6 batch {batch:4d} ({plan.describe()}): ours {times[batch][0]:.4f} ms "
               f"({flops / times[batch][0] / 1e9:.0f} GFLOP/s), cuBLAS {times[batch][1]:.4f} ms "

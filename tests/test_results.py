@@ -21,8 +21,10 @@ COL = {c.header: i for i, c in enumerate(report.COMPARE_COLUMNS)}  # compare_cel
 
 def row(variant, ms, status="PASS", batch=100, layer="conv", epilogue=None, precision="fp32", reason=""):
     timing = measure.Timing([ms * f for f in (0.99, 1.0, 1.01, 1.0, 1.0)]) if ms else None
-    return compare.Row(variant, precision, batch, layer, layer, SHAPE, epilogue, status, reason,
-                       timing, 1e-7 if ms else None, 0.9 if ms else None, 0 if ms else None)
+    return compare.Row(variant=variant, precision=precision, batch=batch, layer=layer, label=layer,
+                       shape=SHAPE, epilogue=epilogue, status=status, reason=reason, timing=timing,
+                       max_rel_error=1e-7 if ms else None, accuracy=0.9 if ms else None,
+                       predictions_differ=0 if ms else None)
 
 
 def sample():

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from convlab import lab, tune
+from convlab import lab, tune, tuning
 from convlab.cli import main
 from convlab.errors import ConvlabError, KernelCompileError
 from convlab.kernels import RELU, Support, Variant
@@ -90,9 +90,9 @@ def fake_run_layer(shape, variant, policy=None, epilogue=None, seed=None):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tune, "device_key", lambda: DEVICE)
+    monkeypatch.setattr(tuning, "device_key", lambda: DEVICE)
     monkeypatch.setattr(lab, "run_layer", fake_run_layer)
-    return tmp_path / tune.CACHE_FILE
+    return tmp_path / tuning.CACHE_FILE
 
 
 # --- the parser -------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def test_parse_passes_on_shape_errors():
 
 
 def test_layer_text_is_the_long_form_of_the_syntax():
-    assert parse_layer(tune.layer_text(SHAPE).removesuffix(",bias"), bias=True) == SHAPE
+    assert parse_layer(tuning.layer_text(SHAPE).removesuffix(",bias"), bias=True) == SHAPE
 
 
 # --- the cache --------------------------------------------------------------------------------
@@ -132,20 +132,19 @@ def test_search_stores_the_best_and_lookup_finds_it(cache):
     assert result.best.config == {"ms": 1.0} and result.baseline.config == {"ms": 3.0}
     assert steps[0] == (0, 6, {"ms": 3.0}) and steps[-1] == (6, 6, None) and len(steps) == 7
     assert result.cache_path == str(cache)
-    assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
+    assert tuning.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
     entry = next(iter(json.loads(cache.read_text())["entries"].values()))
     assert entry["median_ms"] == 1.0 and entry["tried"] == 6 and entry["passed"] == 3
     assert entry["device"] == DEVICE and entry["shape"] == SHAPE.as_dict()
 
 
-def test_lookup_by_registered_name(cache):
+def test_lookup_of_a_registered_variant(cache):
     from convlab.kernels import get_variant
 
     variant = get_variant("register-tiled")
-    key = tune.cache_key(DEVICE, variant.name, tune.source_hash(variant), SHAPE, None)
-    tune.store(key, {"config": {"TH": 4, "MT": 8, "MINB": 0}})
-    assert tune.lookup("register-tiled", SHAPE) == {"TH": 4, "MT": 8, "MINB": 0}
-    assert tune.lookup("no-such-kernel", SHAPE) is None
+    key = tuning.cache_key(DEVICE, variant.name, tuning.source_hash(variant), SHAPE, None)
+    tuning.store(key, {"config": {"TH": 4, "MT": 8, "MINB": 0}})
+    assert tuning.lookup(variant, SHAPE) == {"TH": 4, "MT": 8, "MINB": 0}
 
 
 def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
@@ -156,8 +155,8 @@ def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     variant = Pipelined()
     default = variant.tiling_for(SHAPE, RELU)
     other = next(c for c in variant.configs(SHAPE, RELU) if c != default.as_dict())
-    key = tune.cache_key(DEVICE, variant.name, tune.source_hash(variant), SHAPE, RELU)
-    tune.store(key, {"config": other})
+    key = tuning.cache_key(DEVICE, variant.name, tuning.source_hash(variant), SHAPE, RELU)
+    tuning.store(key, {"config": other})
     assert variant.tiling_for(SHAPE, RELU).as_dict() == other
     assert variant.defines(SHAPE, RELU)["BN"] == other["bn"]
     assert variant.tiling_for(SHAPE, None) == default  # another epilogue, another entry
@@ -165,7 +164,7 @@ def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     assert Pipelined3xTF32().tiling_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32")[0]
     fixed = variant.configured(default.as_dict())
     assert fixed.tiling_for(SHAPE, RELU) == default  # a fixed tiling (what tune times) wins
-    tune.store(key, {"config": {**other, "bm": "huge"}})
+    tuning.store(key, {"config": {**other, "bm": "huge"}})
     assert variant.tiling_for(SHAPE, RELU) == default  # an unusable entry is ignored
 
 
@@ -181,14 +180,14 @@ def test_failures_keep_their_reasons_and_never_stop_the_sweep(cache):
 
 def test_the_key_holds_device_epilogue_shape_and_source(cache, monkeypatch):
     tune.tune(SHAPE, FakeTiles(), RELU, isolate=False)
-    assert tune.lookup(FakeTiles(), SHAPE, None) is None
-    assert tune.lookup(FakeTiles(), SHAPE.with_batch(17), RELU) is None
-    assert tune.lookup(EditedTiles(), SHAPE, RELU) is None  # an edited kernel is tuned afresh
-    assert tune.source_hash(EditedTiles()) != tune.source_hash(FakeTiles())
-    monkeypatch.setattr(tune, "device_key", lambda: "Other GPU (CC 8.0)")
-    assert tune.lookup(FakeTiles(), SHAPE, RELU) is None
-    monkeypatch.setattr(tune, "device_key", lambda: None)  # no GPU: no entry, no error
-    assert tune.lookup(FakeTiles(), SHAPE, RELU) is None
+    assert tuning.lookup(FakeTiles(), SHAPE, None) is None
+    assert tuning.lookup(FakeTiles(), SHAPE.with_batch(17), RELU) is None
+    assert tuning.lookup(EditedTiles(), SHAPE, RELU) is None  # an edited kernel is tuned afresh
+    assert tuning.source_hash(EditedTiles()) != tuning.source_hash(FakeTiles())
+    monkeypatch.setattr(tuning, "device_key", lambda: "Other GPU (CC 8.0)")
+    assert tuning.lookup(FakeTiles(), SHAPE, RELU) is None
+    monkeypatch.setattr(tuning, "device_key", lambda: None)  # no GPU: no entry, no error
+    assert tuning.lookup(FakeTiles(), SHAPE, RELU) is None
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"\x00\xff", b"[1, 2]", b'{"format": 99}',
@@ -197,33 +196,33 @@ def test_the_key_holds_device_epilogue_shape_and_source(cache, monkeypatch):
 def test_a_corrupt_cache_is_ignored_then_rewritten(cache, content):
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_bytes(content)
-    assert tune.lookup(FakeTiles(), SHAPE, RELU) is None
+    assert tuning.lookup(FakeTiles(), SHAPE, RELU) is None
     tune.tune(SHAPE, FakeTiles(), RELU, isolate=False)
-    assert json.loads(cache.read_text())["format"] == tune.CACHE_FORMAT
-    assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
+    assert json.loads(cache.read_text())["format"] == tuning.CACHE_FORMAT
+    assert tuning.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
 
 
 def test_lookup_without_a_cache_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "missing" / "dir"))
-    monkeypatch.setattr(tune, "device_key", lambda: DEVICE)
-    assert tune.lookup(FakeTiles(), SHAPE) is None
+    monkeypatch.setattr(tuning, "device_key", lambda: DEVICE)
+    assert tuning.lookup(FakeTiles(), SHAPE) is None
 
 
 def test_lookup_reads_the_file_once_until_it_changes(cache, monkeypatch):
     tune.tune(SHAPE, FakeTiles(), RELU, isolate=False)
     reads = []
-    real = tune.json.loads
+    real = tuning.json.loads
 
     def counting(text, *args, **kwargs):
         reads.append(1)
         return real(text, *args, **kwargs)
 
-    monkeypatch.setattr(tune, "json", types.SimpleNamespace(loads=counting, dumps=json.dumps))
+    monkeypatch.setattr(tuning, "json", types.SimpleNamespace(loads=counting, dumps=json.dumps))
     for _ in range(100):
-        assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
+        assert tuning.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 1.0}
     assert len(reads) == 1
     tune.tune(SHAPE, FakeTiles((0.5,)), RELU, isolate=False)  # a store replaces the file
-    assert tune.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 0.5}
+    assert tuning.lookup(FakeTiles(), SHAPE, RELU) == {"ms": 0.5}
 
 
 def _store_many(directory, worker, count):
@@ -231,7 +230,7 @@ def _store_many(directory, worker, count):
 
     os.environ["CONVLAB_CACHE_DIR"] = directory
     for i in range(count):
-        tune.store(f"worker {worker} key {i}", {"config": {"worker": worker, "i": i}})
+        tuning.store(f"worker {worker} key {i}", {"config": {"worker": worker, "i": i}})
 
 
 def test_concurrent_writers_lose_no_entry(tmp_path, monkeypatch):
@@ -243,7 +242,7 @@ def test_concurrent_writers_lose_no_entry(tmp_path, monkeypatch):
     for p in workers:
         p.join(60)
         assert p.exitcode == 0
-    entries = json.loads((tmp_path / tune.CACHE_FILE).read_text())["entries"]
+    entries = json.loads((tmp_path / tuning.CACHE_FILE).read_text())["entries"]
     assert len(entries) == 150
     assert entries["worker 5 key 24"]["config"] == {"worker": 5, "i": 24}
     assert not list(tmp_path.glob("*.tmp"))
@@ -262,7 +261,7 @@ def test_isolated_candidates_crash_alone(cache, monkeypatch):
     # (whether the third stopped as "converged" or "max-runs" depends on the machine's noise)
     assert result.candidates[0].timing.n == 3 + 1
     assert result.candidates[0].bound_ratio < 1
-    assert tune.lookup(CpuTiles(), ConvShape(2, 3, 9, 9, 4, 3, pad=1)) in ({"mode": "first"},
+    assert tuning.lookup(CpuTiles(), ConvShape(2, 3, 9, 9, 4, 3, pad=1)) in ({"mode": "first"},
                                                                          {"mode": "last"})
 
 
@@ -275,7 +274,7 @@ def test_refusals(cache, monkeypatch):
         tune.tune(SHAPE, FakeTiles(), "tanh-pool", isolate=False)
     with pytest.raises(ConvlabError, match="has no tiling space to search"):
         tune.tune(SHAPE, FakeTiles(()), isolate=False)
-    monkeypatch.setattr(tune, "device_key", lambda: None)
+    monkeypatch.setattr(tuning, "device_key", lambda: None)
     with pytest.raises(ConvlabError, match="CUDA GPU"):
         tune.tune(SHAPE, FakeTiles(), isolate=False)
 

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import tuning
 from ..jit import build_options, load_module
 from ..shapes import FEATURES, ConvShape
 
@@ -153,7 +154,41 @@ class Variant:
         precision class names (3xTF32) or fewer FLOPs than a direct conv (Winograd) says so."""
         return direct_arithmetic(shape, self.precision)
 
-    # --- the tiling space `convlab tune` searches (empty: nothing to tune) -------------------
+    # --- the tiling: its space (what `convlab tune` searches) and how one is chosen ---------
+    # Like @triton.autotune around a Triton kernel, tuning is attached from outside: a tunable
+    # variant says what it fixes, what it would pick by itself and which configs are valid;
+    # config_for applies the one order every tunable variant shares.
+
+    def fixed_config(self) -> dict:
+        """The config fields its constructor fixed (scripts and the tuner set them)."""
+        return {}
+
+    def config_fields(self) -> tuple[str, ...]:
+        """The fields of a config: with all of them fixed, nothing is looked up."""
+        return ()
+
+    def default_config(self, shape: ConvShape, epilogue: str | None = None) -> dict | None:
+        """The variant's own heuristic choice for a layer (None: no config fits it)."""
+        return None
+
+    def accepts(self, config: dict, shape: ConvShape, epilogue: str | None = None) -> bool:
+        """Whether a cached config can run this layer (a stale or hand-edited entry cannot)."""
+        return False
+
+    def config_for(self, shape: ConvShape, epilogue: str | None = None) -> dict | None:
+        """The config a layer gets: the fields fixed by the constructor, the rest tuned on this
+        GPU for this layer and epilogue (`convlab tune`'s cache), else the heuristic's."""
+        fixed = self.fixed_config()
+        chosen = None
+        if not set(self.config_fields()) <= set(fixed):
+            cached = tuning.lookup(self, shape, epilogue)
+            if cached is not None and self.accepts(cached, shape, epilogue):
+                chosen = cached
+        chosen = chosen or self.default_config(shape, epilogue)
+        if chosen is None:
+            return fixed or None
+        return {**chosen, **fixed}
+
     def configs(self, shape: ConvShape, epilogue: str | None = None) -> list[dict]:
         """Every tiling worth trying for this shape, as plain dicts of compile-time choices."""
         return []

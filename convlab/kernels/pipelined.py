@@ -523,6 +523,7 @@ from functools import lru_cache  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
+from ..hardware import H100  # noqa: E402
 from ..shapes import FEATURES, ConvShape  # noqa: E402
 from .base import (RELU, Op, Support, Variant, blocks, check_inputs,  # noqa: E402
                    device_weights, split_tf32_arithmetic)
@@ -782,7 +783,7 @@ def gather_table(shape: ConvShape, t: Tiling) -> np.ndarray:
 # m16n8k16 16-bit MMA is assumed to take the same time for twice the work), shared-memory and
 # L2 bytes per SM per cycle, warp instructions issued per SM per cycle, DRAM bytes per cycle for
 # the whole GPU, and the latency a K-tile's loads must hide.
-SMS = 132
+SMS = H100.sms
 MMA_PER_CYCLE = 0.68
 SMEM_BYTES_PER_CYCLE = 128
 L2_BYTES_PER_CYCLE = 48
@@ -791,7 +792,7 @@ DRAM_BYTES_PER_CYCLE = 1700
 LOAD_LATENCY = 700
 BARRIER_CYCLES = 30
 CLOCK_MHZ = 1755
-REGISTERS = 65536
+REGISTERS = H100.limits.registers_per_sm
 # Fraction of the binding rate a well-fed pipeline sustains (issue conflicts, tails).
 SUSTAINED = 0.85
 
@@ -831,7 +832,8 @@ def estimate_registers(t: Tiling, maths: str) -> int:
 def blocks_per_sm(t: Tiling, maths: str) -> int:
     regs = -(-estimate_registers(t, maths) // 8) * 8
     by_regs = REGISTERS // (regs * t.threads)
-    by_smem = (228 * 1024) // (smem_bytes(t, maths) + 1024)
+    by_smem = H100.limits.shared_per_sm // (smem_bytes(t, maths)
+                                            + H100.limits.reserved_shared_per_block)
     return max(1, min(by_regs, by_smem, 64 // (t.threads // 32)))
 
 
@@ -976,23 +978,27 @@ class Pipelined(Variant):
                 raise ValueError(f"invalid {self.name} config {config}: {problem}")
             self.tiling = tiling
 
-    def tiling_for(self, shape: ConvShape, epilogue: str | None = None) -> Tiling | None:
-        """Fixed by the constructor, else tuned on this GPU for this layer and epilogue
-        (`convlab tune`), else the cost model's first choice; None where no tiling fits."""
-        from ..tune import lookup
+    def config_fields(self):
+        return tuple(f.name for f in fields(Tiling))
 
-        if self.tiling is not None:
-            return self.tiling
-        cached = lookup(self, shape, epilogue)
-        if cached is not None:
-            try:
-                tiling = Tiling.from_dict(cached)
-                if not tiling_problem(tiling, self.maths) and not shape_problem(shape, tiling):
-                    return tiling
-            except (TypeError, ValueError):
-                pass  # a hand-edited entry: the cost model chooses instead
+    def fixed_config(self):
+        return {} if self.tiling is None else self.tiling.as_dict()
+
+    def default_config(self, shape, epilogue=None):
         best = ranked(shape, self.maths)
-        return best[0] if best else None
+        return best[0].as_dict() if best else None
+
+    def accepts(self, config, shape, epilogue=None):
+        try:
+            tiling = Tiling.from_dict(config)
+        except (TypeError, ValueError):
+            return False  # a hand-edited entry: the cost model chooses instead
+        return not tiling_problem(tiling, self.maths) and not shape_problem(shape, tiling)
+
+    def tiling_for(self, shape: ConvShape, epilogue: str | None = None) -> Tiling | None:
+        """The tiling in Variant.config_for's order; None where no tiling fits."""
+        config = self.config_for(shape, epilogue)
+        return None if config is None else Tiling.from_dict(config)
 
     def supports(self, shape):
         base = super().supports(shape)

@@ -134,6 +134,7 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ k,
 
 import numpy as np  # noqa: E402
 
+from ..hardware import H100  # noqa: E402
 from ..shapes import FEATURES  # noqa: E402
 from .base import RELU, TANH_POOL, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
@@ -149,7 +150,7 @@ TUNED = {
     (12, 21, 21, 24, 7): (5, 24, 3),
 }
 MAX_FILTER_SMEM = 160 * 1024
-SM_SMEM = 227 * 1024  # shared memory the blocks resident on one SM share (sm_90)
+SM_SMEM = H100.limits.shared_per_block_optin  # what the blocks resident on one SM can share
 
 
 def _round4(n: int) -> int:
@@ -220,17 +221,24 @@ class RegisterTiled(Variant):
         when nothing is tuned, and the tuner's starting point."""
         return self.tuned(epilogue).get(tuned_key(shape)) or (*self.estimate(shape, epilogue), 0)
 
-    def choice(self, shape, epilogue=None) -> tuple[int, int, int]:
-        """(TH, MT, MINB): fixed by the constructor, else tuned on this GPU (`convlab tune`),
-        else static_choice."""
-        from ..tune import lookup
+    def config_fields(self):
+        return ("TH", "MT", "MINB")
 
+    def fixed_config(self):
+        fixed = {"TH": self.th, "MT": self.mt, "MINB": self.min_blocks}
+        return {k: v for k, v in fixed.items() if v is not None}
+
+    def default_config(self, shape, epilogue=None):
         th, mt, minb = self.static_choice(shape, epilogue)
-        if self.th is None or self.mt is None or self.min_blocks is None:
-            cached = lookup(self, shape, epilogue)
-            if cached is not None and cached in self.configs(shape, epilogue):
-                th, mt, minb = cached["TH"], cached["MT"], cached["MINB"]
-        return self.th or th, self.mt or mt, minb if self.min_blocks is None else self.min_blocks
+        return {"TH": th, "MT": mt, "MINB": minb}
+
+    def accepts(self, config, shape, epilogue=None):
+        return config in self.configs(shape, epilogue)
+
+    def choice(self, shape, epilogue=None) -> tuple[int, int, int]:
+        """(TH, MT, MINB) in Variant.config_for's order."""
+        config = self.config_for(shape, epilogue)
+        return config["TH"], config["MT"], config["MINB"]
 
     def configs(self, shape, epilogue=None) -> list[dict]:
         """static_choice first, then TH 2..8 (even where the epilogue pools) x the four largest

@@ -54,12 +54,13 @@ extern "C" __global__ void conv_forward(const float* x, const float* k, const fl
 
 import numpy as np  # noqa: E402
 
+from ..hardware import H100  # noqa: E402
 from ..shapes import FEATURES  # noqa: E402
 from .base import RELU, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
 
 MAX_GRID_YZ = 65535
-STATIC_SMEM = 48 * 1024  # statically sized __shared__ arrays may not exceed this
+STATIC_SMEM = H100.limits.shared_per_block_default  # statically sized __shared__ arrays' limit
 
 
 def tile_smem_bytes(tile: int, shape) -> int:

@@ -265,17 +265,22 @@ class Winograd(Variant):
             return Support(False, f"more than {MAX_GRID_Y} channels (the grid's y dimension)")
         return super().supports(shape)
 
-    def choice(self, shape, epilogue=None) -> tuple[int, int]:
-        """(images per chunk, threads per block): fixed, else tuned (`convlab tune`), else
-        default_config."""
-        from ..tune import lookup
+    def config_fields(self):
+        return ("chunk", "block")
 
-        config = default_config(shape)
-        if self.chunk is None or self.block is None:
-            cached = lookup(self, shape, epilogue)
-            if valid_config(cached, shape):
-                config = cached
-        return self.chunk or config["chunk"], self.block or config["block"]
+    def fixed_config(self):
+        return {k: v for k, v in (("chunk", self.chunk), ("block", self.block)) if v is not None}
+
+    def default_config(self, shape, epilogue=None):
+        return default_config(shape)
+
+    def accepts(self, config, shape, epilogue=None):
+        return valid_config(config, shape)
+
+    def choice(self, shape, epilogue=None) -> tuple[int, int]:
+        """(images per chunk, threads per block) in Variant.config_for's order."""
+        config = self.config_for(shape, epilogue)
+        return config["chunk"], config["block"]
 
     def configs(self, shape, epilogue=None):
         first = default_config(shape)

@@ -138,13 +138,6 @@ def check_int32(n: int, what: str) -> None:
         raise ValueError(f"{what} has {n} elements; the kernels index them in 32 bits")
 
 
-def sm_count() -> int:
-    """Streaming multiprocessors of the current device: how many blocks fill it."""
-    import cupy
-
-    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-
-
 def apply_activation(values: np.ndarray, activation: str | None) -> np.ndarray:
     """The float64 definition of each activation."""
     if activation == "relu":

@@ -285,8 +285,9 @@ import numpy as np  # noqa: E402
 
 from ..verify import Reference  # noqa: E402
 from .base import (KernelSpec, LayerOp, activation_absolute, activation_label,  # noqa: E402
-                   apply_activation, ceil_div, check_activation, compile_specs,
-                   sm_count, spec)
+                   apply_activation, ceil_div, check_activation, compile_specs, spec)
+from .. import hardware  # noqa: E402
+from ..hardware import H100  # noqa: E402
 
 GEMV_MAX_BATCH = 8  # up to here a batch is a few columns of a matrix-vector product
 GEMV_ROWS = 4  # rows of w per block: each x load feeds 4 rows' FMAs
@@ -299,7 +300,6 @@ MAX_REGISTERS = 128  # __launch_bounds__(THREADS, 512 / THREADS) caps every tile
 MAX_BLOCKS_PER_SM = 32  # sm_90
 MAX_THREADS_PER_SM = 2048
 REGISTERS_PER_SM = 65536
-DEFAULT_SMS = 132  # H100 SXM; prepare passes the device's own count
 REDUCE_BLOCK = 256
 
 
@@ -351,7 +351,7 @@ def pick_tile(batch: int, outputs: int) -> tuple[int, int]:
     return (32 if batch <= 32 else 64 if batch <= 64 else 128), 128
 
 
-def plan_dense(batch: int, inputs: int, outputs: int, sms: int = DEFAULT_SMS) -> DensePlan:
+def plan_dense(batch: int, inputs: int, outputs: int, sms: int = H100.sms) -> DensePlan:
     """GEMV up to GEMV_MAX_BATCH; else a GEMM tile, and split-K when the tiles fill fewer than
     the SMs' block slots: as many splits as fit the free slots, each at least MIN_K_PER_SPLIT
     long, so the grid is about one full wave."""
@@ -416,7 +416,7 @@ def prepare_dense(batch: int, weight: np.ndarray, bias: np.ndarray,
     import cupy
 
     inputs, outputs = check_dense_weights(weight, bias)
-    plan = plan or plan_dense(batch, inputs, outputs, sm_count())
+    plan = plan or plan_dense(batch, inputs, outputs, hardware.current().sms)
     specs = dense_kernels(batch, inputs, outputs, activation, plan)
     compiled = compile_specs(specs)
     w = cupy.asarray(np.ascontiguousarray(weight, dtype=np.float32))

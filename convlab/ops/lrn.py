@@ -206,7 +206,9 @@ import numpy as np  # noqa: E402
 from ..reference import lrn as lrn_float, max_pool  # noqa: E402
 from ..verify import Reference  # noqa: E402
 from .base import (ALLOWED_ULPS, KernelSpec, LayerOp, ceil_div, check_int32,  # noqa: E402
-                   check_shape, compile_specs, magnitude_for_units, sm_count, spec)
+                   check_shape, compile_specs, magnitude_for_units, spec)
+from .. import hardware  # noqa: E402
+from ..hardware import H100  # noqa: E402
 from .pool import max_pool_name, pooled_size  # noqa: E402
 
 # lrn: one pixel per thread, 7 loads ahead (a 12-channel ring: 96 channels are 8 turns of the
@@ -223,7 +225,6 @@ MAX_TILE_PIXELS = 4 * MAX_THREADS
 FUSED_DEPTH = 3
 FUSED_MIN_BLOCKS = 4
 MIN_CHANNELS_PER_BLOCK = 4
-DEFAULT_SMS = 132  # H100 SXM; prepare passes the device's own count
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
@@ -271,7 +272,7 @@ def _lrn_defines(C: int, H: int, W: int, size: int, beta: float, cb: int, depth:
 
 
 def lrn_kernel(in_shape, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0,
-               sms: int = DEFAULT_SMS) -> KernelSpec:
+               sms: int = H100.sms) -> KernelSpec:
     """The kernel prepare_lrn launches for this input shape."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
     columns = B * H * W
@@ -307,7 +308,7 @@ def pool_tile(H: int, W: int, pool_size: int, pool_stride: int) -> tuple[int, in
 
 
 def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float,
-                        pool_size: int, pool_stride: int, sms: int = DEFAULT_SMS) -> KernelSpec:
+                        pool_size: int, pool_stride: int, sms: int = H100.sms) -> KernelSpec:
     """The kernel prepare_lrn_max_pool launches for this input shape."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
     if B > 65535:
@@ -341,7 +342,7 @@ def _scalars(size: int, alpha: float, beta: float, k: float) -> tuple:
 
 def prepare_lrn(in_shape, size: int, alpha: float, beta: float, k: float) -> LayerOp:
     """Caffe's LRN across channels, x (B, C, H, W) -> y of the same shape (not in place)."""
-    kernel_spec = lrn_kernel(in_shape, size, alpha, beta, k, sm_count())
+    kernel_spec = lrn_kernel(in_shape, size, alpha, beta, k, hardware.current().sms)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     scalars = _scalars(size, alpha, beta, k)
@@ -364,7 +365,7 @@ def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: floa
     191 MB at batch 128 - against the 1.44 MB and 0.92 MB per image the fused kernels move.
     """
     kernel_spec = lrn_max_pool_kernel(in_shape, size, alpha, beta, k, pool_size, pool_stride,
-                                      sm_count())
+                                      hardware.current().sms)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     scalars = _scalars(size, alpha, beta, k)

@@ -1,0 +1,163 @@
+"""The tuned-configuration cache: what `convlab tune` stores and what tunable variants read.
+
+A low module on purpose: variants read it when they choose a tiling (kernels/base.Variant.
+config_for), and the tuner (convlab/tune.py), which runs the lab, writes it; neither the
+variants nor this module import the tuner.
+
+Entries are keyed by the GPU (name and compute capability), the variant, a hash of the
+variant's source (its CUDA C and the Python module that launches it: an edited kernel is tuned
+afresh), the layer shape (batch included) and the epilogue. `lookup` needs no GPU work, is
+memoised on the cache file's modification time and never raises: a missing, unreadable or
+corrupt cache is no entry (and the next store rewrites a corrupt file whole). The cache is one
+JSON file under CONVLAB_CACHE_DIR (default ~/.cache/convlab); a store is a read-modify-write
+under an exclusive lock on a side file, written to a temporary file and moved into place with
+os.replace, so concurrent tuners lose no entry and a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+from .gpu import gpu_available
+from .shapes import ConvShape
+
+CACHE_FILE = "tune-cache.json"
+CACHE_FORMAT = 1
+
+
+# --- the layer ------------------------------------------------------------------------------
+
+def layer_text(shape: ConvShape) -> str:
+    """The layer in --layer syntax (the long form), plus ',bias' when it has one."""
+    s = shape
+    text = f"{s.B},{s.C},{s.H},{s.W},{s.M},{s.K},{s.stride},{s.pad},{s.groups}"
+    return text + (",bias" if s.bias else "")
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+def cache_path() -> Path:
+    directory = os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab")
+    return Path(directory) / CACHE_FILE
+
+
+@lru_cache(maxsize=None)
+def _device_name(device_id: int) -> str:
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return f"{name} (CC {props['major']}.{props['minor']})"
+
+
+def device_key() -> str | None:
+    """The current GPU as the cache names it (name and compute capability); None without one."""
+    if not gpu_available():
+        return None
+    import cupy
+
+    return _device_name(cupy.cuda.Device().id)
+
+
+@lru_cache(maxsize=256)
+def _hash(source: str, module_file: str | None) -> str:
+    digest = hashlib.sha256(source.encode())
+    if module_file is not None:
+        with contextlib.suppress(OSError):
+            digest.update(Path(module_file).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def source_hash(variant) -> str:
+    """Hash of the variant's CUDA source and of the module its class is defined in."""
+    try:
+        module_file = inspect.getsourcefile(type(variant))
+    except TypeError:
+        module_file = None
+    return _hash(variant.source or "", module_file)
+
+
+def cache_key(device: str, variant_name: str, digest: str, shape: ConvShape,
+              epilogue: str | None) -> str:
+    return f"{device} | {variant_name} | {digest} | {layer_text(shape)} | {epilogue or 'none'}"
+
+
+_memo: dict[Path, tuple[tuple[int, int, int], dict]] = {}
+
+
+def _read_entries(path: Path) -> dict:
+    """The cache's entries, {} for a missing, unreadable or corrupt file."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return {}
+    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    memo = _memo.get(path)
+    if memo is not None and memo[0] == stamp:
+        return memo[1]
+    try:
+        data = json.loads(path.read_bytes())
+        entries = data["entries"] if data.get("format") == CACHE_FORMAT else {}
+        if not isinstance(entries, dict):
+            entries = {}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        entries = {}
+    _memo[path] = (stamp, entries)
+    return entries
+
+
+def lookup(variant, shape: ConvShape, epilogue: str | None = None) -> dict | None:
+    """The tuned configuration of `variant` for this layer on the current GPU, or None: no GPU,
+    no entry, or an unreadable cache. Never raises."""
+    try:
+        device = device_key()
+        if device is None:
+            return None
+        key = cache_key(device, variant.name, source_hash(variant), shape, epilogue)
+        entry = _read_entries(cache_path()).get(key)
+        config = entry.get("config") if isinstance(entry, dict) else None
+        return dict(config) if isinstance(config, dict) else None
+    except Exception:  # a variant's default choice must not fail because of its cache
+        return None
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path):
+    """Holds an exclusive lock on path's side file (POSIX; elsewhere os.replace alone keeps the
+    file whole, and concurrent stores may drop one another's entry)."""
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        try:
+            import fcntl
+        except ImportError:
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def store(key: str, entry: dict, path: Path | None = None) -> Path:
+    """Add or replace one entry; a corrupt cache file is replaced by one holding this entry."""
+    path = path or cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(path):
+        _memo.pop(path, None)
+        entries = dict(_read_entries(path))
+        entries[key] = entry
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,83 @@
+"""The package's shape: every module imports on a machine without a GPU, and no chain of imports
+(module level or inside functions) leads from a module back to itself."""
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import convlab
+
+PACKAGE = Path(convlab.__file__).parent
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The convlab modules `name` imports, wherever in the file the import stands."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if not target.startswith("convlab"):
+            continue
+        named = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known]
+        out.update(named or [target])
+    out.discard(name)
+    return out
+
+
+@pytest.mark.parametrize("name", [m.name for m in pkgutil.walk_packages(convlab.__path__, "convlab.")])
+def test_every_module_imports_without_a_gpu(no_gpu, name):
+    importlib.import_module(name)
+
+
+def test_no_import_leads_back_to_where_it_started():
+    known = modules()
+    graph = {name: imports(name, path, known) & set(known) for name, path in known.items()}
+    # A package's __init__ importing its own modules is how a package is built, not a cycle.
+    graph = {n: {t for t in targets if not n.startswith(t + ".")} for n, targets in graph.items()}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start)
+            assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_tuned_cache_sits_below_the_variants():
+    known = modules()
+    assert "convlab.tune" not in imports("convlab.tuning", known["convlab.tuning"], known)
+    for name, path in known.items():
+        if name.startswith("convlab.kernels"):
+            assert "convlab.tune" not in imports(name, path, known), name

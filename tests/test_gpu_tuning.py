@@ -1,0 +1,28 @@
+"""On the GPU: what `convlab tune` stores is the tiling every tunable variant then uses by
+itself (Variant.config_for's one order: fixed fields, else the tuned entry, else the heuristic)."""
+
+import pytest
+
+from convlab import measure, tune, tuning
+from convlab.kernels import RELU, get_variant
+from convlab.shapes import ConvShape
+
+pytestmark = [pytest.mark.gpu, pytest.mark.smoke]
+
+SHAPE = ConvShape(4, 32, 12, 12, 32, 3, pad=1, bias=True)
+
+
+@pytest.mark.parametrize("name", ["register-tiled", "pipelined", "winograd"])
+def test_the_tuned_config_becomes_the_variant_s_own_choice(tmp_path, monkeypatch, name):
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    variant = get_variant(name)
+    space = variant.configs(SHAPE, RELU)
+    # A short search over the heuristic's choice and two others keeps this a smoke test.
+    monkeypatch.setattr(type(variant), "configs", lambda self, shape, epilogue=None: space[:3])
+    policy = measure.TimingPolicy(min_runs=3, max_runs=10, budget_s=0.1)
+    result = tune.tune(SHAPE, variant, RELU, policy)
+    assert result.best is not None, tune.failure_lines(result)
+    best = result.best.config
+    assert tuning.lookup(variant, SHAPE, RELU) == best
+    assert variant.config_for(SHAPE, RELU) == best
+    assert tuning.lookup(variant, SHAPE, None) is None  # another epilogue, another entry
