@@ -23,7 +23,6 @@ from .shapes import parse_layer
 from .sanitize import DEFAULT_BATCH as DEFAULT_SANITIZE_BATCH
 from .sanitize import SANITIZER_TIMEOUT_S
 from .sanitize import TOOLS as SANITIZER_TOOLS
-from .userkernel import load_kernel_file
 
 WIDE_COLUMNS = 10_000
 WIDE_HELP = "Show every column, however wide the table gets (default: what fits the terminal)."
@@ -159,35 +158,15 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         no_graph, verify, timeout, sanitize, as_json, wide):
     """Run a model's forward pass with a chosen conv kernel: on the Fashion-MNIST test set for
     the ECE408 models, on a fixed random batch for alexnet."""
-    get_model(model)
-    if kernel is not None and kernel_file is not None:
-        raise ConvlabError("give --kernel or --kernel-file, not both")
-    if timeout is not None and kernel_file is None and sanitize is None:
-        raise ConvlabError("--timeout goes with --kernel-file or --sanitize (the built-in kernels "
-                           "run in this process)")
-    if sanitize is not None:
-        unused = [option for option, given in (
-            ("--fallback", fallback is not None), ("--repeat", repeat is not None),
-            ("--cold", cold), ("--pytorch", pytorch), ("--no-graph", no_graph),
-            ("--verify", verify != "sample")) if given]
-        if unused:
-            raise ConvlabError(f"--sanitize makes one checked launch per layer and times nothing: "
-                               f"leave out {', '.join(unused)}")
-    default_batch = DEFAULT_SANITIZE_BATCH if sanitize is not None else lab.default_batch(model)
-    batch_list = lab.parse_batches(str(default_batch) if batches is None else batches, model)
-    weights = load_weights(model, weights_path)
-    loaded = load_kernel_file(kernel_file) if kernel_file is not None else None
-    note = None
-    if loaded is None and kernel is None:
-        kernel, note = lab.default_kernel(model)
-    variant = loaded.variant if loaded is not None else get_variant(kernel)
+    plan = lab.plan_run(model, kernel, kernel_file, batches, weights_path, fallback, repeat, cold,
+                        pytorch, not no_graph, verify, timeout, sanitize)
     out = console(wide)
-    if note and not as_json:
-        out.print(f"[yellow]{escape(note)}[/yellow]")
+    if plan.note and not as_json:
+        out.print(f"[yellow]{escape(plan.note)}[/yellow]")
     if sanitize is not None:
-        _sanitize_run(out, model, batch_list, variant, kernel_file, sanitize, timeout, as_json)
+        _sanitize_run(out, model, plan.batches, plan.variant, kernel_file, sanitize, timeout,
+                      as_json)
         return
-    policy = measure.TimingPolicy(min_runs=repeat or (10 if variant.on_gpu else 3), cold=cold)
 
     def on_event(name, payload=None):
         if as_json:
@@ -208,20 +187,9 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
             click.echo(report.course_line(payload))
 
     try:
-        if loaded is not None:
-            results = lab.run_kernel_file(model, loaded, batch_list, policy, on_event, weights_path,
-                                          fallback, pytorch, not no_graph, verify, timeout)
-        else:
-            results = lab.run_batches(model, kernel, batch_list, policy, on_event, weights=weights,
-                                      fallback=fallback, compare_torch=pytorch,
-                                      graph=not no_graph, verify=verify)
+        results = lab.execute_run(plan, on_event)
     except GPUUnavailable as exc:
         raise _cpu_hint(exc) from None
-    for result in results:
-        if note:
-            result.notes.append(note)
-        if cold:
-            result.notes.append("L2 cache flushed before every timed run (--cold)")
     if as_json:
         records = [r.as_dict() for r in results]
         click.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2))

@@ -17,7 +17,9 @@ from .gpu import require_cupy
 from .kernels import Variant, get_variant
 from .models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
 from .network import ConvStep, Network, Step
+from .sanitize import DEFAULT_BATCH as SANITIZE_BATCH
 from .shapes import ConvShape
+from .userkernel import KernelFile, load_kernel_file
 from .verify import Check, compare, poison
 
 MAX_BATCH = data.TEST_SET_SIZE
@@ -714,3 +716,76 @@ def _kernel_file_result(job: dict, kernel_file, model: str, batch: int) -> RunRe
     result.notes.append(f"kernel file {kernel_file.path} (sha256 {kernel_file.sha256[:12]}) ran "
                         "in a child process")
     return result
+
+
+# --- `convlab run`: the options, checked, as one plan ------------------------------------------
+
+@dataclass
+class RunPlan:
+    """What `convlab run` was asked for, checked before anything loads or runs."""
+    model: str
+    batches: list[int]
+    variant: Variant
+    weights: Weights
+    kernel_file: KernelFile | None = None  # run in a child process
+    weights_path: str | None = None
+    note: str | None = None  # why the kernel is what it is (no GPU: the cpu variant)
+    policy: measure.TimingPolicy = field(default_factory=measure.TimingPolicy)
+    fallback: str | None = None
+    pytorch: bool = False
+    graph: bool = True
+    verify: str = "sample"
+    timeout_s: float | None = None
+    sanitize: str | None = None  # a compute-sanitizer tool: one checked launch, nothing timed
+
+
+def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: str | None = None,
+             weights_path=None, fallback: str | None = None, repeat: int | None = None,
+             cold: bool = False, pytorch: bool = False, graph: bool = True,
+             verify: str = "sample", timeout_s: float | None = None,
+             sanitize: str | None = None) -> RunPlan:
+    """The options of `convlab run` as a plan, or a ConvlabError naming the option at fault."""
+    get_model(model)
+    if kernel is not None and kernel_file is not None:
+        raise ConvlabError("give --kernel or --kernel-file, not both")
+    if timeout_s is not None and kernel_file is None and sanitize is None:
+        raise ConvlabError("--timeout goes with --kernel-file or --sanitize (the built-in kernels "
+                           "run in this process)")
+    if sanitize is not None:
+        unused = [option for option, given in (
+            ("--fallback", fallback is not None), ("--repeat", repeat is not None),
+            ("--cold", cold), ("--pytorch", pytorch), ("--no-graph", not graph),
+            ("--verify", verify != "sample")) if given]
+        if unused:
+            raise ConvlabError(f"--sanitize makes one checked launch per layer and times nothing: "
+                               f"leave out {', '.join(unused)}")
+    default = SANITIZE_BATCH if sanitize is not None else default_batch(model)
+    batch_list = parse_batches(str(default) if batches is None else batches, model)
+    weights = load_weights(model, weights_path)  # a wrong file fails before anything runs
+    loaded = load_kernel_file(kernel_file) if kernel_file is not None else None
+    note = None
+    if loaded is None and kernel is None:
+        kernel, note = default_kernel(model)
+    variant = loaded.variant if loaded is not None else get_variant(kernel)
+    policy = measure.TimingPolicy(min_runs=repeat or (10 if variant.on_gpu else 3), cold=cold)
+    return RunPlan(model, batch_list, variant, weights, loaded,
+                   None if weights_path is None else str(weights_path), note, policy, fallback,
+                   pytorch, graph, verify, timeout_s, sanitize)
+
+
+def execute_run(plan: RunPlan, on_event: Callable | None = None) -> list["RunResult"]:
+    """The plan's runs, one per batch size, with the plan's notes on each result."""
+    if plan.kernel_file is not None:
+        results = run_kernel_file(plan.model, plan.kernel_file, plan.batches, plan.policy,
+                                  on_event, plan.weights_path, plan.fallback, plan.pytorch,
+                                  plan.graph, plan.verify, plan.timeout_s)
+    else:
+        results = run_batches(plan.model, plan.variant.name, plan.batches, plan.policy, on_event,
+                              weights=plan.weights, fallback=plan.fallback,
+                              compare_torch=plan.pytorch, graph=plan.graph, verify=plan.verify)
+    for result in results:
+        if plan.note:
+            result.notes.append(plan.note)
+        if plan.policy.cold:
+            result.notes.append("L2 cache flushed before every timed run (--cold)")
+    return results

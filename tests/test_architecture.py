@@ -81,3 +81,18 @@ def test_the_tuned_cache_sits_below_the_variants():
     for name, path in known.items():
         if name.startswith("convlab.kernels"):
             assert "convlab.tune" not in imports(name, path, known), name
+
+
+def test_run_options_are_checked_by_the_lab_not_the_cli(no_gpu):
+    """`convlab run`'s option rules live in lab.plan_run: a script gets the same errors."""
+    from convlab import lab
+    from convlab.errors import ConvlabError
+
+    plan = lab.plan_run("ece408", batches="10,2")
+    assert plan.batches == [2, 10] and plan.variant.name == "cpu" and "no usable GPU" in plan.note
+    with pytest.raises(ConvlabError, match="--kernel or --kernel-file"):
+        lab.plan_run("ece408", kernel="tiled", kernel_file="mine.cu")
+    with pytest.raises(ConvlabError, match="--timeout goes with"):
+        lab.plan_run("ece408", kernel="tiled", timeout_s=5.0)
+    with pytest.raises(ConvlabError, match="leave out --cold"):
+        lab.plan_run("ece408", kernel="tiled", cold=True, sanitize="memcheck")
