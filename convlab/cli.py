@@ -463,7 +463,8 @@ def import_weights_cmd(source, out):
               help="Variant for the conv layers (default: run's, the fastest general fp32 "
                    "variant on a GPU machine, else cpu).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def classify(images, model, weights_path, kernel, as_json):
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def classify(images, model, weights_path, kernel, as_json, wide):
     """Top-5 ImageNet classes of IMAGES: JPEG/PNG files (needs Pillow), or .npy files of
     preprocessed input, float32 (N, 3, 227, 227), BGR, mean subtracted."""
     from . import imagenet
@@ -482,10 +483,10 @@ def classify(images, model, weights_path, kernel, as_json):
     if as_json:
         click.echo(json.dumps([item.as_dict() for item in classified], indent=2))
     else:
-        out = console()
+        out = console(wide)
         for item in classified:
             click.echo(item.input)
-            out.print(imagenet.predictions_table(item, out.width))
+            out.print(imagenet.predictions_table(item, out.width, wide))
     for note in notes:
         err_console().print(f"[yellow]note: {escape(note)}[/yellow]")
 

@@ -178,7 +178,8 @@ def format_probability(p: float) -> str:
     return f"{p:.1e}"
 
 
-def predictions_table(item: Classified, width: int | None = None) -> RenderableType:
+def predictions_table(item: Classified, width: int | None = None,
+                      wide: bool = False) -> RenderableType:
     """One input's top classes; the class names wrap at spaces rather than being cut. No
     title: rich would wrap a long input path inside it, so the caller prints the path."""
     cols = [Col("#"), Col("probability"), Col("class", justify="left", wrap=True),
@@ -186,4 +187,4 @@ def predictions_table(item: Classified, width: int | None = None) -> RenderableT
     rows = [[str(rank), format_probability(p.probability), p.cls.name, str(p.cls.index),
              p.cls.wnid]
             for rank, p in enumerate(item.top, 1)]
-    return fitted_table(None, cols, rows, width)
+    return fitted_table(None, cols, rows, width, wide)

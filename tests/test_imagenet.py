@@ -281,6 +281,17 @@ def test_classify_table_with_weights_and_kernel(tmp_path, rng, cpu_infer, monkey
     assert sum(1 for line in lines if line.strip("│ ").startswith(("1 ", "2 ", "3 ", "4 ", "5 "))) == 5
 
 
+
+def test_classify_names_hidden_columns_and_has_the_wide_it_points_to(tmp_path, rng, cpu_infer):
+    np.save(tmp_path / "one.npy", rng.standard_normal((1, 3, 227, 227), dtype=np.float32))
+    args = ["classify", "--kernel", "cpu", str(tmp_path / "one.npy")]
+    narrow = CliRunner().invoke(main, args, env={"COLUMNS": "40"})
+    assert narrow.exit_code == 0, narrow.output
+    assert "hidden:" in narrow.output and "--wide shows" in narrow.output
+    wide = CliRunner().invoke(main, args + ["--wide"], env={"COLUMNS": "40"})
+    assert wide.exit_code == 0, wide.output
+    assert "WordNet id" in wide.output and "hidden:" not in wide.output
+
 def missing_file(folder):
     return folder / "missing.jpg"
 
