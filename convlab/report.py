@@ -3,7 +3,9 @@
 Every table is built by `fitted_table`, which never truncates a cell: it shows the key columns
 whole, adds the optional ones (most important first) while the table still fits the console
 width, and shows them all with `wide`. Rich assumes 80 columns when output goes to a pipe or a
-file, so the key columns of every table are chosen to fit 80. Long reasons (why a row FAILed
+file, so the key columns of every table are chosen to fit 80. Under a table that left columns
+out, a line names them and --wide; notes speak only of shown columns, and a breakdown folds its
+hidden parts into its catch-all so the shown ones still add up. Long reasons (why a row FAILed
 or was skipped) go below a table, never into a column.
 """
 
