@@ -327,26 +327,11 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
                           launches=burst.launches if burst else 1, drained=drained)
 
 
-SETTLE_BYTES = 32 * 2**20 - 4096  # just under glibc's largest dynamic mmap threshold
-
-
-def settle_allocator() -> None:
-    """Put the host allocator in the state a warm process is in before timing on the CPU.
-    glibc serves a fresh process's large NumPy temporaries with mmap, new zeroed pages that
-    fault on every run, until it frees its first big mmap'd block and raises its threshold to
-    that size; timed before that point the CPU conv ran up to 3x slower than the same conv
-    inside a forward pass a moment later. Freeing one block of the largest size the threshold
-    adapts to moves it there now (elsewhere this is one short allocation)."""
-    block = np.ones(SETTLE_BYTES, dtype=np.uint8)
-    del block
-
-
 def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,
               after_warmup: Callable[[], None] | None = None,
               before_last: Callable[[], None] | None = None) -> Timing:
     """The same rule with the host clock, for the CPU variant."""
     policy = policy or TimingPolicy()
-    settle_allocator()
     for _ in range(min(policy.warmup, 1)):
         fn()
     if after_warmup:

@@ -418,11 +418,12 @@ def row_notes(row, bullet: str = "") -> list[str]:
     return lines
 
 
-def _layers(comparison):
-    seen = {}
+def _layers(comparison) -> dict[tuple, list]:
+    """The rows of each (layer, epilogue), in the order the layers first appear."""
+    groups: dict[tuple, list] = {}
     for row in comparison.rows:
-        seen.setdefault((row.layer, row.epilogue), row)
-    return seen
+        groups.setdefault((row.layer, row.epilogue), []).append(row)
+    return groups
 
 
 def _layer_title(comparison, first_row) -> str:
@@ -446,19 +447,16 @@ def floor_note(rows) -> list[str]:
 def compare_tables(comparison, width=None, wide=False) -> list[tuple[Table, list[str]]]:
     """Per layer: the table and the lines below it (why rows FAILed or were skipped)."""
     out = []
-    for (layer, epilogue), first in _layers(comparison).items():
-        rows, notes = [], []
-        for row in comparison.rows:
-            if (row.layer, row.epilogue) != (layer, epilogue):
-                continue
+    for members in _layers(comparison).values():
+        rows, notes = [], floor_note(members)
+        for row in members:
             cells = compare_cells(row)
             style = "bold green" if row.best else None
             rows.append([Text(c, style=STATUS_STYLE[row.status] if i == 3 else style)
                          for i, c in enumerate(cells)])
             notes += row_notes(row)
-        members = [r for r in comparison.rows if (r.layer, r.epilogue) == (layer, epilogue)]
-        out.append((fitted_table(_layer_title(comparison, first), COMPARE_COLUMNS, rows, width,
-                                 wide), floor_note(members) + notes))
+        out.append((fitted_table(_layer_title(comparison, members[0]), COMPARE_COLUMNS, rows,
+                                 width, wide), notes))
     return out
 
 
@@ -497,22 +495,18 @@ def _fp16_rate(ceilings: dict) -> str:
 def compare_markdown(comparison) -> str:
     headers = [c.header for c in COMPARE_COLUMNS]
     lines = [f"# convlab compare: {comparison.model or 'single layer'}", "", compare_header(comparison), ""]
-    for (layer, epilogue), first in _layers(comparison).items():
-        lines += [f"## {_layer_title(comparison, first)}", "",
+    for members in _layers(comparison).values():
+        lines += [f"## {_layer_title(comparison, members[0])}", "",
                   "| " + " | ".join(headers) + " |",
                   "|" + "|".join("---" if i in (1, 2, 3) else "---:" for i in range(len(headers))) + "|"]
-        notes = []
-        for row in comparison.rows:
-            if (row.layer, row.epilogue) != (layer, epilogue):
-                continue
+        notes = [f"- {line}" for line in floor_note(members)]
+        for row in members:
             cells = [c.replace("|", "\\|").replace("*", "\\*") for c in compare_cells(row)]
             if row.best:
                 cells[4] = f"**{cells[4]}**"
             lines.append("| " + " | ".join(cells) + " |")
             notes += [line.replace("|", "/") for line in row_notes(row, "- ")]
         lines.append("")
-        notes = [f"- {line}" for line in floor_note(
-            [r for r in comparison.rows if (r.layer, r.epilogue) == (layer, epilogue)])] + notes
         if notes:
             lines += notes + [""]
     return "\n".join(lines)
