@@ -70,7 +70,8 @@ for step in "${steps[@]}"; do
       for spec in ${TEST_FILES-tests/test_gpu.py@network_reproduces+or+alexnet \
           tests/test_gpu.py@not+network_reproduces+and+not+alexnet+and+not+compare \
           tests/test_gpu_general.py \
-          tests/test_gpu_pipelined.py tests/test_gpu_winograd.py tests/test_ops_gpu.py \
+          tests/test_gpu_pipelined.py tests/test_gpu_winograd.py tests/test_gpu_tuning.py \
+          tests/test_ops_gpu.py \
           tests/test_imagenet.py tests/test_profile_gpu.py}; do
         index=$((index + 1))
         run_test "${spec//+/ }" "$index" &
