@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
-from . import __version__, lab, measure, report
+from . import __version__, lab, measure, records, report
 from .errors import ConvlabError, GPUUnavailable
 from .gpu import gpu_available, unavailable_reason
 from .guard import VERIFY_MODES
@@ -200,8 +200,8 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
 
 
 def _print_runs(out, results, wide):
-    """Run results; a kernel file's run that ended without one (lab.FailedRun) is a FAIL line."""
-    finished = [r for r in results if not isinstance(r, lab.FailedRun)]
+    """Run results; a kernel file's run that ended without one (records.FailedRun) is a FAIL line."""
+    finished = [r for r in results if not isinstance(r, records.FailedRun)]
     if len(results) == 1 and finished:
         result = results[0]
         out.print(report.run_table(result, out.width, wide))
@@ -212,7 +212,7 @@ def _print_runs(out, results, wide):
     elif finished:
         out.print(report.sweep_table(finished, out.width, wide))
     for result in results:
-        lines = [result.reason] if isinstance(result, lab.FailedRun) else report.failure_lines(result)
+        lines = [result.reason] if isinstance(result, records.FailedRun) else report.failure_lines(result)
         for line in lines:
             out.print(f"[bold red]FAIL[/bold red] batch {result.batch}: {escape(line)}")
     if len(results) == 1 and finished:
@@ -479,7 +479,7 @@ def classify(images, model, weights_path, kernel, as_json, wide):
         notes.append(f"{model} ran on its deterministic random weights, so these classes mean "
                      "nothing: import the published ones with `convlab import-weights` and pass "
                      "--weights")
-    classified = imagenet.classify(model, kernel, list(images), weights)
+    classified = lab.classify(model, kernel, list(images), weights)
     if as_json:
         click.echo(json.dumps([item.as_dict() for item in classified], indent=2))
     else:

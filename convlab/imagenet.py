@@ -17,10 +17,9 @@ from pathlib import Path
 import numpy as np
 from rich.console import RenderableType
 
-from . import lab
 from .errors import ConvlabError, DataError
-from .models import IMAGENET, ModelSpec, Weights, get_model
-from .report import Col, fitted_table
+from .models import ModelSpec
+from .tables import Col, fitted_table
 
 CLASSES = 1000
 RESIZE_SHORT_SIDE = 256
@@ -158,17 +157,6 @@ def top_classes(probabilities: np.ndarray, k: int = TOP) -> list[list[Prediction
     order = np.argsort(-probabilities, axis=1, kind="stable")[:, :k]
     return [[Prediction(names[i], float(row[i])) for i in indices]
             for row, indices in zip(probabilities, order)]
-
-
-def classify(model: str, kernel: str, paths: list[Path], weights: Weights) -> list[Classified]:
-    """Top-5 classes of every input file, the forward pass computed by `kernel`."""
-    spec = get_model(model)
-    if spec.task != IMAGENET:
-        raise ConvlabError(f"model '{model}' classifies {spec.task}, not ImageNet images; "
-                           "classify takes --model alexnet")
-    x, labels = load_inputs(paths, spec)
-    probabilities = lab.infer(model, kernel, x, weights)
-    return [Classified(label, top) for label, top in zip(labels, top_classes(probabilities))]
 
 
 def format_probability(p: float) -> str:

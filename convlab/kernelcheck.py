@@ -146,7 +146,7 @@ def report_table(report: CheckReport, width: int | None = None, wide: bool = Fal
     layer was skipped or did not compile."""
     from rich.text import Text
 
-    from .report import Col, fitted_table
+    from .tables import Col, fitted_table
 
     # Registers, shared memory, spills and occupancy are what `check` is for: key columns,
     # short enough to fit 80 columns beside a long kernel name.

@@ -6,17 +6,19 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import data, measure, nvtx
+from . import data, imagenet, measure, nvtx
 from .errors import ConvlabError
 from .gpu import require_cupy
 from .kernels import Variant, get_variant
 from .models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
 from .network import ConvStep, Network, Step
+from .records import FailedRun, LayerResult, RunResult, StepTime
 from .sanitize import DEFAULT_BATCH as SANITIZE_BATCH
 from .shapes import ConvShape
 from .userkernel import KernelFile, load_kernel_file
@@ -144,134 +146,6 @@ def reference_probabilities(weights: Weights, x: np.ndarray) -> np.ndarray:
     return known[:n]
 
 
-# --- results --------------------------------------------------------------------------------
-
-@dataclass
-class LayerResult:
-    name: str
-    label: str
-    shape: ConvShape
-    epilogue: str | None
-    timing: measure.Timing
-    check: Check
-    compile_s: float
-    variant: str = ""
-    note: str = ""  # what the op chose when prepared (Op.note)
-
-    @property
-    def gflops(self) -> float:
-        return measure.gflops(self.shape, self.timing.median_ms)
-
-    @property
-    def gbps(self) -> float:
-        return measure.gbps(self.shape, self.timing.median_ms, self.epilogue)
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "label": self.label, "shape": self.shape.as_dict(),
-                "epilogue": self.epilogue, "timing": self.timing.as_dict(),
-                "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
-                "compile_s": self.compile_s, "variant": self.variant, "note": self.note}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LayerResult":
-        return cls(name=d["name"], label=d["label"], shape=ConvShape(**d["shape"]),
-                   epilogue=d["epilogue"], timing=measure.Timing.from_dict(d["timing"]),
-                   check=Check(**d["check"]), compile_s=d["compile_s"],
-                   variant=d.get("variant", ""), note=d.get("note", ""))
-
-
-@dataclass
-class StepTime:
-    """One step of the forward pass, timed inside whole passes (CUDA events between steps)."""
-
-    label: str
-    category: str
-    kernel: str
-    median_ms: float
-    check: Check | None = None
-
-    def as_dict(self) -> dict:
-        return {"label": self.label, "category": self.category, "kernel": self.kernel,
-                "median_ms": self.median_ms,
-                "check": self.check.as_dict() if self.check is not None else None}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "StepTime":
-        return cls(label=d["label"], category=d["category"], kernel=d["kernel"],
-                   median_ms=d["median_ms"],
-                   check=Check(**d["check"]) if d.get("check") is not None else None)
-
-
-@dataclass
-class RunResult:
-    model: str
-    kernel: str
-    precision: str
-    batch: int
-    layers: list[LayerResult]
-    accuracy: float | None  # Fashion-MNIST models: against the labels
-    expected_accuracy: float | None  # the CPU reference's accuracy on the same images
-    predictions_differ: int  # against the CPU reference (Fashion-MNIST) or float64 top-1 (ImageNet)
-    compile_s: float
-    end_to_end_s: float  # host images in, host predictions out (pinned, graph when possible)
-    wall_s: float
-    device: dict | None = None
-    notes: list[str] = field(default_factory=list)
-    steps: list[StepTime] = field(default_factory=list)
-    forward_ms: float | None = None  # device-resident forward pass, all steps
-    graph: bool = False  # forward_ms and end_to_end_s come from CUDA graph replays
-    eager_forward_ms: float | None = None
-    htod_ms: float | None = None
-    dtoh_ms: float | None = None
-    max_prob_error: float | None = None  # ImageNet: max |p - p_float64| over the batch
-    torch_ms: float | None = None  # PyTorch's fastest candidate (torch_rows) for the same pass
-    torch_note: str = ""  # which candidate that was, or why PyTorch was not measured
-    torch_rows: list[dict] = field(default_factory=list)  # torch_forward.TorchRow.as_dict()s
-    fallback_layers: list[str] = field(default_factory=list)
-    kernel_file: dict | None = None  # a kernel file's record (userkernel.KernelFile.record())
-    step_passes: int = 0  # whole forward passes the per-step times are the median of
-
-    @property
-    def task(self) -> str:
-        return get_model(self.model).task
-
-    @property
-    def passed(self) -> bool:
-        layers_ok = all(layer.check.passed for layer in self.layers)
-        steps_ok = all(s.check is None or s.check.passed for s in self.steps)
-        if self.precision == "fp32":
-            return layers_ok and steps_ok and self.predictions_differ == 0
-        return layers_ok and steps_ok
-
-    def time_in(self, category: str) -> float:
-        return sum(s.median_ms for s in self.steps if s.category == category)
-
-    def as_dict(self) -> dict:
-        return {"model": self.model, "kernel": self.kernel, "precision": self.precision,
-                "batch": self.batch, "passed": self.passed,
-                "layers": [layer.as_dict() for layer in self.layers],
-                "steps": [s.as_dict() for s in self.steps],
-                "accuracy": self.accuracy, "expected_accuracy": self.expected_accuracy,
-                "predictions_differ": self.predictions_differ,
-                "max_prob_error": self.max_prob_error, "compile_s": self.compile_s,
-                "forward_ms": self.forward_ms, "graph": self.graph,
-                "eager_forward_ms": self.eager_forward_ms, "htod_ms": self.htod_ms,
-                "dtoh_ms": self.dtoh_ms, "end_to_end_s": self.end_to_end_s,
-                "torch_ms": self.torch_ms, "torch_note": self.torch_note,
-                "torch_rows": self.torch_rows,
-                "fallback_layers": self.fallback_layers, "wall_s": self.wall_s,
-                "device": self.device, "notes": self.notes, "kernel_file": self.kernel_file,
-                "step_passes": self.step_passes}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RunResult":
-        """The result as_dict() gave (a run in a child process sends it that way)."""
-        lists = {"layers": LayerResult, "steps": StepTime}
-        plain = {f.name for f in fields(cls)} - set(lists)
-        return cls(**{k: v for k, v in d.items() if k in plain},
-                   **{k: [kind.from_dict(item) for item in d[k]] for k, kind in lists.items()})
-
-
 # --- verification and timing of one conv step -------------------------------------------------
 
 def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None) -> Check:
@@ -372,6 +246,19 @@ def infer(model: str, kernel: str, x: np.ndarray, weights: Weights | None = None
             net.input[...] = part
             out.append(np.array(net.forward()))
     return np.concatenate(out).astype(np.float32)
+
+
+def classify(model: str, kernel: str, paths: list[Path],
+             weights: Weights) -> list[imagenet.Classified]:
+    """Top-5 classes of every input file, the forward pass computed by `kernel`."""
+    spec = get_model(model)
+    if spec.task != IMAGENET:
+        raise ConvlabError(f"model '{model}' classifies {spec.task}, not ImageNet images; "
+                           "classify takes --model alexnet")
+    x, labels = imagenet.load_inputs(paths, spec)
+    probabilities = infer(model, kernel, x, weights)
+    return [imagenet.Classified(label, top)
+            for label, top in zip(labels, imagenet.top_classes(probabilities))]
 
 
 def _time_steps(network: Network, passes: int,
@@ -630,32 +517,6 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
 # --- kernel files: the same run, in a child process -------------------------------------------
 
 RUN_JOB = "convlab.filejobs:run_model"
-
-
-@dataclass
-class FailedRun:
-    """A kernel file's run that ended without a result: its child process faulted (the CUDA
-    error), hung in a device wait, died, or read a file that changed meanwhile."""
-
-    model: str
-    kernel: str
-    precision: str
-    batch: int
-    status: str  # isolate's "error", "hang", "timeout" or "crash"; "changed"
-    reason: str
-    kernel_file: dict
-    wall_s: float
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return False
-
-    def as_dict(self) -> dict:
-        return {"model": self.model, "kernel": self.kernel, "precision": self.precision,
-                "batch": self.batch, "passed": False, "status": self.status,
-                "reason": self.reason, "wall_s": self.wall_s, "notes": self.notes,
-                "kernel_file": self.kernel_file}
 
 
 def run_kernel_file(model: str, kernel_file, batches: list[int],

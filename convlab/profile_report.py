@@ -1,7 +1,7 @@
 """Renderings of a `convlab profile` record: nvprof's tables (GPU activities, API calls), the
 warm-up and overhead summary, the batch breakdown, markdown, and the breakdown's plots.
 
-Tables are built by report.fitted_table, so no cell is ever cut: a kernel name too long for the
+Tables are built by tables.fitted_table, so no cell is ever cut: a kernel name too long for the
 console folds onto a second line rather than losing its end, and Min/Max appear when they fit
 (or with `wide`).
 """
@@ -17,7 +17,7 @@ from rich.text import Text
 
 from .profile import (GPU_CATEGORIES, BatchProfile, NcuTarget, PhaseProfile, Profile, Row, marked,
                       percent_cells)
-from .report import DEFAULT_WIDTH, Col, cell_text, fitted_table, table_width
+from .tables import DEFAULT_WIDTH, Col, cell_text, fitted_table, table_width
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
 

@@ -1,153 +1,20 @@
 """Rich renderings of convlab's records: variants, models, device, runs and comparisons.
 
-Every table is built by `fitted_table`, which never truncates a cell: it shows the key columns
-whole, adds the optional ones (most important first) while the table still fits the console
-width, and shows them all with `wide`. Rich assumes 80 columns when output goes to a pipe or a
-file, so the key columns of every table are chosen to fit 80. Under a table that left columns
-out, a line names them and --wide; notes speak only of shown columns, and a breakdown folds its
-hidden parts into its catch-all so the shown ones still add up. Long reasons (why a row FAILed
-or was skipped) go below a table, never into a column.
+Every table is built by `tables.fitted_table` (key columns always, optional ones while they
+fit, a line naming the hidden ones). Long reasons (why a row FAILed or was skipped) go below a
+table, never into a column.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from rich import box
-from rich.console import Group, RenderableType
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .lab import RunResult
+from .records import RunResult
 from .measure import QUEUED, SINGLE
+from .tables import STATUS_STYLE, Col, fitted_table, fmt_err, fmt_ms, fmt_num, status_text
 from .torch_forward import allowed_differ
-
-DEFAULT_WIDTH = 80
-GAP = 3  # columns between two cells: one space of padding each side of an invisible rule
-
-
-@dataclass
-class Col:
-    header: str
-    justify: str = "right"
-    key: bool = True  # always shown; optional columns appear when they fit, or with --wide
-    style: str | None = None
-    wrap: bool = False  # prose columns may wrap at spaces (never cut); numbers and names never
-    wrap_width: int = 24  # a prose column is never made narrower than this (or its header)
-    priority: int = 0  # among optional columns, lower numbers are added first
-    note: str = ""  # a footnote about this column: printed under the table only when it is shown
-    part: bool = False  # one term of a breakdown (cells are ms); hidden, it folds into `rest`
-    rest: bool = False  # the breakdown's catch-all: shows what the hidden parts add (cells ms)
-
-
-def _cell_width(cell) -> int:
-    text = cell if isinstance(cell, Text) else Text(str(cell))
-    return max((Text(line).cell_len for line in text.plain.split("\n")), default=0)
-
-
-def table_width(widths: list[int]) -> int:
-    return sum(widths) + GAP * (len(widths) - 1) if widths else 0
-
-
-def cell_text(value, col: Col):
-    if isinstance(value, Text):
-        return value
-    if (col.part or col.rest) and isinstance(value, (int, float)):
-        return fmt_ms(value)
-    return str(value)
-
-
-def _natural(cols: list[Col], rows: list[list]) -> list[int]:
-    return [max([len(c.header)] + [_cell_width(cell_text(r[i], c)) for r in rows])
-            for i, c in enumerate(cols)]
-
-
-def choose_columns(cols: list[Col], rows: list[list], width: int, wide: bool) -> list[int]:
-    """Indices of the columns to show: key columns always, optional ones by priority while the
-    table still fits `width` (each column at its narrowest: prose wrapped, numbers whole)."""
-    natural = _natural(cols, rows)
-    floor = [min(n, max(len(c.header), c.wrap_width)) if c.wrap else n
-             for c, n in zip(cols, natural)]
-    shown = [i for i, c in enumerate(cols) if c.key or wide]
-    if not wide:
-        for _, i in sorted((c.priority, i) for i, c in enumerate(cols) if not c.key):
-            if table_width([floor[j] for j in shown + [i]]) <= width:
-                shown.append(i)
-    return sorted(shown)
-
-
-def hidden_line(headers: list[str]) -> str:
-    n = len(headers)
-    return (f"{n} column{'s' if n != 1 else ''} hidden: {', '.join(headers)}; --wide shows "
-            f"{'them' if n != 1 else 'it'}")
-
-
-def fitted_table(title: str | None, cols: list[Col], rows: list[list], width: int | None = None,
-                 wide: bool = False, caption=None, also_hidden: list[str] = (),
-                 **options) -> RenderableType:
-    """A table of the columns that fit `width` (key columns always, optional ones by priority
-    while they fit; all of them with `wide`), each at least as wide as its widest cell.
-
-    Under it: `caption` (text, or a function of the shown headers that writes it), then the
-    notes of the shown columns, then which columns are hidden.
-    The hidden parts of a breakdown are added into its `rest` column, so the shown columns
-    still add up to the total."""
-    width = width or DEFAULT_WIDTH
-    shown = choose_columns(cols, rows, width, wide)
-    folded = [i for i, c in enumerate(cols) if c.part and i not in shown]
-    rest = next((i for i in shown if cols[i].rest), None)
-    if folded and rest is not None:
-        rows = [list(r) for r in rows]
-        for r in rows:
-            r[rest] = r[rest] + sum(r[i] for i in folded)
-    if callable(caption):
-        caption = caption([cols[i].header for i in shown])
-    lines = [caption.plain if isinstance(caption, Text) else caption] if caption else []
-    lines += [cols[i].note for i in shown if cols[i].note]
-    if folded and rest is not None:
-        lines.append(f"{cols[rest].header} includes the hidden "
-                     f"{', '.join(cols[i].header for i in folded)}")
-    hidden = list(also_hidden) + [cols[i].header for i in range(len(cols)) if i not in shown]
-    if hidden:
-        lines.append(hidden_line(hidden))
-    natural = _natural(cols, rows)
-    options.setdefault("box", box.SIMPLE_HEAD)
-    options.setdefault("show_edge", False)
-    options.setdefault("pad_edge", False)
-    table = Table(title=title, **options)
-    for i in shown:
-        c = cols[i]
-        if c.wrap:
-            table.add_column(c.header, justify=c.justify, style=c.style, overflow="fold",
-                             min_width=min(natural[i], max(len(c.header), c.wrap_width)))
-        else:
-            table.add_column(c.header, justify=c.justify, style=c.style, no_wrap=True,
-                             overflow="fold", min_width=natural[i])
-    for r in rows:
-        table.add_row(*[cell_text(r[i], cols[i]) for i in shown])
-    # Below the table, not its caption: a caption wraps at the table's width, mid-word when the
-    # table is narrow; lines of their own wrap at the console's, between words.
-    return Group(table, Text("\n".join(lines))) if lines else table
-
-
-def fmt_ms(ms: float) -> str:
-    return f"{ms:.4f}" if ms < 10 else f"{ms:.2f}"
-
-
-def fmt_err(err: float) -> str:
-    return "-" if err != err else ("inf" if err == float("inf") else f"{err:.1e}")
-
-
-def _num(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def status_text(passed: bool) -> Text:
-    return Text("PASS", style="bold green") if passed else Text("FAIL", style="bold red")
-
-
-STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}
-
 
 # --- list, models, device -------------------------------------------------------------------
 
@@ -267,7 +134,7 @@ def torch_table(result: RunResult, width=None, wide=False) -> RenderableType | N
                                                                              result.batch)
         note = "fastest" if fastest else "too many top-1 differ: no baseline" if wrong else ""
         rows.append([Text(f"{d['layout']} {d['mode']}", style="bold green" if fastest else None),
-                     _num(ms, ".3f"), _num(ratio, ".2f"), _num(d.get("differ"), "d"),
+                     fmt_num(ms, ".3f"), fmt_num(ratio, ".2f"), fmt_num(d.get("differ"), "d"),
                      note + (d.get("error") or "")])
     title = f"PyTorch ({result.precision}), same input; ratio: its ms / our forward's"
     return fitted_table(title, cols, rows, width, wide)
@@ -351,9 +218,9 @@ def sweep_table(results: list[RunResult], width=None, wide=False) -> RenderableT
         other = r.time_in("softmax") + r.time_in("activation")
         ratio = (r.torch_ms / r.forward_ms) if r.torch_ms and r.forward_ms else None
         rows.append([str(r.batch), r.time_in("conv"), r.time_in("pool"), r.time_in("lrn"),
-                     r.time_in("fc"), other, _num(r.htod_ms, ".3f"), _num(r.dtoh_ms, ".3f"),
-                     _num(r.forward_ms, ".3f"), f"{r.end_to_end_s * 1e3:.3f}",
-                     _num(r.torch_ms, ".3f"), _num(ratio, ".2f"), status_text(r.passed)])
+                     r.time_in("fc"), other, fmt_num(r.htod_ms, ".3f"), fmt_num(r.dtoh_ms, ".3f"),
+                     fmt_num(r.forward_ms, ".3f"), f"{r.end_to_end_s * 1e3:.3f}",
+                     fmt_num(r.torch_ms, ".3f"), fmt_num(ratio, ".2f"), status_text(r.passed)])
     first = results[0]
     title = (f"{first.model}, kernel '{first.kernel}' ({first.precision}): ms per forward pass "
              f"by batch")
@@ -387,9 +254,9 @@ def compare_cells(row) -> list[str]:
         str(row.batch), row.variant, row.precision, row.status + (BEST_MARK if row.best else ""),
         "-" if t is None else fmt_ms(t.median_ms), "-" if t is None else fmt_ms(t.min_ms),
         "-" if t is None else f"{100 * t.rse:.1f}%", "-" if t is None else str(t.n),
-        _num(row.gflops, ",.0f"), _num(row.gbps, ",.0f"), _num(row.pct_floor, ".0f"),
+        fmt_num(row.gflops, ",.0f"), fmt_num(row.gbps, ",.0f"), fmt_num(row.pct_floor, ".0f"),
         (row.floor_basis or "-") if row.valid else "-",
-        _num(row.speedup_naive, ".2f"), cudnn_ratio(row),
+        fmt_num(row.speedup_naive, ".2f"), cudnn_ratio(row),
         "-" if row.max_rel_error is None or not row.valid else fmt_err(row.max_rel_error),
         "-" if ratio is None or not row.valid else f"{ratio:.2g}", acc,
     ]
@@ -521,8 +388,8 @@ def diff_table(deltas, width=None, wide=False) -> RenderableType:
     rows = []
     for d in deltas:
         variant, batch, _, _ = d.key
-        rows.append([variant, str(batch), d.label, _num(d.old_ms, ".4f"), _num(d.new_ms, ".4f"),
-                     _num(d.ratio, ".3f"), "-" if d.noise is None else f"±{100 * d.noise:.1f}%",
+        rows.append([variant, str(batch), d.label, fmt_num(d.old_ms, ".4f"), fmt_num(d.new_ms, ".4f"),
+                     fmt_num(d.ratio, ".3f"), "-" if d.noise is None else f"±{100 * d.noise:.1f}%",
                      Text(d.verdict, style=styles[d.verdict])])
     return fitted_table("against the baseline (ratio = new / old; beyond the noise only)", cols,
                         rows, width, wide)

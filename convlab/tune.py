@@ -227,7 +227,7 @@ def sweep_table(result: TuneResult, width: int | None = None, wide: bool = False
     from rich.text import Text
 
     from .measure import gflops
-    from .report import Col, fitted_table
+    from .tables import Col, fitted_table
 
     best = result.best
     cols = [Col("#"), Col("config", "left", wrap=True), Col("status", "left"), Col("Op Time ms"),

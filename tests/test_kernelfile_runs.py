@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from convlab import compare, filejobs, gpu, guard, lab, measure
+from convlab import compare, filejobs, gpu, guard, lab, measure, records
 from convlab import sanitize as sanitize_mod
 from convlab.cli import main
 from convlab.errors import ConvlabError
@@ -138,7 +138,7 @@ def test_run_kernel_file_record_stores_the_files_hash_and_text(cpu_kernel):
 
 def test_run_result_crosses_a_process_whole(cpu_kernel):
     result = lab.run("ece408", "cpu", 10, POLICY)
-    again = lab.RunResult.from_dict(json.loads(json.dumps(result.as_dict())))
+    again = records.RunResult.from_dict(json.loads(json.dumps(result.as_dict())))
     assert again.as_dict() == result.as_dict()
 
 

@@ -14,7 +14,7 @@ from convlab import compare, gpu, report, results
 from convlab.cli import main
 from convlab.kernels import CUDNN_ROWS, get_variant
 from convlab.models import DEFAULT_MODEL
-from convlab.report import Col, fitted_table
+from convlab.tables import Col, fitted_table
 from convlab.scaffold import scaffold
 
 RESULTS = Path(__file__).parent.parent / "results" / "h100"
