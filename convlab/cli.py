@@ -12,17 +12,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
-from . import __version__, lab, measure, records, report
+from . import __version__, report
+from .bench import lab, records
+from .bench.guard import VERIFY_MODES
 from .errors import ConvlabError, GPUUnavailable
-from .gpu import gpu_available, unavailable_reason
-from .guard import VERIFY_MODES
-from .isolate import DEFAULT_TIMEOUT_S
+from .gpu import gpu_available, measure, unavailable_reason
+from .gpu.isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
 from .models import DEFAULT_MODEL, MODELS, get_model, load_weights
 from .shapes import parse_layer
-from .sanitize import DEFAULT_BATCH as DEFAULT_SANITIZE_BATCH
-from .sanitize import SANITIZER_TIMEOUT_S
-from .sanitize import TOOLS as SANITIZER_TOOLS
+from .userkernel.sanitize import (DEFAULT_BATCH as DEFAULT_SANITIZE_BATCH, SANITIZER_TIMEOUT_S,
+                                  TOOLS as SANITIZER_TOOLS)
 
 WIDE_COLUMNS = 10_000
 WIDE_HELP = "Show every column, however wide the table gets (default: what fits the terminal)."
@@ -223,7 +223,7 @@ def _print_runs(out, results, wide):
 
 
 def _sanitize_run(out, model, batches, variant, kernel_file, tool, timeout, as_json):
-    from .sanitize import sanitize_model
+    from .userkernel.sanitize import sanitize_model
 
     if not variant.on_gpu:
         raise ConvlabError(f"--sanitize watches GPU kernels; '{variant.name}' runs on the CPU")
@@ -270,7 +270,7 @@ def models(wide):
               help="Where to write <model>.npz (default: the weights shipped in the package).")
 def train(names, data_dir, output):
     """Train the Fashion-MNIST models with PyTorch and save their weights."""
-    from .train import TRAINABLE, train as train_model
+    from .net.train import TRAINABLE, train as train_model
 
     for name in names or TRAINABLE:
         get_model(name)
@@ -343,7 +343,7 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
                 timing, verify, timeout, save_dir, baseline, plot_path, as_json, wide):
     """Verify, then time, variants side by side with cuDNN and the roofline floor."""
 
-    from . import compare, results
+    from .bench import compare, results
 
     weights = load_weights(model, weights_path) if weights_path is not None else None
     if weights_path is not None and model is None:
@@ -406,13 +406,13 @@ def results():
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
 def results_show(path, markdown, ladder, wide):
     """Re-render a saved `convlab compare` or `convlab profile` record."""
-    from . import results as results_io
+    from .bench import results as results_io
 
     if ladder and markdown:
         raise ConvlabError("--ladder and --markdown are two different markdown renderings: give "
                            "one of them")
     if results_io.record_kind(path) == "profile":
-        from . import profile, profile_report
+        from .profile import trace as profile, tables as profile_report
 
         record = profile.load_record(path)
         if ladder:
@@ -443,7 +443,7 @@ def import_weights_cmd(source, out):
     in the file when it is loaded: import only a file from a source you trust. The .npy header is
     read first, so a file that is not a pickled array is refused before anything is unpickled.
     """
-    from .importer import import_weights
+    from .net.importer import import_weights
 
     weights = import_weights(source, out)
     count = sum(array.size for array in weights.arrays.values())
@@ -467,7 +467,7 @@ def import_weights_cmd(source, out):
 def classify(images, model, weights_path, kernel, as_json, wide):
     """Top-5 ImageNet classes of IMAGES: JPEG/PNG files (needs Pillow), or .npy files of
     preprocessed input, float32 (N, 3, 227, 227), BGR, mean subtracted."""
-    from . import imagenet
+    from .net import imagenet
 
     weights = load_weights(model, weights_path)
     notes = []
@@ -518,7 +518,7 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
                 ncu, layer):
     """Where the time goes: nvprof's tables from a CUPTI trace of the forward pass (warm-up
     shown apart), and with several batch sizes the per-category breakdown."""
-    from . import profile, profile_report
+    from .profile import trace as profile, tables as profile_report
 
     if kernel is None:
         kernel = lab.default_kernel(model)[0]
@@ -576,7 +576,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
     """Try every tiling of a variant on one layer (compiled, verified, timed) and keep the
     fastest verified one for this GPU, where run and compare find it."""
 
-    from . import tune
+    from .bench import tune
 
     shape = parse_layer(layer, bias)
     if plot_path is not None:
@@ -614,7 +614,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
               help="The shipped rung whose source NAME.cu starts from.")
 def new_kernel(name, origin):
     """Write NAME.cu (and NAME.py where the rung needs launch code) to start a kernel of your own."""
-    from .scaffold import scaffold
+    from .userkernel.scaffold import scaffold
 
     made = scaffold(name, origin)
     for path in made.files:
@@ -639,8 +639,8 @@ def new_kernel(name, origin):
 def check_kernel(path, model, layer, batch, arch, as_json, wide):
     """Compile a kernel file (.cu or .py) with NVRTC and show its errors, warnings, registers,
     shared memory, spills and occupancy. Needs no GPU."""
-    from .compare import parse_layer
-    from .kernelcheck import check_file, report_dict, report_table
+    from .bench.compare import parse_layer
+    from .userkernel.check import check_file, report_dict, report_table
 
     shapes = {"layer": parse_layer(layer)} if layer else get_model(model).conv_shapes(batch)
     result = check_file(path, shapes, arch)

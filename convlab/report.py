@@ -11,10 +11,10 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .records import RunResult
-from .measure import QUEUED, SINGLE
+from .bench.records import RunResult
+from .gpu.measure import QUEUED, SINGLE
+from .net.torch_forward import allowed_differ
 from .tables import STATUS_STYLE, Col, fitted_table, fmt_err, fmt_ms, fmt_num, status_text
-from .torch_forward import allowed_differ
 
 # --- list, models, device -------------------------------------------------------------------
 

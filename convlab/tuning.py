@@ -1,7 +1,7 @@
 """The tuned-configuration cache: what `convlab tune` stores and what tunable variants read.
 
 A low module on purpose: variants read it when they choose a tiling (kernels/base.Variant.
-config_for), and the tuner (convlab/tune.py), which runs the lab, writes it; neither the
+config_for), and the tuner (convlab/bench/tune.py), which runs the lab, writes it; neither the
 variants nor this module import the tuner.
 
 Entries are keyed by the GPU (name and compute capability), the variant, a hash of the

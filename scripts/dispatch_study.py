@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from convlab import lab, measure
+from convlab.bench import lab
+from convlab.gpu import measure
 from convlab.kernels import RELU, get_variant
 from convlab.models import get_model
 from convlab.shapes import ConvShape

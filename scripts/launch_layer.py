@@ -16,8 +16,8 @@ import json
 import numpy as np
 
 from convlab.kernels import get_variant
+from convlab.oracle.verify import random_problem
 from convlab.shapes import parse_layer
-from convlab.verify import random_problem
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ import json
 
 import numpy as np
 
-from convlab import lab
-from convlab.pipeline import OverlappedPipeline, Pipeline
+from convlab.bench import lab
+from convlab.net.pipeline import OverlappedPipeline, Pipeline
 
 CHUNKS = 4
 

@@ -8,7 +8,8 @@ import argparse
 import itertools
 import json
 
-from convlab import lab, measure
+from convlab.bench import lab
+from convlab.gpu import measure
 from convlab.kernels import TANH_POOL
 from convlab.kernels.fused import Fused
 from convlab.kernels.register_tiled import RegisterTiled

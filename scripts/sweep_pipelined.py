@@ -26,13 +26,12 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from convlab import measure
-from convlab.kernels import RELU
-from convlab.kernels import pipelined as P
+from convlab.gpu import measure
+from convlab.kernels import RELU, pipelined as P
 from convlab.kernels.cudnn import Cudnn, CudnnTF32
 from convlab.models import get_model
+from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import compare, poison, random_problem, reference_output
 
 LAYERS = {**get_model("alexnet").conv_shapes(128),
           "resnet": ConvShape(64, 64, 56, 56, 64, 3, pad=1)}

@@ -77,15 +77,15 @@ def test_no_import_leads_back_to_where_it_started():
 
 def test_the_tuned_cache_sits_below_the_variants():
     known = modules()
-    assert "convlab.tune" not in imports("convlab.tuning", known["convlab.tuning"], known)
+    assert "convlab.bench.tune" not in imports("convlab.tuning", known["convlab.tuning"], known)
     for name, path in known.items():
         if name.startswith("convlab.kernels"):
-            assert "convlab.tune" not in imports(name, path, known), name
+            assert "convlab.bench.tune" not in imports(name, path, known), name
 
 
 def test_run_options_are_checked_by_the_lab_not_the_cli(no_gpu):
     """`convlab run`'s option rules live in lab.plan_run: a script gets the same errors."""
-    from convlab import lab
+    from convlab.bench import lab
     from convlab.errors import ConvlabError
 
     plan = lab.plan_run("ece408", batches="10,2")

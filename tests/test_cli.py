@@ -195,7 +195,7 @@ def _option_names(command) -> set[str]:
 
 @pytest.mark.parametrize("name,args", FAILING_CALLS, ids=[f"{n} {' '.join(a)}" for n, a in FAILING_CALLS])
 def test_messages_name_only_options_the_command_has(runner, no_gpu, tmp_path, name, args):
-    from convlab.scaffold import scaffold
+    from convlab.userkernel.scaffold import scaffold
 
     mine = scaffold("mine", "naive", tmp_path).files[0]
     command = main.commands[name]

@@ -3,7 +3,7 @@
 import pytest
 
 from convlab.errors import KernelCompileError
-from convlab.jit import build_options, compile_cubin, nvrtc_version
+from convlab.gpu.jit import build_options, compile_cubin, nvrtc_version
 from convlab.kernels import RELU, kernel_variants
 from convlab.models import MODELS
 from convlab.shapes import ConvShape
@@ -79,14 +79,14 @@ def test_compile_error_names_variant_and_shows_log():
 def test_end_to_end_top1_kernel_compiles():
     """The predictions kernel of the host-to-host pipeline (it once used INFINITY, which NVRTC
     does not define, and every GPU network run failed to compile it)."""
-    from convlab.pipeline import ARGMAX_SOURCE
+    from convlab.net.pipeline import ARGMAX_SOURCE
 
     assert compile_cubin("pipeline:top1", ARGMAX_SOURCE, ("-std=c++17",))[:4] == b"\x7fELF"
 
 
 def test_ceiling_kernels_compile():
     """The mma.sync peak loops `convlab device` measures the TF32 and FP16 ceilings with."""
-    from convlab.measure import MMA_PEAK_SOURCE, MMA_PEAKS
+    from convlab.gpu.measure import MMA_PEAK_SOURCE, MMA_PEAKS
 
     assert compile_cubin("ceiling:mma", MMA_PEAK_SOURCE, ("-std=c++17",))[:4] == b"\x7fELF"
     assert all(f'void {name}(' in MMA_PEAK_SOURCE for name, *_ in MMA_PEAKS.values())

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from convlab.cubin import (ARCH_LIMITS, PTXAS_VERBOSE, KernelResources, occupancy, ptxas_spills,
-                           resources, strip_ptxas_report)
-from convlab.jit import nvrtc_compile
+from convlab.gpu.cubin import (ARCH_LIMITS, PTXAS_VERBOSE, KernelResources, occupancy, ptxas_spills,
+                               resources, strip_ptxas_report)
+from convlab.gpu.jit import nvrtc_compile
 from convlab.kernels import kernel_variants
 from convlab.shapes import ConvShape
 

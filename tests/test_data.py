@@ -4,8 +4,8 @@ import struct
 import numpy as np
 import pytest
 
-from convlab import data
 from convlab.errors import DataError
+from convlab.net import data
 
 
 def write_idx(path, array, type_code=0x08, compress=True, extra=b"", cut=0):

@@ -7,10 +7,10 @@ more than the error bound wherever the bug matters."""
 import numpy as np
 import pytest
 
-from convlab.diagnose import diagnose, edge_band, ranges, tile_period
-from convlab.reference import conv2d_with_magnitude
+from convlab.oracle.diagnose import diagnose, edge_band, ranges, tile_period
+from convlab.oracle.reference import conv2d_with_magnitude
+from convlab.oracle.verify import random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import random_problem, reference_output
 
 SHAPE = ConvShape(3, 4, 14, 14, 6, 3)
 
@@ -202,7 +202,7 @@ def test_epilogues_keep_the_diagnosis(rng, epilogue):
     x, w, _ = random_problem(shape, rng, signed=True)
     ref = reference_output(x, w, shape, epilogue)
     got_conv, _ = conv2d_with_magnitude(x, w[..., ::-1, ::-1].copy())
-    from convlab.diagnose import _through_epilogue
+    from convlab.oracle.diagnose import _through_epilogue
 
     got = _through_epilogue(got_conv, epilogue).astype(np.float32)
     d = diagnose(got, ref, x, w, shape, "fp32", epilogue=epilogue)

@@ -6,11 +6,12 @@ Run on a GPU machine with `pytest -m gpu`; without CuPy or a GPU these tests ski
 import numpy as np
 import pytest
 
-from convlab import lab, measure
+from convlab.bench import lab
+from convlab.gpu import measure
 from convlab.kernels import TANH_POOL, VARIANTS
 from convlab.models import FASHION_MNIST, MODELS, load_weights
+from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import compare, poison, random_problem, reference_output
 
 pytestmark = pytest.mark.gpu
 
@@ -190,7 +191,7 @@ def test_queued_timing_keeps_the_hosts_dispatch_out(rng):
 
     import cupy
 
-    from convlab.jit import load_module
+    from convlab.gpu.jit import load_module
 
     kernel = load_module("test:scale", TINY_KERNEL, (), ("scale",)).module.get_function("scale")
     x = cupy.asarray(rng.random(4096, dtype=np.float32))
@@ -262,7 +263,7 @@ def test_device_info_and_ceilings(tmp_path, monkeypatch):
 
 # --- convlab compare on the GPU, with deliberately broken test-only variants ----------------
 
-from convlab import compare as compare_mod  # noqa: E402
+from convlab.bench import compare as compare_mod  # noqa: E402
 from convlab.kernels.base import Op  # noqa: E402
 from convlab.kernels.naive import Naive  # noqa: E402
 
@@ -314,7 +315,7 @@ BUGS = {0: "none (control)", 1: "one filter tap skipped", 2: "one input row off 
 def test_broken_kernels_fail_on_short_and_long_reductions(bug, shape, rng):
     import cupy
 
-    from convlab.jit import load_module
+    from convlab.gpu.jit import load_module
 
     kernel = load_module(f"test-bug-{bug}", BUGGY_SOURCE, ("-std=c++17", f"-DBUG={bug}"),
                          ("conv_forward",)).module.get_function("conv_forward")
@@ -423,7 +424,7 @@ def test_the_checked_pass_poisons_on_the_pipelines_stream():
     long spin) and lands after, or in the middle of, the pass: NaN where the pass wrote."""
     import cupy
 
-    from convlab.pipeline import Pipeline
+    from convlab.net.pipeline import Pipeline
 
     network = lab.build_network("ece408", "tiled", 100)
     x = lab.load_input("ece408", 100)

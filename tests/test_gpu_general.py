@@ -13,8 +13,8 @@ import pytest
 from convlab.errors import ConvlabError
 from convlab.kernels import RELU, TANH_POOL, VARIANTS
 from convlab.models import MODELS
+from convlab.oracle.verify import compare, random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import compare, random_problem, reference_output
 
 GPU_VARIANTS = [v for v in VARIANTS.values() if v.on_gpu]
 

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.kernels import RELU
-from convlab.kernels import pipelined as P
+from convlab.kernels import RELU, pipelined as P
 from convlab.models import get_model
+from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import compare, poison, random_problem, reference_output
 
 pytestmark = pytest.mark.gpu
 

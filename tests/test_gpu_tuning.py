@@ -3,7 +3,9 @@ itself (Variant.config_for's one order: fixed fields, else the tuned entry, else
 
 import pytest
 
-from convlab import measure, tune, tuning
+from convlab import tuning
+from convlab.bench import tune
+from convlab.gpu import measure
 from convlab.kernels import RELU, get_variant
 from convlab.shapes import ConvShape
 

@@ -10,11 +10,13 @@ each layer's bound_ratio.
 import numpy as np
 import pytest
 
-from convlab import measure, tune, tuning
+from convlab import tuning
+from convlab.bench import tune
+from convlab.gpu import measure
 from convlab.kernels import RELU
 from convlab.kernels.winograd import BLOCKS, MIN_GROUP_CHANNELS, Winograd, fp32_gemm
+from convlab.oracle.verify import compare, random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import compare, random_problem, reference_output
 
 pytestmark = pytest.mark.gpu
 

@@ -5,12 +5,13 @@ kernels, are in test_userkernel_gpu.py)."""
 import numpy as np
 import pytest
 
-from convlab import guard, lab, measure
+from convlab.bench import guard, lab
+from convlab.gpu import measure
 from convlab.kernels.base import Op
 from convlab.kernels.cpu import Cpu
-from convlab.reference import conv2d
+from convlab.oracle.reference import conv2d
+from convlab.oracle.verify import Check, random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import Check, random_problem, reference_output
 
 POLICY = measure.TimingPolicy(warmup=1, min_runs=4, max_runs=6, budget_s=0.2)
 
@@ -257,7 +258,7 @@ def test_stream_watch_does_not_count_the_isolation_message_time(monkeypatch):
     import time
     import types
 
-    from convlab import isolate
+    from convlab.gpu import isolate
 
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(
         synchronize=lambda: None)))

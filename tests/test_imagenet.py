@@ -9,10 +9,12 @@ from click.testing import CliRunner
 from PIL import Image
 from rich.console import Console
 
-from convlab import imagenet, lab, reference
+from convlab.bench import lab
 from convlab.cli import main
 from convlab.errors import ConvlabError, DataError
 from convlab.models import get_model, random_weights, save_weights
+from convlab.net import imagenet
+from convlab.oracle import reference
 
 SPEC = get_model("alexnet")
 B_MEAN, G_MEAN, R_MEAN = 104.00698793, 116.66876762, 122.67891434

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from convlab import importer, reference
 from convlab.cli import main
 from convlab.errors import DataError
 from convlab.models import get_model, load_weights
+from convlab.net import importer
+from convlab.oracle import reference
 
 SPEC = get_model("alexnet")
 PUBLISHED = {  # (weights, biases) as bvlc_alexnet.npy stores them

@@ -12,16 +12,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from convlab import compare, filejobs, gpu, guard, lab, measure, records
-from convlab import sanitize as sanitize_mod
+from convlab import gpu
+from convlab.bench import compare, filejobs, guard, lab, records
 from convlab.cli import main
 from convlab.errors import ConvlabError
-from convlab.kernelcheck import check_file
+from convlab.gpu import measure
 from convlab.kernels import VARIANTS
 from convlab.models import DEFAULT_MODEL, get_model
-from convlab.scaffold import scaffold
 from convlab.shapes import ConvShape
-from convlab.userkernel import load_kernel_file
+from convlab.userkernel import sanitize as sanitize_mod
+from convlab.userkernel.check import check_file
+from convlab.userkernel.kernelfile import load_kernel_file
+from convlab.userkernel.scaffold import scaffold
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -40,11 +42,11 @@ CPU_KERNEL = textwrap.dedent('''\
 STUBS = textwrap.dedent('''\
     import time
 
-    from convlab.compare import Row
+    from convlab.bench.compare import Row
     from convlab.errors import KernelCompileError
-    from convlab.isolate import gpu_wait
+    from convlab.gpu.isolate import gpu_wait
     from convlab.shapes import ConvShape
-    from convlab.userkernel import load_kernel_file
+    from convlab.userkernel.kernelfile import load_kernel_file
 
     COMPILE_LOG = ('/tmp/tmpq1w2/5b0c7e1d9a.cubin.cu(12): error: identifier "acc2" is '
                    'undefined')

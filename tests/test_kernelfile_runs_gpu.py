@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from convlab import compare, lab, measure
+from convlab.bench import compare, lab
 from convlab.cli import main
-from convlab.sanitize import WHERE_TO_GET, find_compute_sanitizer
-from convlab.scaffold import scaffold
+from convlab.gpu import measure
 from convlab.shapes import ConvShape
-from convlab.userkernel import load_kernel_file
+from convlab.userkernel.kernelfile import load_kernel_file
+from convlab.userkernel.sanitize import WHERE_TO_GET, find_compute_sanitizer
+from convlab.userkernel.scaffold import scaffold
 
 pytestmark = pytest.mark.gpu
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from convlab import measure
+from convlab.gpu import measure
 from convlab.kernels import TANH_POOL
 from convlab.shapes import ConvShape
 

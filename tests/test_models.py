@@ -4,10 +4,11 @@ import zipfile
 import numpy as np
 import pytest
 
-from convlab import data, reference
 from convlab.errors import ConvlabError, DataError
 from convlab.models import (ACCURACY_BATCHES, FASHION_MNIST, MODELS, get_model, load_weights,
                             random_weights, save_weights, weights_path)
+from convlab.net import data
+from convlab.oracle import reference
 from convlab.shapes import ConvShape
 
 SHIPPED = [name for name, spec in MODELS.items() if spec.task == FASHION_MNIST]

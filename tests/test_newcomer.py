@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from convlab import compare, gpu, report, results
+from convlab import gpu, report
+from convlab.bench import compare, results
 from convlab.cli import main
 from convlab.kernels import CUDNN_ROWS, get_variant
 from convlab.models import DEFAULT_MODEL
 from convlab.tables import Col, fitted_table
-from convlab.scaffold import scaffold
+from convlab.userkernel.scaffold import scaffold
 
 RESULTS = Path(__file__).parent.parent / "results" / "h100"
 OLD_ECE408 = RESULTS / "compare-ece408-20261123T104454.json"
@@ -94,7 +95,7 @@ def test_batch_sweep_parts_add_up_to_forward_at_80_columns(no_gpu):
 
 
 def test_profile_breakdown_note_names_only_shown_columns():
-    from convlab.profile_report import steady_note
+    from convlab.profile.tables import steady_note
 
     some = steady_note(["batch", "HtoD", "conv", "pool", "FC", "DtoH", "other", "wall"])
     assert "LRN" not in some and "GPU busy" not in some and "pinned" not in some

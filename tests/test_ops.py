@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from convlab import hardware, reference
-from convlab.jit import compile_cubin
+from convlab.gpu import hardware
+from convlab.gpu.jit import compile_cubin
 from convlab.models import LRN, MODELS, Dense, MaxPool, ReLU, Softmax, Tanh
 from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, softmax
-from convlab.verify import LAMBDA, TINY, compare
+from convlab.oracle import reference
+from convlab.oracle.verify import LAMBDA, TINY, compare
 
 U = 2.0 ** -24
 ACTS = (None, "relu", "tanh")

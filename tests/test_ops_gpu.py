@@ -8,12 +8,12 @@ Run on a GPU machine with `pytest -m gpu tests/test_ops_gpu.py -s` (-s shows the
 import numpy as np
 import pytest
 
-from convlab import hardware, measure
+from convlab.gpu import hardware, measure
 from convlab.ops import (dense, prepare_activation, prepare_dense, prepare_dense_cublas,
                          prepare_lrn, prepare_lrn_max_pool, prepare_max_pool, prepare_softmax,
                          reference_activation, reference_dense, reference_lrn,
                          reference_lrn_max_pool, reference_max_pool, reference_softmax)
-from convlab.verify import compare, poison
+from convlab.oracle.verify import compare, poison
 
 pytestmark = pytest.mark.gpu
 

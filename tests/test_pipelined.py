@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.jit import compile_cubin
-from convlab.kernels import RELU
-from convlab.kernels import pipelined as P
+from convlab.gpu.jit import compile_cubin
+from convlab.kernels import RELU, pipelined as P
 from convlab.models import get_model
-from convlab.reference import conv2d_with_magnitude
+from convlab.oracle.reference import conv2d_with_magnitude
 from convlab.shapes import ConvShape
 
 VARIANTS = [P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(), P.PipelinedBF16()]

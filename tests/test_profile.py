@@ -12,11 +12,12 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from convlab import nvtx, profile, profile_report
 from convlab.cli import main
 from convlab.errors import ConvlabError, DataError
-from convlab.profile import (Activity, BatchProfile, Overhead, Profile, Row, StepInfo, Trace,
-                             Window)
+from convlab.gpu import nvtx
+from convlab.profile import tables as profile_report, trace as profile
+from convlab.profile.trace import (Activity, BatchProfile, Overhead, Profile, Row, StepInfo, Trace,
+                                   Window)
 
 # Real symbols: the first is cuDNN's as the course's nvprof reports showed it; the others were
 # produced by g++ for the same shapes of template PyTorch and CUTLASS launch.

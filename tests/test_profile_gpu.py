@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from convlab import lab, profile
+from convlab.bench import lab
 from convlab.cli import main
 from convlab.errors import ConvlabError
 from convlab.kernels import get_variant
 from convlab.models import get_model
-from convlab.profile import StepInfo
+from convlab.profile import trace as profile
+from convlab.profile.trace import StepInfo
 
 pytestmark = pytest.mark.gpu
 

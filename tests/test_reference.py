@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from convlab.reference import (conv2d, conv2d_float64, conv2d_with_magnitude, lrn, max_pool, relu,
-                                softmax)
+from convlab.oracle.reference import (conv2d, conv2d_float64, conv2d_with_magnitude, lrn, max_pool,
+                                      relu, softmax)
 
 U64 = 2.0 ** -53
 
@@ -72,7 +72,7 @@ def test_conv_chunks_large_batches_consistently(rng, monkeypatch):
     """Chunking loses nothing: whole-batch and per-image results agree to float64 rounding. Not
     bit for bit: BLAS picks its blocking, and so its summation order, by matrix size and CPU, so
     the two may differ by a few float64 roundings of the terms (2 * n * 2^-53 * sum|x*w|)."""
-    import convlab.reference as reference
+    import convlab.oracle.reference as reference
 
     x = rng.standard_normal((40, 3, 12, 12)).astype(np.float32)
     w = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)

@@ -7,11 +7,13 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from convlab import compare, measure, report, results
-from convlab.models import DEFAULT_MODEL, get_model
+from convlab import report
+from convlab.bench import compare, results
 from convlab.cli import main
 from convlab.errors import ConvlabError, DataError
+from convlab.gpu import measure
 from convlab.kernels import TANH_POOL
+from convlab.models import DEFAULT_MODEL, get_model
 from convlab.shapes import ConvShape
 
 SHAPE = ConvShape(100, 1, 28, 28, 50, 5)

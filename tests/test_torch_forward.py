@@ -1,6 +1,6 @@
 """PyTorch's candidates for the whole network, without a GPU: which one is the baseline."""
 
-from convlab.torch_forward import TorchRow, allowed_differ, fastest
+from convlab.net.torch_forward import TorchRow, allowed_differ, fastest
 
 
 def test_the_fastest_candidate_with_its_predictions_intact_is_the_baseline():

@@ -13,14 +13,15 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from convlab import lab, tune, tuning
+from convlab import tuning
+from convlab.bench import lab, tune
 from convlab.cli import main
 from convlab.errors import ConvlabError, KernelCompileError
+from convlab.gpu.measure import Timing, TimingPolicy
 from convlab.kernels import RELU, Support, Variant
 from convlab.kernels.cpu import Cpu
-from convlab.measure import Timing, TimingPolicy
+from convlab.oracle.verify import Check
 from convlab.shapes import ConvShape, parse_layer
-from convlab.verify import Check
 
 SHAPE = ConvShape(16, 32, 13, 13, 48, 3, pad=1, bias=True)
 DEVICE = "Fake GPU (CC 9.0)"

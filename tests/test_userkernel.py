@@ -9,17 +9,17 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from convlab import expressions
 from convlab.errors import ConvlabError
-from convlab.isolate import run_isolated
-from convlab.kernelcheck import check_file, locate_messages
+from convlab.gpu.isolate import run_isolated
 from convlab.kernels import VARIANTS
 from convlab.kernels.tiled import pick_tile
 from convlab.models import get_model
-from convlab.sanitize import WHERE_TO_GET, parse_output, sanitizer_command
-from convlab.scaffold import scaffold
 from convlab.shapes import ConvShape
-from convlab.userkernel import KernelFileError, load_kernel_file, split_top_level
+from convlab.userkernel import expressions
+from convlab.userkernel.check import check_file, locate_messages
+from convlab.userkernel.kernelfile import KernelFileError, load_kernel_file, split_top_level
+from convlab.userkernel.sanitize import WHERE_TO_GET, parse_output, sanitizer_command
+from convlab.userkernel.scaffold import scaffold
 
 PLAIN = ConvShape(100, 12, 21, 21, 24, 7)
 GENERAL = ConvShape(4, 6, 17, 15, 8, 3, stride=2, pad=1, groups=2, bias=True)
@@ -344,7 +344,7 @@ def test_cli_new_and_check(tmp_path, monkeypatch):
 
 JOBS = textwrap.dedent("""\
     import os, time
-    from convlab.isolate import gpu_wait
+    from convlab.gpu.isolate import gpu_wait
 
     def add(a, b):
         print("output of the job")
@@ -485,7 +485,7 @@ def test_sanitizer_command(monkeypatch):
     assert command[:3] == ["/opt/cs", "--tool", "racecheck"] and "--error-exitcode" in command
     with pytest.raises(ConvlabError, match="unknown sanitizer tool"):
         sanitizer_command("nocheck", "/opt/cs")
-    monkeypatch.setattr("convlab.sanitize.find_compute_sanitizer", lambda: None)
+    monkeypatch.setattr("convlab.userkernel.sanitize.find_compute_sanitizer", lambda: None)
     with pytest.raises(ConvlabError) as info:
         sanitizer_command("memcheck")
     assert str(info.value) == WHERE_TO_GET and "\n" not in WHERE_TO_GET

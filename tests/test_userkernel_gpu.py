@@ -7,16 +7,17 @@ when the tool is missing: pip install nvidia-cuda-sanitizer-api-cu12)."""
 
 import pytest
 
-from convlab import cubin, lab, measure
-from convlab.isolate import run_isolated
-from convlab.jit import nvrtc_compile
+from convlab.bench import lab
+from convlab.gpu import cubin, measure
+from convlab.gpu.isolate import run_isolated
+from convlab.gpu.jit import nvrtc_compile
 from convlab.kernels import VARIANTS, kernel_variants
 from convlab.kernels.base import Op
 from convlab.kernels.naive import Naive
-from convlab.sanitize import WHERE_TO_GET, find_compute_sanitizer, sanitize
-from convlab.scaffold import scaffold
 from convlab.shapes import ConvShape
-from convlab.userkernel import load_kernel_file
+from convlab.userkernel.kernelfile import load_kernel_file
+from convlab.userkernel.sanitize import WHERE_TO_GET, find_compute_sanitizer, sanitize
+from convlab.userkernel.scaffold import scaffold
 
 pytestmark = pytest.mark.gpu
 
@@ -60,7 +61,7 @@ def test_header_scaffold_runs_general_layers_with_relu(tmp_path, origin):
 
 def test_isolated_run_returns_the_record(tmp_path):
     path = kernel_file(tmp_path)
-    record = run_isolated("convlab.filejobs:time_layer",
+    record = run_isolated("convlab.bench.filejobs:time_layer",
                           {"shape": COURSE.as_dict(), "kernel_file": str(path),
                            "policy": {"min_runs": 5, "budget_s": 0.3}}, timeout_s=10)
     assert record["status"] == "ok", record["reason"]
@@ -71,7 +72,7 @@ def test_isolated_run_returns_the_record(tmp_path):
 # --- isolation: faults and hangs end the job, not convlab ------------------------------------------
 
 def exercise(path, timeout_s=10.0):
-    return run_isolated("convlab.filejobs:exercise",
+    return run_isolated("convlab.userkernel.exercise:exercise",
                         {"shape": SMALL.as_dict(), "kernel_file": str(path)}, timeout_s=timeout_s)
 
 

@@ -4,10 +4,10 @@ classic bugs fail at short and long ones. The GPU tests repeat this with real ke
 import numpy as np
 import pytest
 
-from convlab.reference import conv2d
+from convlab.oracle.reference import conv2d
+from convlab.oracle.verify import (LAMBDA, Reference, compare, poison, random_problem,
+                                   reference_output, unit_roundoff)
 from convlab.shapes import ConvShape
-from convlab.verify import (LAMBDA, Reference, compare, poison, random_problem, reference_output,
-                            unit_roundoff)
 
 # Reduction lengths C*K*K from the course's 25 to 512x3x3 = 4,608 and beyond.
 LENGTHS = [ConvShape(2, 1, 12, 12, 8, 5), ConvShape(2, 3, 15, 15, 8, 7),

@@ -7,15 +7,15 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from convlab.jit import compile_cubin
+from convlab.gpu.jit import compile_cubin
 from convlab.kernels import RELU
 from convlab.kernels.winograd import (MAX_WORKSPACE_BYTES, MIN_GROUP_CHANNELS, TILE, Winograd,
                                       balanced_chunk, default_config, workspace_bytes)
-from convlab.kernels.winograd_transforms import (POINTS, c_initializer, emulate,
-                                                 transform_matrices, weight_transform)
-from convlab.reference import conv2d_float64
+from convlab.kernels.winograd_transforms import (POINTS, c_initializer, emulate, transform_matrices,
+                                                 weight_transform)
+from convlab.oracle.reference import conv2d_float64
+from convlab.oracle.verify import compare, random_problem, reference_output
 from convlab.shapes import ConvShape
-from convlab.verify import compare, random_problem, reference_output
 
 TARGETS = [
     ConvShape(128, 256, 13, 13, 384, 3, pad=1, bias=True),  # AlexNet conv3

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from .. import tuning
-from ..jit import build_options, load_module
+from ..gpu.jit import build_options, load_module
 from ..shapes import FEATURES, ConvShape
 
 TANH_POOL = "tanh-pool"  # conv, then tanh, then 2x2/2 max-pool: the ECE408 block

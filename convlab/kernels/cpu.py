@@ -1,6 +1,6 @@
 """cpu: the float32 NumPy reference, the course's "CPU implementation" baseline."""
 
-from ..reference import conv2d, relu
+from ..oracle.reference import conv2d, relu
 from ..shapes import FEATURES
 from .base import RELU, Op, Variant, check_inputs
 

@@ -125,7 +125,7 @@ class Cudnn(Variant):
         this layer leaves conv-then-ReLU."""
         import cupy
 
-        from .. import measure
+        from ..gpu import measure
 
         x = op.stage(cupy.random.standard_normal(shape.input_shape, dtype=cupy.float32))
         policy = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=30, budget_s=0.3)

@@ -523,10 +523,10 @@ from functools import lru_cache  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
-from ..hardware import H100  # noqa: E402
+from ..gpu.hardware import H100  # noqa: E402
 from ..shapes import FEATURES, ConvShape  # noqa: E402
-from .base import (RELU, Op, Support, Variant, blocks, check_inputs,  # noqa: E402
-                   device_weights, split_tf32_arithmetic)
+from .base import (RELU, Op, Support, Variant, blocks, check_inputs, device_weights,  # noqa: E402
+                   split_tf32_arithmetic)
 from .tensorcore import round_tf32  # noqa: E402
 
 MODES = {"tf32": 0, "3xtf32": 1, "fp16": 2, "bf16": 3}

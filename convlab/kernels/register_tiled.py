@@ -134,9 +134,10 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ k,
 
 import numpy as np  # noqa: E402
 
-from ..hardware import H100  # noqa: E402
+from ..gpu.hardware import H100  # noqa: E402
 from ..shapes import FEATURES  # noqa: E402
-from .base import RELU, TANH_POOL, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
+from .base import (RELU, TANH_POOL, Op, Support, Variant, blocks, check_inputs,  # noqa: E402
+                   device_weights)
 from .general import device_bias, layer_defines  # noqa: E402
 
 ACCUMULATORS = 128  # MT*TH registers per thread; more starts to spill on sm_90

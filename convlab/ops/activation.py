@@ -20,7 +20,7 @@ activation(const float* x, float* y, long long total)
 
 import numpy as np  # noqa: E402
 
-from ..verify import Reference  # noqa: E402
+from ..oracle.verify import Reference  # noqa: E402
 from .base import (ACTIVATION_LABELS, KernelSpec, LayerOp, activation_absolute,  # noqa: E402
                    apply_activation, ceil_div, check_activation, compile_specs, spec)
 

@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..jit import build_options, load_module
-from ..verify import LAMBDA
+from ..gpu.jit import build_options, load_module
+from ..oracle.verify import LAMBDA
 
 # Activations an op can apply to its result, as the ACT compile-time constant.
 ACTIVATIONS = {None: 0, "relu": 1, "tanh": 2}

@@ -283,11 +283,11 @@ from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from ..verify import Reference  # noqa: E402
+from ..gpu import hardware  # noqa: E402
+from ..gpu.hardware import H100  # noqa: E402
+from ..oracle.verify import Reference  # noqa: E402
 from .base import (KernelSpec, LayerOp, activation_absolute, activation_label,  # noqa: E402
                    apply_activation, ceil_div, check_activation, compile_specs, spec)
-from .. import hardware  # noqa: E402
-from ..hardware import H100  # noqa: E402
 
 GEMV_MAX_BATCH = 8  # up to here a batch is a few columns of a matrix-vector product
 GEMV_ROWS = 4  # rows of w per block: each x load feeds 4 rows' FMAs

@@ -203,12 +203,12 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from ..reference import lrn as lrn_float, max_pool  # noqa: E402
-from ..verify import Reference  # noqa: E402
+from ..gpu import hardware  # noqa: E402
+from ..gpu.hardware import H100  # noqa: E402
+from ..oracle.reference import lrn as lrn_float, max_pool  # noqa: E402
+from ..oracle.verify import Reference  # noqa: E402
 from .base import (ALLOWED_ULPS, KernelSpec, LayerOp, ceil_div, check_int32,  # noqa: E402
                    check_shape, compile_specs, magnitude_for_units, spec)
-from .. import hardware  # noqa: E402
-from ..hardware import H100  # noqa: E402
 from .pool import max_pool_name, pooled_size  # noqa: E402
 
 # lrn: one pixel per thread, 7 loads ahead (a 12-channel ring: 96 channels are 8 turns of the

@@ -36,9 +36,9 @@ max_pool(const float* __restrict__ x, float* __restrict__ y, long long total)
 
 import numpy as np  # noqa: E402
 
-from ..reference import max_pool  # noqa: E402
-from ..verify import Reference  # noqa: E402
-from .base import (LayerOp, KernelSpec, activation_absolute, activation_label,  # noqa: E402
+from ..oracle.reference import max_pool  # noqa: E402
+from ..oracle.verify import Reference  # noqa: E402
+from .base import (KernelSpec, LayerOp, activation_absolute, activation_label,  # noqa: E402
                    apply_activation, ceil_div, check_activation, check_int32, check_shape,
                    compile_specs, spec)
 

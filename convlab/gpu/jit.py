@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import ConvlabError, KernelCompileError
-from .gpu import require_cupy
+from ..errors import ConvlabError, KernelCompileError
+from . import require_cupy
 
 CHECK_ARCH = "sm_90"
 BASE_OPTIONS = ("-std=c++17",)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 IMAGES_FILE = "t10k-images-idx3-ubyte.gz"
 LABELS_FILE = "t10k-labels-idx1-ubyte.gz"

@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, measure
+from .. import __version__
+from ..errors import DataError
+from ..gpu import measure
 from .compare import Comparison, Row, finish
-from .errors import DataError
 
 SCHEMA_VERSION = 1
 

@@ -4,7 +4,7 @@ A row's speed counts only after the variant passed on fresh random inputs (sever
 KernelBench's correctness trials) and its last timed output on real data passed again. A FAIL
 row keeps its reason and is never ranked. cuDNN rows (through PyTorch, when importable) come
 from the same process and the same device arrays. Kernel files (--kernel-file) get the same
-rows from a child process (convlab.isolate), one per batch size: a fault, a hang or a crash
+rows from a child process (convlab.gpu.isolate), one per batch size: a fault, a hang or a crash
 there makes that run's rows FAIL with the reason, and the comparison goes on.
 """
 
@@ -16,18 +16,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import guard, lab, measure
-from .errors import ConvlabError
-from .kernels import CUDNN_ROWS, RELU, REFERENCE_VARIANTS, TANH_POOL, VARIANTS, get_variant
-from .kernels.base import Arithmetic, direct_arithmetic
-from .models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
-from .network import conv_epilogue
-from .shapes import ConvShape, parse_layer
-from .verify import compare as compare_output
-from .verify import random_problem, reference_output
+from ..errors import ConvlabError
+from ..gpu import measure
+from ..kernels import CUDNN_ROWS, REFERENCE_VARIANTS, RELU, TANH_POOL, VARIANTS, get_variant
+from ..kernels.base import Arithmetic, direct_arithmetic
+from ..models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
+from ..net.network import conv_epilogue
+from ..oracle.verify import compare as compare_output, random_problem, reference_output
+from ..shapes import ConvShape, parse_layer
+from . import guard, lab
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
-COMPARE_JOB = "convlab.filejobs:compare_rows"
+COMPARE_JOB = "convlab.bench.filejobs:compare_rows"
 RANDOM_TRIALS = 3
 RANDOM_TRIAL_BATCH = 9  # images per random trial: small, and no multiple of any block size
 FALLBACK = "naive"  # computes the layers a compared variant cannot, so the rest can be timed
@@ -146,7 +146,7 @@ def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, st
                   trials: int = RANDOM_TRIALS) -> tuple[bool, str]:
     """Run the variant on fresh random problems for every layer; the first failure's reason."""
     from .guard import host
-    from .isolate import gpu_wait
+    from ..gpu.isolate import gpu_wait
 
     xp = np
     if variant.on_gpu:
@@ -342,7 +342,7 @@ def layer_bytes(shape: ConvShape) -> int:
 def check_layer_memory(shape: ConvShape) -> None:
     """A --layer batch too large for the GPU's memory is an error before anything runs (its
     inputs are random, so the test set's size does not limit it; memory does)."""
-    from .gpu import gpu_available
+    from ..gpu import gpu_available
 
     if not gpu_available():
         return
@@ -364,7 +364,7 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
          timeout_s: float | None = None) -> Plan:
     """Validate the command's arguments before any timing starts (kernel files are loaded
     here: a file that cannot be is an error before anything runs)."""
-    from .userkernel import load_kernel_file
+    from ..userkernel.kernelfile import load_kernel_file
 
     if model is not None and layer is not None:
         raise ConvlabError("give --model or --layer, not both")
@@ -402,7 +402,7 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
     """A kernel file's rows at one batch size, from variant_rows in a child process: a fault,
     a hang, a crash, or a file that changed meanwhile makes every row FAIL with the reason.
     Compiler messages name lines of the user's file."""
-    from .isolate import DEFAULT_TIMEOUT_S, run_isolated
+    from ..gpu.isolate import DEFAULT_TIMEOUT_S, run_isolated
 
     variant = kernel_file.variant
     job = run_isolated(COMPARE_JOB, {
@@ -424,7 +424,7 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
 
 def execute(p: Plan, policy: measure.TimingPolicy,
             progress: Callable[[str, int, int], None] | None = None) -> Comparison:
-    from .gpu import require_cupy
+    from ..gpu import require_cupy
 
     require_cupy("convlab compare")
     ceilings = measure.ceilings()

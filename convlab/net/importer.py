@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
-from .models import (WEIGHTS_FORMAT, Conv, Dense, Flatten, ModelSpec, Weights, get_model,
-                     save_weights)
+from ..errors import DataError
+from ..models import (WEIGHTS_FORMAT, Conv, Dense, Flatten, ModelSpec, Weights, get_model,
+                      save_weights)
 
 MODEL = "alexnet"
 CONVERSION = ("conv weights HWIO -> OIHW (transpose 3,2,0,1); FC weights (in, out) -> (out, in); "

@@ -8,12 +8,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cubin
-from .gpu import gpu_available
-from .jit import CHECK_ARCH, NvrtcResult, check_arch, nvrtc_compile
-from .kernels.base import Support
-from .shapes import ConvShape
-from .userkernel import LINEINFO, KernelFile, load_kernel_file
+from ..gpu import cubin, gpu_available
+from ..gpu.jit import CHECK_ARCH, NvrtcResult, check_arch, nvrtc_compile
+from ..kernels.base import Support
+from ..shapes import ConvShape
+from .kernelfile import LINEINFO, KernelFile, load_kernel_file
 
 
 @dataclass
@@ -146,7 +145,7 @@ def report_table(report: CheckReport, width: int | None = None, wide: bool = Fal
     layer was skipped or did not compile."""
     from rich.text import Text
 
-    from .tables import Col, fitted_table
+    from ..tables import Col, fitted_table
 
     # Registers, shared memory, spills and occupancy are what `check` is for: key columns,
     # short enough to fit 80 columns beside a long kernel name.

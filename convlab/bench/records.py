@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from . import measure
-from .models import get_model
-from .shapes import ConvShape
-from .verify import Check
+from ..gpu import measure
+from ..models import get_model
+from ..oracle.verify import Check
+from ..shapes import ConvShape
 
 @dataclass
 class LayerResult:

@@ -45,7 +45,7 @@ extern "C" __global__ void top1(const float* __restrict__ p, int* __restrict__ o
 
 
 def top1_kernel():
-    from .jit import load_module
+    from ..gpu.jit import load_module
 
     return load_module("pipeline:top1", ARGMAX_SOURCE, ("-std=c++17",), ("top1",)) \
         .module.get_function("top1")

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 from rich.console import RenderableType
 
-from .errors import ConvlabError, DataError
-from .models import ModelSpec
-from .tables import Col, fitted_table
+from ..errors import ConvlabError, DataError
+from ..models import ModelSpec
+from ..tables import Col, fitted_table
 
 CLASSES = 1000
 RESIZE_SHORT_SIDE = 256

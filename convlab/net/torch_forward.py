@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
+from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 
 LAYOUTS = ("nchw", "nhwc")
 MODES = ("eager", "graph", "compile")
@@ -176,7 +176,7 @@ def candidates(weights: Weights, x, precision: str, reference_top1: np.ndarray,
     checked against `reference_top1` on the device input x (CuPy)."""
     import torch
 
-    from .isolate import gpu_wait
+    from ..gpu.isolate import gpu_wait
 
     tf32 = DTYPES[precision][1]
     rows = []

@@ -15,10 +15,11 @@ from typing import Callable
 
 import numpy as np
 
-from . import data, reference
-from .errors import ConvlabError
-from .models import (ACCURACY_BATCHES, Conv, Dense, Flatten, MaxPool, ModelSpec, Softmax, Tanh,
-                     Weights, get_model, save_weights, weights_path)
+from ..errors import ConvlabError
+from ..models import (ACCURACY_BATCHES, Conv, Dense, Flatten, MaxPool, ModelSpec, Softmax, Tanh,
+                      Weights, get_model, save_weights, weights_path)
+from ..oracle import reference
+from . import data
 
 DEFAULT_DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConvlabError
-from .kernels import VARIANTS, get_variant
-from .kernels.base import Variant
-from .userkernel import KernelFileError, find_parameters
+from ..errors import ConvlabError
+from ..kernels import VARIANTS, get_variant
+from ..kernels.base import Variant
+from .kernelfile import KernelFileError, find_parameters
 
 DEFAULT_FROM = "naive"
 # The general-layer switches (kernels/general.layer_defines) as header expressions.

@@ -51,15 +51,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ConvlabError
+from ..gpu.hardware import H100
+from ..gpu.jit import build_options
+from ..kernels import VARIANTS
+from ..kernels.base import (RELU, SUPPORTED, Op, Support, Variant, check_inputs, device_weights,
+                            missing_features)
+from ..oracle.verify import UNIT_ROUNDOFF
+from ..shapes import FEATURES, ConvShape
 from . import expressions
-from .errors import ConvlabError
-from .hardware import H100
-from .jit import build_options
-from .kernels import VARIANTS
-from .kernels.base import (RELU, SUPPORTED, Op, Support, Variant, check_inputs, device_weights,
-                           missing_features)
-from .shapes import FEATURES, ConvShape
-from .verify import UNIT_ROUNDOFF
 
 DEFAULT_KERNEL = "conv_forward"
 LINEINFO = "-lineinfo"
@@ -414,7 +414,7 @@ class KernelFileVariant(Variant):
         return launch_limits(launch)
 
     def prepare(self, shape, weights, epilogue=None, bias=None):
-        from .kernels.general import device_bias
+        from ..kernels.general import device_bias
 
         check_inputs(self, shape, epilogue, bias)
         support = self.supports(shape)

@@ -1,7 +1,5 @@
-"""Jobs that run a kernel in an isolated child process (convlab.isolate): each takes and returns
-JSON-able values. `exercise` is one launch on random inputs, checked: what compute-sanitizer
-watches and what the fault and hang tests run. `time_layer` is `convlab.lab.run_layer` for a
-kernel file. `run_model` is `convlab run --kernel-file` (lab.run), `compare_rows` one kernel
+"""Jobs that run a kernel in an isolated child process (convlab.gpu.isolate): each takes and returns
+JSON-able values. `time_layer` is `convlab.bench.lab.run_layer` for a kernel file. `run_model` is `convlab run --kernel-file` (lab.run), `compare_rows` one kernel
 file's rows of `convlab compare` (compare.variant_rows). Each returns the hash of the file it
 loaded, which the parent compares with the file it recorded."""
 
@@ -9,49 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import get_variant
-from .shapes import ConvShape
-
-
-def _variant(kernel_file: str | None, variant: str | None):
-    """(the Variant, its kernel-file record summary or None)."""
-    if kernel_file is not None:
-        from .userkernel import load_kernel_file
-
-        loaded = load_kernel_file(kernel_file)
-        return loaded.variant, {"path": kernel_file, "sha256": loaded.sha256}
-    return get_variant(variant), None
-
-
-def exercise(shape: dict, kernel_file: str | None = None, variant: str | None = None,
-             epilogue: str | None = None, seed: int | None = None) -> dict:
-    """Prepare the kernel for `shape`, launch it once on random inputs into a poisoned output,
-    wait for it, and check the result against float64."""
-    import cupy
-
-    from .isolate import gpu_wait
-    from .verify import compare, random_problem, reference_output
-
-    # Every array its own cudaMalloc (no pool), so compute-sanitizer sees each one's bounds.
-    cupy.cuda.set_allocator(None)
-    chosen, record = _variant(kernel_file, variant)
-    layer = ConvShape(**shape)
-    x, w, b = random_problem(layer, np.random.default_rng(seed), signed=True)
-    got = chosen.prepare(layer, w, epilogue, b).run_once(x, cupy)
-    with gpu_wait():
-        cupy.cuda.Device().synchronize()
-    check = compare(cupy.asnumpy(got), reference_output(x, w, layer, epilogue, b),
-                    chosen.precision)
-    return {"variant": chosen.name, "kernel_file": record, "check": check.as_dict()}
+from ..shapes import ConvShape
+from ..userkernel.exercise import job_variant
 
 
 def time_layer(shape: dict, kernel_file: str | None = None, variant: str | None = None,
                policy: dict | None = None, epilogue: str | None = None,
                seed: int | None = None) -> dict:
     """lab.run_layer in the child: the LayerResult as a dict, with the kernel file's hash."""
-    from . import lab, measure
+    from . import lab
+    from ..gpu import measure
 
-    chosen, record = _variant(kernel_file, variant)
+    chosen, record = job_variant(kernel_file, variant)
     result = lab.run_layer(ConvShape(**shape), chosen, measure.TimingPolicy(**(policy or {})),
                            epilogue, seed)
     return {"layer": result.as_dict(), "kernel_file": record}
@@ -61,9 +28,10 @@ def run_model(kernel_file: str, model: str, batch: int, policy: dict | None = No
               weights_path: str | None = None, fallback: str | None = None,
               compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> dict:
     """lab.run with the kernel file: {"sha256", "run": the RunResult as a dict}."""
-    from . import lab, measure
-    from .models import load_weights
-    from .userkernel import load_kernel_file
+    from . import lab
+    from ..gpu import measure
+    from ..models import load_weights
+    from ..userkernel.kernelfile import load_kernel_file
 
     loaded = load_kernel_file(kernel_file)
     if loaded.variant.on_gpu:
@@ -82,10 +50,10 @@ def _launch_alone(variant, model: str, batch: int) -> None:
     overall limit would end it. (compare's random trials and `exercise` launch alone too.)"""
     import cupy
 
-    from .isolate import gpu_wait
-    from .models import Conv, get_model
-    from .network import conv_epilogue
-    from .verify import random_problem
+    from ..gpu.isolate import gpu_wait
+    from ..models import Conv, get_model
+    from ..net.network import conv_epilogue
+    from ..oracle.verify import random_problem
 
     spec = get_model(model)
     shapes = spec.conv_shapes(batch)
@@ -106,9 +74,10 @@ def compare_rows(kernel_file: str, batch: int, shapes: dict[str, dict], model: s
                  verify: str = "sample") -> dict:
     """The kernel file's rows of a compare at one batch size, as a built-in variant gets them:
     {"sha256", "rows": [Row as a dict]}."""
-    from . import compare, measure
-    from .models import load_weights
-    from .userkernel import load_kernel_file
+    from . import compare
+    from ..gpu import measure
+    from ..models import load_weights
+    from ..userkernel.kernelfile import load_kernel_file
 
     loaded = load_kernel_file(kernel_file)
     weights = load_weights(model, weights_path) if weights_path is not None else None

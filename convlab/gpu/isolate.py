@@ -6,7 +6,7 @@ for them, and gets back a JSON record whatever happens.
 
 The protocol (generic over any importable function taking and returning JSON-able values):
 
-- The parent runs `python -m convlab.isolate` (behind an optional command prefix such as
+- The parent runs `python -m convlab.gpu.isolate` (behind an optional command prefix such as
   compute-sanitizer) in a new process group, writes one JSON request to its stdin,
   {"function": "package.module:function", "args": {...}}, and passes it a pipe whose file
   descriptor number is in the environment variable CONVLAB_ISOLATE_FD.
@@ -42,7 +42,7 @@ import time
 import traceback
 from typing import Sequence
 
-from .errors import ConvlabError
+from ..errors import ConvlabError
 
 FD_VARIABLE = "CONVLAB_ISOLATE_FD"
 DEFAULT_TIMEOUT_S = 5.0  # longest device wait: no conv launch of convlab's takes near this
@@ -79,7 +79,7 @@ def _resolve(path: str):
 
 
 def _child() -> int:
-    """Entry point of `python -m convlab.isolate`."""
+    """Entry point of `python -m convlab.gpu.isolate`."""
     global _channel
     _channel = os.fdopen(int(os.environ[FD_VARIABLE]), "w")
     try:
@@ -125,7 +125,7 @@ def run_isolated(function: str, args: dict | None = None, timeout_s: float = DEF
     with tempfile.TemporaryDirectory(prefix="convlab-isolate-") as tmp:
         out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([*prefix, sys.executable, "-m", "convlab.isolate"],
+            proc = subprocess.Popen([*prefix, sys.executable, "-m", "convlab.gpu.isolate"],
                                     stdin=subprocess.PIPE, stdout=out, stderr=err,
                                     pass_fds=(write_fd,), env=child_env, start_new_session=True)
         os.close(write_fd)
@@ -189,7 +189,7 @@ def _watch(proc, read_fd: int, start: float, timeout_s: float, limit_s: float):
 
 
 if __name__ == "__main__":
-    # Run as convlab.isolate, not __main__, so that jobs' gpu_wait() reaches this channel.
-    from convlab.isolate import _child as child
+    # Run as convlab.gpu.isolate, not __main__, so that jobs' gpu_wait() reaches this channel.
+    from .isolate import _child as child
 
     sys.exit(child())

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from .shapes import FLOAT_BYTES, ConvShape
+from ..shapes import FLOAT_BYTES, ConvShape
 
 # One sample's cost is unknown up front: the rule stops on precision, a run cap or a time budget.
 DEFAULT_MIN_RUNS = 10
@@ -506,7 +506,7 @@ def device_info() -> dict:
     """Name, compute capability, memory and software versions of the current GPU."""
     import cupy
 
-    from .gpu import require_cupy
+    from . import require_cupy
 
     require_cupy("this command")
     dev = cupy.cuda.Device()

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from . import gpu_available
 from .cubin import ARCH_LIMITS, ArchLimits
-from .gpu import gpu_available
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,17 @@ from typing import Callable
 
 import numpy as np
 
-from . import data, imagenet, measure, nvtx
-from .errors import ConvlabError
-from .gpu import require_cupy
-from .kernels import Variant, get_variant
-from .models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
-from .network import ConvStep, Network, Step
+from ..errors import ConvlabError
+from ..gpu import measure, nvtx, require_cupy
+from ..kernels import Variant, get_variant
+from ..models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
+from ..net import data, imagenet
+from ..net.network import ConvStep, Network, Step
+from ..oracle.verify import Check, compare, poison
+from ..shapes import ConvShape
+from ..userkernel.kernelfile import KernelFile, load_kernel_file
+from ..userkernel.sanitize import DEFAULT_BATCH as SANITIZE_BATCH
 from .records import FailedRun, LayerResult, RunResult, StepTime
-from .sanitize import DEFAULT_BATCH as SANITIZE_BATCH
-from .shapes import ConvShape
-from .userkernel import KernelFile, load_kernel_file
-from .verify import Check, compare, poison
 
 MAX_BATCH = data.TEST_SET_SIZE
 MAX_IMAGENET_BATCH = 4096  # random AlexNet inputs: 618 KB each on the host, again on the device
@@ -45,8 +45,8 @@ def default_batch(model: str) -> int:
 def default_kernel(model: str) -> tuple[str, str | None]:
     """The kernel `run` uses without --kernel, and a note when that is the CPU for lack of a GPU.
     The course's models get `tiled`, the course's own first fast kernel."""
-    from .gpu import gpu_available, unavailable_reason
-    from .kernels import VARIANTS
+    from ..gpu import gpu_available, unavailable_reason
+    from ..kernels import VARIANTS
 
     if not gpu_available():
         return "cpu", f"no usable GPU ({unavailable_reason()}): running the cpu variant"
@@ -124,7 +124,7 @@ def reference_probabilities(weights: Weights, x: np.ndarray) -> np.ndarray:
     """The float64 forward pass of the whole network on the fixed random ImageNet batch x
     (load_input's), cached on disk per weights: image i is the same at every batch size, so a
     longer cached prefix serves every shorter batch."""
-    from .reference import forward
+    from ..oracle.reference import forward
 
     folder = measure.cache_dir()
     path = folder / f"reference-{weights.spec.name}-{_digest(weights)}-seed{IMAGENET_INPUT_SEED}.npy"
@@ -162,7 +162,7 @@ def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None) 
 def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPolicy,
                     verify: str = "sample") -> tuple[measure.Timing, Check]:
     """Time the step's op, then verify the output of its last timed run, with the defences of
-    convlab/guard.py: the timed runs rotate between inputs of different contents; the last
+    convlab/bench/guard.py: the timed runs rotate between inputs of different contents; the last
     timed sample is one launch that reads contents no run has seen, into an output poisoned
     just before it (as after warm-up);
     the verified sample is drawn at random; on the GPU, work left outside the timed stream
@@ -267,7 +267,7 @@ def _time_steps(network: Network, passes: int,
     steps on the GPU, each pass queued behind a spin kernel so the host's dispatch of one step
     never shows as another's time (as measure.time_device does); the host clock for the cpu
     variant, where passes stop early (after MIN_HOST_PASSES) once `budget_s` is spent."""
-    from .isolate import gpu_wait
+    from ..gpu.isolate import gpu_wait
 
     samples: dict[str, list[float]] = {s.label: [] for s in network.steps}
     if not network.on_gpu:
@@ -324,7 +324,7 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
         a = a[idx]
         return network.xp.asnumpy(a) if network.on_gpu else np.asarray(a)
 
-    from .ops import reference_for
+    from ..ops import reference_for
 
     ref = reference_for(step.layers, host(step.input).astype(np.float64), network.weights.arrays)
     return compare(host(step.output), ref, "fp32")
@@ -421,7 +421,7 @@ def _device_end_to_end(network: Network, x: np.ndarray, result: RunResult,
     the host-to-host pass that yields the predictions."""
     import cupy
 
-    from .pipeline import Pipeline
+    from ..net.pipeline import Pipeline
 
     eager = measure.time_device(lambda: network.forward(), _whole_pass_policy(policy))
     result.eager_forward_ms = eager.median_ms
@@ -463,7 +463,7 @@ def _torch_time(weights: Weights, network: Network, result: RunResult,
                 policy: measure.TimingPolicy, reference_top1: np.ndarray) -> None:
     """PyTorch's candidates for the same pass in the run's precision class (torch_forward), and
     the fastest as the run's PyTorch time."""
-    from .torch_forward import candidates, fastest, unavailable_reason
+    from ..net.torch_forward import candidates, fastest, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
@@ -492,7 +492,7 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
               verify: str = "sample") -> LayerResult:
     """Time one conv layer alone, on fresh random inputs, and verify the last timed output
     (`verify` as in `run`)."""
-    from .verify import random_problem
+    from ..oracle.verify import random_problem
 
     variant = _variant_for(kernel)
     kernel = variant.name
@@ -516,7 +516,7 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
 
 # --- kernel files: the same run, in a child process -------------------------------------------
 
-RUN_JOB = "convlab.filejobs:run_model"
+RUN_JOB = "convlab.bench.filejobs:run_model"
 
 
 def run_kernel_file(model: str, kernel_file, batches: list[int],
@@ -526,12 +526,12 @@ def run_kernel_file(model: str, kernel_file, batches: list[int],
                     compare_torch: bool = False, graph: bool = True, verify: str = "sample",
                     timeout_s: float | None = None) -> list[RunResult | FailedRun]:
     """`run` for each batch size with a loaded kernel file (userkernel.KernelFile), each batch
-    in a child process (convlab.isolate): a fault, a device wait longer than `timeout_s` (a
+    in a child process (convlab.gpu.isolate): a fault, a device wait longer than `timeout_s` (a
     hang) or a crash ends that batch as a FailedRun and the next batch goes on. What needs no
     CUDA is checked here first, and an error the user can act on (a compile error) is raised
     here with the file's own line numbers, as a built-in's run raises it. Events: "isolated"
     (batch) before each child, then "layer" and "done" as `run` emits them, or "failed"."""
-    from .isolate import DEFAULT_TIMEOUT_S, run_isolated
+    from ..gpu.isolate import DEFAULT_TIMEOUT_S, run_isolated
 
     emit = on_event or (lambda name, payload=None: None)
     spec = get_model(model)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
+from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 
 # Bound the patch matrix of one chunk (elements), so 10,000 images never need gigabytes at once.
 _PATCH_BUDGET = 32 * 1024 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .errors import GPUUnavailable
+from ..errors import GPUUnavailable
 
 INSTALL_HINT = ('install CuPy for your CUDA major: pip install -e ".[cuda12]" or '
                 'pip install -e ".[cuda13]"')

@@ -17,10 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from . import reference
-from .kernels import RELU, TANH_POOL, Variant
-from .models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
-from .shapes import ConvShape
+from ..kernels import RELU, TANH_POOL, Variant
+from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
+from ..oracle import reference
+from ..shapes import ConvShape
 
 ACTIVATIONS = {ReLU: "relu", Tanh: "tanh"}
 CATEGORY_CONV = "conv"
@@ -187,7 +187,7 @@ class Network:
         return make(category, label, (layer,), in_shape), 1
 
     def _device_op(self, category: str, label: str, group: tuple, in_shape: tuple) -> Step:
-        from . import ops
+        from .. import ops
 
         first, last = group[0], group[-1]
         activation = next((ACTIVATIONS[type(g)] for g in group if type(g) in ACTIVATIONS), None)

@@ -37,8 +37,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from . import __version__
-from .errors import ConvlabError, DataError, GPUUnavailable
+from .. import __version__
+from ..errors import ConvlabError, DataError, GPUUnavailable
 
 SCHEMA_VERSION = 1
 RECORD_KIND = "profile"
@@ -135,7 +135,7 @@ def driver_version(cupy) -> tuple[int, int]:
 
 def require_gpu():
     """CuPy with a GPU behind it, or one line saying what is missing."""
-    from .gpu import gpu_available, unavailable_reason
+    from ..gpu import gpu_available, unavailable_reason
 
     if not gpu_available():
         raise GPUUnavailable(f"convlab profile traces GPU work and needs a CUDA GPU: "
@@ -271,7 +271,7 @@ def kernel_functions(sources) -> frozenset[str]:
 def convlab_kernel_functions() -> frozenset[str]:
     """Every kernel function convlab defines: the variants' sources and the CUDA C strings of
     every convlab module loaded in this process (the other layers' kernels, the pipeline's)."""
-    from .kernels import VARIANTS
+    from ..kernels import VARIANTS
 
     sources = [v.source for v in VARIANTS.values() if v.source]
     for name, module in list(sys.modules.items()):
@@ -619,7 +619,7 @@ class Profile:
 
 def load_record(path: Path) -> dict:
     """A saved profile record, checked: a DataError says what is wrong with the file."""
-    from .results import read_json
+    from ..bench.results import read_json
 
     record = read_json(path)
     if not isinstance(record, dict) or record.get("kind") != RECORD_KIND:
@@ -642,7 +642,7 @@ def record_name(record: dict) -> str:
 
 def save(record: dict, folder: Path, markdown: str) -> tuple[Path, Path]:
     """The JSON record and its markdown beside it, each written atomically."""
-    from . import results
+    from ..bench import results
 
     return results.save(record, folder, markdown, record_name(record))
 
@@ -788,7 +788,7 @@ class Tracer:
     @contextlib.contextmanager
     def annotate(self, label: str):
         """What the network enters around each step: an NVTX range and this tracer's scope."""
-        from . import nvtx
+        from ..gpu import nvtx
 
         with nvtx.annotate(label), self.scope(label):
             yield
@@ -818,8 +818,9 @@ def profile_batch(cupti, cupy, model: str, kernel: str, batch: int, passes: int)
     predictions copied out. Its steps are launched one by one, not replayed as a CUDA graph, so
     that each activity maps to the step that launched it (what the graph buys is small:
     scripts/pipeline_study.py measured 4% at batch 1 on an H100, nothing at 128)."""
-    from . import lab, nvtx
-    from .pipeline import Pipeline
+    from ..bench import lab
+    from ..gpu import nvtx
+    from ..net.pipeline import Pipeline
 
     images = lab.load_input(model, batch)
     tracer = Tracer(cupti, cupy).start()
@@ -862,9 +863,9 @@ def check_options(ncu: bool, layer: str | None) -> None:
 
 def check_request(model: str, kernel: str, batches: str) -> list[int]:
     """The batch sizes, once the model and kernel are known to make sense for a profile."""
-    from . import lab
-    from .kernels import get_variant
-    from .models import get_model
+    from ..bench import lab
+    from ..kernels import get_variant
+    from ..models import get_model
 
     get_model(model)
     if not get_variant(kernel).on_gpu:
@@ -890,8 +891,8 @@ def run_profile(model: str, kernel: str, batches: str, passes: int = DEFAULT_PAS
                 threshold: float = DEFAULT_THRESHOLD, command: str = "",
                 on_batch: Callable[[int], None] | None = None) -> dict:
     """Profile the forward pass of `model` with `kernel` at each batch size; the record."""
-    from . import measure
-    from .results import git_commit
+    from ..gpu import measure
+    from ..bench.results import git_commit
 
     sizes = check_request(model, kernel, batches)
     cupy = require_gpu()
@@ -966,7 +967,7 @@ def ncu_targets(trace: Trace, steps: dict[str, StepInfo], ours: frozenset[str], 
 
 def find_ncu_targets(model: str, kernel: str, batches: str, layer: str | None) -> list[NcuTarget]:
     """Trace one forward pass after warm-up and find `layer`'s kernel launches."""
-    from . import lab
+    from ..bench import lab
 
     check_options(True, layer)
     sizes = check_request(model, kernel, batches)

@@ -31,9 +31,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .diagnose import diagnose
-from .reference import max_pool
-from .verify import Check, Reference, compare, reference_output
+from ..oracle.diagnose import diagnose
+from ..oracle.reference import max_pool
+from ..oracle.verify import Check, Reference, compare, reference_output
 
 ROTATION = 3
 SAMPLE_IMAGES = 32
@@ -305,7 +305,7 @@ class StreamWatch:
     def after_sample(self) -> None:
         import cupy
 
-        from .isolate import gpu_wait
+        from ..gpu.isolate import gpu_wait
 
         with gpu_wait():  # in an isolated child it messages the parent: keep that out of the time
             start = time.perf_counter()
@@ -330,7 +330,7 @@ def _empty_launch_ms(runs: int) -> float:
     wall-clock measurement of one op includes)."""
     import cupy
 
-    from .jit import load_module
+    from ..gpu.jit import load_module
 
     kernel = load_module("guard:empty", 'extern "C" __global__ void empty() {}', (),
                          ("empty",)).module.get_function("empty")
@@ -348,7 +348,7 @@ def wall_check(fn: Callable[[], None], event_median_ms: float, runs: int = WALL_
     device work of one run may not exceed what the events measured by more than host overheads."""
     import cupy
 
-    from .isolate import gpu_wait
+    from ..gpu.isolate import gpu_wait
 
     overhead = _empty_launch_ms(runs)
     launch, wall = [], []

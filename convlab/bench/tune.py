@@ -2,7 +2,7 @@
 
 Every configuration in `variant.configs(shape, epilogue)` is compiled, verified and timed by
 `lab.run_layer` (the variant's first configuration is its own heuristic choice, the baseline the
-others are measured against), each in a child process of its own (convlab.isolate): a candidate
+others are measured against), each in a child process of its own (convlab.gpu.isolate): a candidate
 that faults leaves the CUDA context unusable, one that hangs never returns, and either would
 otherwise end the sweep or fail every candidate after it. A configuration that fails to compile,
 to verify or to run, or that crashes or hangs its process, is a FAIL row with its reason and
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import ConvlabError
-from .gpu import unavailable_reason
-from .measure import Timing, TimingPolicy
-from .shapes import ConvShape
-from . import tuning
-from .verify import Check
+from .. import tuning
+from ..errors import ConvlabError
+from ..gpu import unavailable_reason
+from ..gpu.measure import Timing, TimingPolicy
+from ..oracle.verify import Check
+from ..shapes import ConvShape
 
 PASS, FAIL = "PASS", "FAIL"
 
@@ -97,7 +97,7 @@ class TuneResult:
 
 def _reason(exc: BaseException) -> str:
     """One line saying why a candidate failed (the compiler's first error for a compile error)."""
-    from .errors import KernelCompileError
+    from ..errors import KernelCompileError
 
     if isinstance(exc, KernelCompileError):
         lines = [ln.strip() for ln in exc.log.splitlines() if ln.strip()]
@@ -109,7 +109,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _variants_with_configs(shape: ConvShape, epilogue: str | None) -> list[str]:
-    from .kernels import VARIANTS
+    from ..kernels import VARIANTS
 
     names = []
     for name, v in VARIANTS.items():
@@ -150,10 +150,10 @@ def _in_process(variant, config: dict, shape: ConvShape, epilogue: str | None,
 
 def _isolated(variant, config: dict, shape: ConvShape, epilogue: str | None,
               policy: TimingPolicy) -> Candidate:
-    from .isolate import run_isolated
+    from ..gpu.isolate import run_isolated
 
     spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
-    record = run_isolated("convlab.tune:measure_candidate",
+    record = run_isolated("convlab.bench.tune:measure_candidate",
                           {"variant": spec, "config": config, "shape": shape.as_dict(),
                            "epilogue": epilogue, "policy": dataclasses.asdict(policy)})
     value = record["result"] if record["status"] == "ok" else {"error": record["reason"]}
@@ -177,7 +177,7 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
     before each candidate (config) and once at the end (None). With `isolate` (the default)
     each candidate runs in a child process, which rebuilds the variant as type(variant)();
     without, in this process (a fault can then spoil the candidates after it)."""
-    from .kernels import get_variant
+    from ..kernels import get_variant
 
     variant = get_variant(kernel) if isinstance(kernel, str) else kernel
     support = variant.supports(shape)
@@ -226,8 +226,8 @@ def sweep_table(result: TuneResult, width: int | None = None, wide: bool = False
     listed below the table (failure_lines)."""
     from rich.text import Text
 
-    from .measure import gflops
-    from .tables import Col, fitted_table
+    from ..gpu.measure import gflops
+    from ..tables import Col, fitted_table
 
     best = result.best
     cols = [Col("#"), Col("config", "left", wrap=True), Col("status", "left"), Col("Op Time ms"),
@@ -277,7 +277,7 @@ def summary(result: TuneResult) -> str:
 def plot_sweep(result: TuneResult, path: Path) -> Path:
     """A horizontal bar per candidate, in the order tried (#1, the default choice, on top):
     Op Time with its value, the best in green, FAILs marked with their status."""
-    from .plot import _pyplot, save_figure
+    from ..plot import _pyplot, save_figure
 
     plt = _pyplot()
     best = result.best

@@ -1,7 +1,7 @@
 """`--sanitize`: one launch of a kernel under NVIDIA's compute-sanitizer, its first errors
 reported at the user's own file and line.
 
-The launch is filejobs.exercise in an isolated child (convlab.isolate) with compute-sanitizer
+The launch is exercise.exercise in an isolated child (convlab.gpu.isolate) with compute-sanitizer
 as the command prefix; kernel files compile with -lineinfo, so the sanitizer names source
 lines. Tools: memcheck (out-of-bounds and misaligned accesses, the default), racecheck (shared
 memory races), initcheck (reads of uninitialised device memory), synccheck (barrier misuse).
@@ -17,9 +17,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import ConvlabError
-from .isolate import run_isolated
-from .shapes import ConvShape
+from ..errors import ConvlabError
+from ..gpu.isolate import run_isolated
+from ..shapes import ConvShape
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 SANITIZER_TIMEOUT_S = 300.0  # instrumented kernels run 10-100x slower than plain ones
@@ -178,12 +178,12 @@ def sanitize(shape: ConvShape, kernel_file: str | Path | None = None, variant: s
     command = sanitizer_command(tool)
     display, offset = None, 0
     if kernel_file is not None:
-        from .userkernel import load_kernel_file
+        from .kernelfile import load_kernel_file
 
         display, offset = load_kernel_file(kernel_file).source_location()
     args = {"shape": shape.as_dict(), "kernel_file": None if kernel_file is None else str(kernel_file),
             "variant": variant, "epilogue": epilogue}
-    job = run_isolated("convlab.filejobs:exercise", args, timeout_s=timeout_s,
+    job = run_isolated("convlab.userkernel.exercise:exercise", args, timeout_s=timeout_s,
                        limit_s=max(timeout_s, 60.0) * 3, prefix=command)
     errors, summary = parse_output(job["stdout"] + "\n" + job["stderr"], display, offset)
     clean = not errors and job["returncode"] != ERROR_EXIT and job["status"] == "ok"
@@ -225,9 +225,9 @@ def sanitize_model(model: str, batch: int, variant, kernel_file: str | Path | No
                    tool: str = "memcheck", timeout_s: float = SANITIZER_TIMEOUT_S) -> list[LayerReport]:
     """Each conv layer of `model` at `batch` under compute-sanitizer: one checked launch of the
     kernel file (or the built-in `variant`) with the epilogue the network hands it there."""
-    from .gpu import require_cupy
-    from .models import Conv, get_model
-    from .network import conv_epilogue
+    from ..gpu import require_cupy
+    from ..models import Conv, get_model
+    from ..net.network import conv_epilogue
 
     sanitizer_command(tool)  # a missing tool is reported before anything runs
     require_cupy("compute-sanitizer")
