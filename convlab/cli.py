@@ -13,16 +13,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.syntax import Syntax
 
 from . import __version__, report
-from .bench import lab, records
+from .bench import compare, lab, records, results as results_io, tune
 from .bench.guard import VERIFY_MODES
 from .errors import ConvlabError, GPUUnavailable
 from .gpu import gpu_available, measure, unavailable_reason
 from .gpu.isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
 from .models import DEFAULT_MODEL, MODELS, get_model, load_weights
+from .net import imagenet
+from .net.importer import import_weights
+from .net.train import TRAINABLE, train as train_model
+from .plot import _pyplot, plot_comparison
+from .profile import tables as profile_report, trace as profile
 from .shapes import parse_layer
+from .userkernel import sanitize
+from .userkernel.check import check_file, report_dict, report_table
 from .userkernel.sanitize import (DEFAULT_BATCH as DEFAULT_SANITIZE_BATCH, SANITIZER_TIMEOUT_S,
                                   TOOLS as SANITIZER_TOOLS)
+from .userkernel.scaffold import scaffold
 
 WIDE_COLUMNS = 10_000
 WIDE_HELP = "Show every column, however wide the table gets (default: what fits the terminal)."
@@ -223,12 +231,10 @@ def _print_runs(out, results, wide):
 
 
 def _sanitize_run(out, model, batches, variant, kernel_file, tool, timeout, as_json):
-    from .userkernel.sanitize import sanitize_model
-
     if not variant.on_gpu:
         raise ConvlabError(f"--sanitize watches GPU kernels; '{variant.name}' runs on the CPU")
     timeout = SANITIZER_TIMEOUT_S if timeout is None else timeout
-    runs = {batch: sanitize_model(model, batch, variant, kernel_file, tool, timeout)
+    runs = {batch: sanitize.sanitize_model(model, batch, variant, kernel_file, tool, timeout)
             for batch in batches}
     if as_json:
         click.echo(json.dumps([{"model": model, "kernel": variant.name, "batch": batch,
@@ -270,8 +276,6 @@ def models(wide):
               help="Where to write <model>.npz (default: the weights shipped in the package).")
 def train(names, data_dir, output):
     """Train the Fashion-MNIST models with PyTorch and save their weights."""
-    from .net.train import TRAINABLE, train as train_model
-
     for name in names or TRAINABLE:
         get_model(name)
         if name not in TRAINABLE:
@@ -343,7 +347,6 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
                 timing, verify, timeout, save_dir, baseline, plot_path, as_json, wide):
     """Verify, then time, variants side by side with cuDNN and the roofline floor."""
 
-    from .bench import compare, results
 
     weights = load_weights(model, weights_path) if weights_path is not None else None
     if weights_path is not None and model is None:
@@ -354,10 +357,8 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
     default = str(lab.default_batch(model)) if model else "10,100,1000,10000"
     plan = compare.plan(kernels, model, layer, default if batches is None else batches, bias, weights,
                         kernel_files, weights_path, verify, timeout)
-    base = results.from_record(results.load_record(baseline)) if baseline else None
+    base = results_io.from_record(results_io.load_record(baseline)) if baseline else None
     if plot_path is not None:
-        from .plot import _pyplot
-
         _pyplot()  # a missing matplotlib is reported before minutes of timing, not after
     policy = measure.TimingPolicy(cold=cold, budget_s=budget, method=timing)
     with progress_bar(as_json) as progress:
@@ -367,20 +368,18 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
             progress.update(task, description=what, completed=done - 1, total=total)
 
         comparison = compare.execute(plan, policy, on_step)
-    record = results.to_record(comparison, "convlab " + " ".join(sys.argv[1:]))
+    record = results_io.to_record(comparison, "convlab " + " ".join(sys.argv[1:]))
     out = console(wide)
     if as_json:
         click.echo(json.dumps(record, indent=1))
     else:
         _print_comparison(out, comparison, wide)
     if base is not None:
-        out.print(report.diff_table(results.diff(comparison, base), out.width, wide))
+        out.print(report.diff_table(results_io.diff(comparison, base), out.width, wide))
     if save_dir is not None:
-        paths = results.save(record, save_dir, report.compare_markdown(comparison))
+        paths = results_io.save(record, save_dir, report.compare_markdown(comparison))
         err_console().print(f"saved {paths[0]} and {paths[1]}")
     if plot_path is not None:
-        from .plot import plot_comparison
-
         err_console().print(f"plot written to {plot_comparison(comparison, plot_path)}")
 
 
@@ -406,14 +405,10 @@ def results():
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
 def results_show(path, markdown, ladder, wide):
     """Re-render a saved `convlab compare` or `convlab profile` record."""
-    from .bench import results as results_io
-
     if ladder and markdown:
         raise ConvlabError("--ladder and --markdown are two different markdown renderings: give "
                            "one of them")
     if results_io.record_kind(path) == "profile":
-        from .profile import trace as profile, tables as profile_report
-
         record = profile.load_record(path)
         if ladder:
             raise ConvlabError("--ladder summarises compare records; this is a profile")
@@ -443,8 +438,6 @@ def import_weights_cmd(source, out):
     in the file when it is loaded: import only a file from a source you trust. The .npy header is
     read first, so a file that is not a pickled array is refused before anything is unpickled.
     """
-    from .net.importer import import_weights
-
     weights = import_weights(source, out)
     count = sum(array.size for array in weights.arrays.values())
     click.echo(f"wrote {out}: alexnet, {len(weights.arrays) // 2} layers, {count:,} parameters "
@@ -467,8 +460,6 @@ def import_weights_cmd(source, out):
 def classify(images, model, weights_path, kernel, as_json, wide):
     """Top-5 ImageNet classes of IMAGES: JPEG/PNG files (needs Pillow), or .npy files of
     preprocessed input, float32 (N, 3, 227, 227), BGR, mean subtracted."""
-    from .net import imagenet
-
     weights = load_weights(model, weights_path)
     notes = []
     if kernel is None:
@@ -518,8 +509,6 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
                 ncu, layer):
     """Where the time goes: nvprof's tables from a CUPTI trace of the forward pass (warm-up
     shown apart), and with several batch sizes the per-category breakdown."""
-    from .profile import trace as profile, tables as profile_report
-
     if kernel is None:
         kernel = lab.default_kernel(model)[0]
         if kernel == "cpu":  # no GPU: profile's own check says so, naming a GPU kernel
@@ -535,8 +524,6 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
                 click.echo(line)
         return
     if plot_path is not None:
-        from .plot import _pyplot
-
         _pyplot()  # a missing matplotlib is reported before the profile runs, not after
     out = err_console()
 
@@ -576,12 +563,9 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
     """Try every tiling of a variant on one layer (compiled, verified, timed) and keep the
     fastest verified one for this GPU, where run and compare find it."""
 
-    from .bench import tune
 
     shape = parse_layer(layer, bias)
     if plot_path is not None:
-        from .plot import _pyplot
-
         _pyplot()  # a missing matplotlib is reported before the sweep, not after
     policy = measure.TimingPolicy(budget_s=budget)
     with progress_bar(as_json) as progress:
@@ -614,8 +598,6 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
               help="The shipped rung whose source NAME.cu starts from.")
 def new_kernel(name, origin):
     """Write NAME.cu (and NAME.py where the rung needs launch code) to start a kernel of your own."""
-    from .userkernel.scaffold import scaffold
-
     made = scaffold(name, origin)
     for path in made.files:
         click.echo(f"wrote {path}")
@@ -639,9 +621,6 @@ def new_kernel(name, origin):
 def check_kernel(path, model, layer, batch, arch, as_json, wide):
     """Compile a kernel file (.cu or .py) with NVRTC and show its errors, warnings, registers,
     shared memory, spills and occupancy. Needs no GPU."""
-    from .bench.compare import parse_layer
-    from .userkernel.check import check_file, report_dict, report_table
-
     shapes = {"layer": parse_layer(layer)} if layer else get_model(model).conv_shapes(batch)
     result = check_file(path, shapes, arch)
     if as_json:

@@ -75,6 +75,64 @@ def test_no_import_leads_back_to_where_it_started():
             assert cycle is None, " -> ".join(cycle)
 
 
+# The layers of the package, bottom first: a module imports only from its own part or below.
+LAYERS = [
+    ("errors",),
+    ("shapes", "tables", "plot"),
+    ("models", "gpu"),
+    ("tuning", "oracle"),
+    ("kernels", "ops"),
+    ("net",),
+    ("userkernel",),
+    ("bench",),
+    ("profile",),
+    ("report",),
+    ("cli",),
+]
+RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+
+
+def part_of(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {part_of(name) for name in modules()} - {""}
+    assert parts == set(RANK)
+
+
+def test_imports_point_down_the_layers():
+    known = modules()
+    upward = []
+    for name, path in known.items():
+        for target in imports(name, path, known):
+            if target == "convlab":  # the package itself: its version, nothing else
+                continue
+            if part_of(name) != part_of(target) and RANK[part_of(target)] >= RANK[part_of(name)]:
+                upward.append(f"{name} -> {target}")
+    assert not upward, "imports that do not point down the layers:\n" + "\n".join(upward)
+
+
+def test_the_package_root_stays_small():
+    root = [p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "cli")]
+    assert len(root) <= 8, sorted(root)
+
+
+def test_no_convlab_import_hides_in_a_function():
+    """Imports inside functions are for optional dependencies (CuPy, torch, matplotlib, cupti,
+    Pillow, nvtx) only; convlab's own modules are imported at the top, where the layers show."""
+    hidden = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and (
+                        inner.level or (inner.module or "").split(".")[0] == "convlab"):
+                    hidden.append(f"{name}:{inner.lineno}")
+    assert not hidden, hidden
+
+
 def test_the_tuned_cache_sits_below_the_variants():
     known = modules()
     assert "convlab.bench.tune" not in imports("convlab.tuning", known["convlab.tuning"], known)

@@ -17,14 +17,17 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ConvlabError
-from ..gpu import measure
+from ..gpu import gpu_available, measure, require_cupy
+from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated
 from ..kernels import CUDNN_ROWS, REFERENCE_VARIANTS, RELU, TANH_POOL, VARIANTS, get_variant
 from ..kernels.base import Arithmetic, direct_arithmetic
 from ..models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
 from ..net.network import conv_epilogue
 from ..oracle.verify import compare as compare_output, random_problem, reference_output
 from ..shapes import ConvShape, parse_layer
+from ..userkernel.kernelfile import load_kernel_file
 from . import guard, lab
+from .guard import host
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 COMPARE_JOB = "convlab.bench.filejobs:compare_rows"
@@ -145,9 +148,6 @@ def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = Fal
 def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, str | None],
                   trials: int = RANDOM_TRIALS) -> tuple[bool, str]:
     """Run the variant on fresh random problems for every layer; the first failure's reason."""
-    from .guard import host
-    from ..gpu.isolate import gpu_wait
-
     xp = np
     if variant.on_gpu:
         import cupy as xp
@@ -342,8 +342,6 @@ def layer_bytes(shape: ConvShape) -> int:
 def check_layer_memory(shape: ConvShape) -> None:
     """A --layer batch too large for the GPU's memory is an error before anything runs (its
     inputs are random, so the test set's size does not limit it; memory does)."""
-    from ..gpu import gpu_available
-
     if not gpu_available():
         return
     import cupy
@@ -364,8 +362,6 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
          timeout_s: float | None = None) -> Plan:
     """Validate the command's arguments before any timing starts (kernel files are loaded
     here: a file that cannot be is an error before anything runs)."""
-    from ..userkernel.kernelfile import load_kernel_file
-
     if model is not None and layer is not None:
         raise ConvlabError("give --model or --layer, not both")
     if bias and layer is None:
@@ -402,8 +398,6 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
     """A kernel file's rows at one batch size, from variant_rows in a child process: a fault,
     a hang, a crash, or a file that changed meanwhile makes every row FAIL with the reason.
     Compiler messages name lines of the user's file."""
-    from ..gpu.isolate import DEFAULT_TIMEOUT_S, run_isolated
-
     variant = kernel_file.variant
     job = run_isolated(COMPARE_JOB, {
         "kernel_file": str(kernel_file.path), "batch": batch,
@@ -424,8 +418,6 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
 
 def execute(p: Plan, policy: measure.TimingPolicy,
             progress: Callable[[str, int, int], None] | None = None) -> Comparison:
-    from ..gpu import require_cupy
-
     require_cupy("convlab compare")
     ceilings = measure.ceilings()
     file_names = [f.variant.name for f in p.kernel_files]

@@ -1,23 +1,28 @@
-"""Jobs that run a kernel in an isolated child process (convlab.gpu.isolate): each takes and returns
-JSON-able values. `time_layer` is `convlab.bench.lab.run_layer` for a kernel file. `run_model` is `convlab run --kernel-file` (lab.run), `compare_rows` one kernel
-file's rows of `convlab compare` (compare.variant_rows). Each returns the hash of the file it
-loaded, which the parent compares with the file it recorded."""
+"""Jobs that run a kernel file in an isolated child process (convlab.gpu.isolate): each takes
+and returns JSON-able values. `time_layer` is `lab.run_layer` for a kernel file, `run_model`
+is `convlab run --kernel-file` (lab.run), `compare_rows` one kernel file's rows of `convlab
+compare` (compare.variant_rows). Each returns the hash of the file it loaded, which the parent
+compares with the file it recorded."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..gpu import measure
+from ..gpu.isolate import gpu_wait
+from ..models import Conv, get_model, load_weights
+from ..net.network import conv_epilogue
+from ..oracle.verify import random_problem
 from ..shapes import ConvShape
 from ..userkernel.exercise import job_variant
+from ..userkernel.kernelfile import load_kernel_file
+from . import compare, lab
 
 
 def time_layer(shape: dict, kernel_file: str | None = None, variant: str | None = None,
                policy: dict | None = None, epilogue: str | None = None,
                seed: int | None = None) -> dict:
     """lab.run_layer in the child: the LayerResult as a dict, with the kernel file's hash."""
-    from . import lab
-    from ..gpu import measure
-
     chosen, record = job_variant(kernel_file, variant)
     result = lab.run_layer(ConvShape(**shape), chosen, measure.TimingPolicy(**(policy or {})),
                            epilogue, seed)
@@ -28,11 +33,6 @@ def run_model(kernel_file: str, model: str, batch: int, policy: dict | None = No
               weights_path: str | None = None, fallback: str | None = None,
               compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> dict:
     """lab.run with the kernel file: {"sha256", "run": the RunResult as a dict}."""
-    from . import lab
-    from ..gpu import measure
-    from ..models import load_weights
-    from ..userkernel.kernelfile import load_kernel_file
-
     loaded = load_kernel_file(kernel_file)
     if loaded.variant.on_gpu:
         _launch_alone(loaded.variant, model, batch)
@@ -49,11 +49,6 @@ def _launch_alone(variant, model: str, batch: int) -> None:
     may wait for it inside the launch, where the parent sees no device wait and only the job's
     overall limit would end it. (compare's random trials and `exercise` launch alone too.)"""
     import cupy
-
-    from ..gpu.isolate import gpu_wait
-    from ..models import Conv, get_model
-    from ..net.network import conv_epilogue
-    from ..oracle.verify import random_problem
 
     spec = get_model(model)
     shapes = spec.conv_shapes(batch)
@@ -74,11 +69,6 @@ def compare_rows(kernel_file: str, batch: int, shapes: dict[str, dict], model: s
                  verify: str = "sample") -> dict:
     """The kernel file's rows of a compare at one batch size, as a built-in variant gets them:
     {"sha256", "rows": [Row as a dict]}."""
-    from . import compare
-    from ..gpu import measure
-    from ..models import load_weights
-    from ..userkernel.kernelfile import load_kernel_file
-
     loaded = load_kernel_file(kernel_file)
     weights = load_weights(model, weights_path) if weights_path is not None else None
     rows = compare.variant_rows(loaded.variant, batch, model, measure.TimingPolicy(**(policy or {})),

@@ -31,6 +31,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..gpu.isolate import gpu_wait
+from ..gpu.jit import load_module
 from ..oracle.diagnose import diagnose
 from ..oracle.reference import max_pool
 from ..oracle.verify import Check, Reference, compare, reference_output
@@ -305,8 +307,6 @@ class StreamWatch:
     def after_sample(self) -> None:
         import cupy
 
-        from ..gpu.isolate import gpu_wait
-
         with gpu_wait():  # in an isolated child it messages the parent: keep that out of the time
             start = time.perf_counter()
             cupy.cuda.Device().synchronize()
@@ -330,8 +330,6 @@ def _empty_launch_ms(runs: int) -> float:
     wall-clock measurement of one op includes)."""
     import cupy
 
-    from ..gpu.jit import load_module
-
     kernel = load_module("guard:empty", 'extern "C" __global__ void empty() {}', (),
                          ("empty",)).module.get_function("empty")
     times = []
@@ -347,8 +345,6 @@ def wall_check(fn: Callable[[], None], event_median_ms: float, runs: int = WALL_
     """Compare the event time with a device-synchronised wall time of `runs` more runs: the
     device work of one run may not exceed what the events measured by more than host overheads."""
     import cupy
-
-    from ..gpu.isolate import gpu_wait
 
     overhead = _empty_launch_ms(runs)
     launch, wall = [], []

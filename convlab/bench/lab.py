@@ -13,15 +13,21 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ConvlabError
-from ..gpu import measure, nvtx, require_cupy
-from ..kernels import Variant, get_variant
+from ..gpu import gpu_available, measure, nvtx, require_cupy, unavailable_reason
+from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated
+from ..kernels import VARIANTS, Variant, get_variant
 from ..models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
-from ..net import data, imagenet
+from ..net import data, imagenet, torch_forward
 from ..net.network import ConvStep, Network, Step
-from ..oracle.verify import Check, compare, poison
+from ..net.pipeline import Pipeline
+from ..net.torch_forward import candidates, fastest
+from ..ops import reference_for
+from ..oracle.reference import forward
+from ..oracle.verify import Check, compare, poison, random_problem
 from ..shapes import ConvShape
 from ..userkernel.kernelfile import KernelFile, load_kernel_file
 from ..userkernel.sanitize import DEFAULT_BATCH as SANITIZE_BATCH
+from . import guard
 from .records import FailedRun, LayerResult, RunResult, StepTime
 
 MAX_BATCH = data.TEST_SET_SIZE
@@ -45,9 +51,6 @@ def default_batch(model: str) -> int:
 def default_kernel(model: str) -> tuple[str, str | None]:
     """The kernel `run` uses without --kernel, and a note when that is the CPU for lack of a GPU.
     The course's models get `tiled`, the course's own first fast kernel."""
-    from ..gpu import gpu_available, unavailable_reason
-    from ..kernels import VARIANTS
-
     if not gpu_available():
         return "cpu", f"no usable GPU ({unavailable_reason()}): running the cpu variant"
     spec = get_model(model)
@@ -124,8 +127,6 @@ def reference_probabilities(weights: Weights, x: np.ndarray) -> np.ndarray:
     """The float64 forward pass of the whole network on the fixed random ImageNet batch x
     (load_input's), cached on disk per weights: image i is the same at every batch size, so a
     longer cached prefix serves every shorter batch."""
-    from ..oracle.reference import forward
-
     folder = measure.cache_dir()
     path = folder / f"reference-{weights.spec.name}-{_digest(weights)}-seed{IMAGENET_INPUT_SEED}.npy"
     known = np.zeros((0, 0))
@@ -153,10 +154,9 @@ def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None) 
     images drawn at random on every call, whole, and every image's first and last output rows;
     with "full", every output. `x` is the input the output was computed from (default: the
     step's input). A failing check's reason ends with a diagnosis of the wrong outputs' pattern."""
-    from .guard import Layer, verify_output
-
-    layer = Layer(step.shape, step.weights, step.bias, step.epilogue, precision)
-    return verify_output(layer, step.input if x is None else x, step.op.output(step.output), verify)
+    layer = guard.Layer(step.shape, step.weights, step.bias, step.epilogue, precision)
+    return guard.verify_output(layer, step.input if x is None else x, step.op.output(step.output),
+                               verify)
 
 
 def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPolicy,
@@ -168,8 +168,6 @@ def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPoli
     the verified sample is drawn at random; on the GPU, work left outside the timed stream
     (still running after the stop event, or seen by a device-synchronised wall clock and not by
     the events) fails the check."""
-    from . import guard
-
     rotation = guard.InputRotation(step.input, step.op.stage)
 
     def launch() -> None:
@@ -267,8 +265,6 @@ def _time_steps(network: Network, passes: int,
     steps on the GPU, each pass queued behind a spin kernel so the host's dispatch of one step
     never shows as another's time (as measure.time_device does); the host clock for the cpu
     variant, where passes stop early (after MIN_HOST_PASSES) once `budget_s` is spent."""
-    from ..gpu.isolate import gpu_wait
-
     samples: dict[str, list[float]] = {s.label: [] for s in network.steps}
     if not network.on_gpu:
         start = time.perf_counter()
@@ -324,7 +320,6 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
         a = a[idx]
         return network.xp.asnumpy(a) if network.on_gpu else np.asarray(a)
 
-    from ..ops import reference_for
 
     ref = reference_for(step.layers, host(step.input).astype(np.float64), network.weights.arrays)
     return compare(host(step.output), ref, "fp32")
@@ -421,8 +416,6 @@ def _device_end_to_end(network: Network, x: np.ndarray, result: RunResult,
     the host-to-host pass that yields the predictions."""
     import cupy
 
-    from ..net.pipeline import Pipeline
-
     eager = measure.time_device(lambda: network.forward(), _whole_pass_policy(policy))
     result.eager_forward_ms = eager.median_ms
     pipe = Pipeline(network, pinned=True, graph=graph)
@@ -463,9 +456,7 @@ def _torch_time(weights: Weights, network: Network, result: RunResult,
                 policy: measure.TimingPolicy, reference_top1: np.ndarray) -> None:
     """PyTorch's candidates for the same pass in the run's precision class (torch_forward), and
     the fastest as the run's PyTorch time."""
-    from ..net.torch_forward import candidates, fastest, unavailable_reason
-
-    reason = unavailable_reason()
+    reason = torch_forward.unavailable_reason()
     if reason:
         result.torch_note = reason
         return
@@ -492,8 +483,6 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
               verify: str = "sample") -> LayerResult:
     """Time one conv layer alone, on fresh random inputs, and verify the last timed output
     (`verify` as in `run`)."""
-    from ..oracle.verify import random_problem
-
     variant = _variant_for(kernel)
     kernel = variant.name
     support = variant.supports(shape)
@@ -531,8 +520,6 @@ def run_kernel_file(model: str, kernel_file, batches: list[int],
     CUDA is checked here first, and an error the user can act on (a compile error) is raised
     here with the file's own line numbers, as a built-in's run raises it. Events: "isolated"
     (batch) before each child, then "layer" and "done" as `run` emits them, or "failed"."""
-    from ..gpu.isolate import DEFAULT_TIMEOUT_S, run_isolated
-
     emit = on_event or (lambda name, payload=None: None)
     spec = get_model(model)
     variant = _variant_for(kernel_file.variant)

@@ -21,11 +21,16 @@ from pathlib import Path
 from typing import Callable
 
 from .. import tuning
-from ..errors import ConvlabError
+from ..errors import ConvlabError, KernelCompileError
 from ..gpu import unavailable_reason
-from ..gpu.measure import Timing, TimingPolicy
+from ..gpu.isolate import run_isolated
+from ..gpu.measure import Timing, TimingPolicy, gflops
+from ..kernels import VARIANTS, get_variant
 from ..oracle.verify import Check
+from ..plot import _pyplot, save_figure
 from ..shapes import ConvShape
+from ..tables import Col, fitted_table
+from . import lab
 
 PASS, FAIL = "PASS", "FAIL"
 
@@ -97,8 +102,6 @@ class TuneResult:
 
 def _reason(exc: BaseException) -> str:
     """One line saying why a candidate failed (the compiler's first error for a compile error)."""
-    from ..errors import KernelCompileError
-
     if isinstance(exc, KernelCompileError):
         lines = [ln.strip() for ln in exc.log.splitlines() if ln.strip()]
         first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "")
@@ -109,8 +112,6 @@ def _reason(exc: BaseException) -> str:
 
 
 def _variants_with_configs(shape: ConvShape, epilogue: str | None) -> list[str]:
-    from ..kernels import VARIANTS
-
     names = []
     for name, v in VARIANTS.items():
         with contextlib.suppress(Exception):
@@ -125,8 +126,6 @@ def measure_candidate(variant: dict, config: dict, shape: dict, epilogue: str | 
     """One candidate, run in an isolated child (tune calls it through isolate.run_isolated):
     the variant is rebuilt as module.class().configured(config). Returns the timing, the check
     and the compile time, or {"error": reason} for an error the child survived."""
-    from . import lab
-
     cls = getattr(importlib.import_module(variant["module"]), variant["class"])
     try:
         layer = lab.run_layer(ConvShape(**shape), cls().configured(config),
@@ -139,8 +138,6 @@ def measure_candidate(variant: dict, config: dict, shape: dict, epilogue: str | 
 
 def _in_process(variant, config: dict, shape: ConvShape, epilogue: str | None,
                 policy: TimingPolicy) -> Candidate:
-    from . import lab
-
     try:
         layer = lab.run_layer(shape, variant.configured(config), policy, epilogue)
     except Exception as exc:  # a broken candidate is a FAIL row, never the end of the sweep
@@ -150,8 +147,6 @@ def _in_process(variant, config: dict, shape: ConvShape, epilogue: str | None,
 
 def _isolated(variant, config: dict, shape: ConvShape, epilogue: str | None,
               policy: TimingPolicy) -> Candidate:
-    from ..gpu.isolate import run_isolated
-
     spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
     record = run_isolated("convlab.bench.tune:measure_candidate",
                           {"variant": spec, "config": config, "shape": shape.as_dict(),
@@ -177,8 +172,6 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
     before each candidate (config) and once at the end (None). With `isolate` (the default)
     each candidate runs in a child process, which rebuilds the variant as type(variant)();
     without, in this process (a fault can then spoil the candidates after it)."""
-    from ..kernels import get_variant
-
     variant = get_variant(kernel) if isinstance(kernel, str) else kernel
     support = variant.supports(shape)
     if not support:
@@ -226,8 +219,6 @@ def sweep_table(result: TuneResult, width: int | None = None, wide: bool = False
     listed below the table (failure_lines)."""
     from rich.text import Text
 
-    from ..gpu.measure import gflops
-    from ..tables import Col, fitted_table
 
     best = result.best
     cols = [Col("#"), Col("config", "left", wrap=True), Col("status", "left"), Col("Op Time ms"),
@@ -277,8 +268,6 @@ def summary(result: TuneResult) -> str:
 def plot_sweep(result: TuneResult, path: Path) -> Path:
     """A horizontal bar per candidate, in the order tried (#1, the default choice, on top):
     Op Time with its value, the best in green, FAILs marked with their status."""
-    from ..plot import _pyplot, save_figure
-
     plt = _pyplot()
     best = result.best
     n = len(result.candidates)

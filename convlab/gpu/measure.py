@@ -29,6 +29,9 @@ from typing import Callable
 import numpy as np
 
 from ..shapes import FLOAT_BYTES, ConvShape
+from . import require_cupy
+from .isolate import gpu_wait
+from .jit import load_module
 
 # One sample's cost is unknown up front: the rule stops on precision, a run cap or a time budget.
 DEFAULT_MIN_RUNS = 10
@@ -184,8 +187,6 @@ extern "C" __global__ void spin(unsigned long long ns)
 
 
 def _spin_kernel():
-    from .jit import load_module
-
     return load_module("measure:spin", SPIN_SOURCE, (), ("spin",)).module.get_function("spin")
 
 
@@ -228,8 +229,6 @@ def _host_launch_ms(fn: Callable[[], None], runs: int) -> float:
     must cover per launch."""
     import cupy
 
-    from .isolate import gpu_wait
-
     times = []
     for _ in range(max(1, runs)):
         start = time.perf_counter()
@@ -259,8 +258,6 @@ def time_device(fn: Callable[[], None], policy: TimingPolicy | None = None,
     in one.
     """
     import cupy
-
-    from .isolate import gpu_wait
 
     policy = policy or TimingPolicy()
     flush = L2Flusher() if policy.cold else None
@@ -443,8 +440,6 @@ def _time_once(fn, repeats: int = 10) -> float:
 def measure_ceilings() -> Ceilings:
     import cupy
 
-    from .jit import load_module
-
     device = device_info()["name"]
     n = 256 * 1024 * 1024  # 1 GiB of float32, far past the L2
     src = cupy.random.random(n, dtype=cupy.float32)
@@ -505,8 +500,6 @@ def ceilings(refresh: bool = False) -> Ceilings:
 def device_info() -> dict:
     """Name, compute capability, memory and software versions of the current GPU."""
     import cupy
-
-    from . import require_cupy
 
     require_cupy("this command")
     dev = cupy.cuda.Device()

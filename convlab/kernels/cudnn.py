@@ -15,6 +15,7 @@ Conv + bias + ReLU: PyTorch exposes cuDNN's fused convolution-bias-activation as
 are timed once when the op is prepared, and the faster is kept; the row's note says which.
 """
 
+from ..gpu import measure
 from ..shapes import FEATURES
 from .base import RELU, TANH_POOL, Op, Support, Variant, check_inputs, device_weights
 
@@ -124,8 +125,6 @@ class Cudnn(Variant):
         keep the faster in `chosen`, and say which. A fused call PyTorch or cuDNN refuses for
         this layer leaves conv-then-ReLU."""
         import cupy
-
-        from ..gpu import measure
 
         x = op.stage(cupy.random.standard_normal(shape.input_shape, dtype=cupy.float32))
         policy = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=30, budget_s=0.3)

@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import ops
 from ..kernels import RELU, TANH_POOL, Variant
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 from ..oracle import reference
@@ -187,8 +188,6 @@ class Network:
         return make(category, label, (layer,), in_shape), 1
 
     def _device_op(self, category: str, label: str, group: tuple, in_shape: tuple) -> Step:
-        from .. import ops
-
         first, last = group[0], group[-1]
         activation = next((ACTIVATIONS[type(g)] for g in group if type(g) in ACTIVATIONS), None)
         if isinstance(first, Dense):

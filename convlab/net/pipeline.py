@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ..gpu.jit import load_module
 from .network import Network
 
 ARGMAX_SOURCE = r"""
@@ -45,8 +46,6 @@ extern "C" __global__ void top1(const float* __restrict__ p, int* __restrict__ o
 
 
 def top1_kernel():
-    from ..gpu.jit import load_module
-
     return load_module("pipeline:top1", ARGMAX_SOURCE, ("-std=c++17",), ("top1",)) \
         .module.get_function("top1")
 

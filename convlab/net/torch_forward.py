@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..gpu.isolate import gpu_wait
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 
 LAYOUTS = ("nchw", "nhwc")
@@ -175,8 +176,6 @@ def candidates(weights: Weights, x, precision: str, reference_top1: np.ndarray,
     """Every layout x mode for the precision class, each timed by time_fn(launch) -> ms and
     checked against `reference_top1` on the device input x (CuPy)."""
     import torch
-
-    from ..gpu.isolate import gpu_wait
 
     tf32 = DTYPES[precision][1]
     rows = []

@@ -1,6 +1,7 @@
 """The network's non-convolution layers as lab kernels: CUDA C compiled at run time with NVRTC,
 each with a float64 reference whose bound follows from the op's floating-point error."""
 
+from ..models import LRN, Dense, MaxPool, ReLU, Softmax, Tanh
 from .activation import prepare_activation, reference_activation
 from .base import LayerOp
 from .dense import DensePlan, plan_dense, prepare_dense, reference_dense
@@ -15,8 +16,6 @@ def reference_for(layers: tuple, x, arrays: dict):
     """The float64 Reference of a network step of non-conv layers (one layer, or a fused pair:
     activation + max-pool, LRN + max-pool, FC + activation) on input x, with the error bound
     of the op that computes it."""
-    from ..models import LRN, Dense, MaxPool, ReLU, Softmax, Tanh
-
     kinds = {ReLU: "relu", Tanh: "tanh"}
     first, last = layers[0], layers[-1]
     activation = next((kinds[type(layer)] for layer in layers if type(layer) in kinds), None)

@@ -15,6 +15,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..plot import _pyplot, save_figure
 from ..tables import DEFAULT_WIDTH, Col, cell_text, fitted_table, table_width
 from .trace import (GPU_CATEGORIES, BatchProfile, NcuTarget, PhaseProfile, Profile, Row, marked,
                     percent_cells)
@@ -310,8 +311,6 @@ def markdown(record: dict) -> str:
 def plot(record: dict, path: Path) -> Path:
     """Two figures of the batch breakdown: time against batch size (log-log), and where a
     forward pass's wall time goes at each batch size (stacked shares)."""
-    from ..plot import _pyplot
-
     plt = _pyplot()
     profile = Profile.from_dict(record)
     runs = [r for r in profile.runs if r.phases.get("steady") and r.phases["steady"].windows]
@@ -358,7 +357,6 @@ def plot(record: dict, path: Path) -> Path:
     bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     device = (profile.device or {}).get("name", "unknown GPU")
     fig.suptitle(f"convlab profile: {profile.model}, kernel '{profile.kernel}' on {device}")
-    from ..plot import save_figure
 
     return save_figure(fig, path)
 

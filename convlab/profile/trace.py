@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
+from ..bench import lab, results
+from ..bench.results import git_commit, read_json
 from ..errors import ConvlabError, DataError, GPUUnavailable
+from ..gpu import gpu_available, measure, nvtx, unavailable_reason
+from ..kernels import VARIANTS, get_variant
+from ..models import get_model
+from ..net.pipeline import Pipeline
 
 SCHEMA_VERSION = 1
 RECORD_KIND = "profile"
@@ -135,8 +141,6 @@ def driver_version(cupy) -> tuple[int, int]:
 
 def require_gpu():
     """CuPy with a GPU behind it, or one line saying what is missing."""
-    from ..gpu import gpu_available, unavailable_reason
-
     if not gpu_available():
         raise GPUUnavailable(f"convlab profile traces GPU work and needs a CUDA GPU: "
                              f"{unavailable_reason()}")
@@ -271,8 +275,6 @@ def kernel_functions(sources) -> frozenset[str]:
 def convlab_kernel_functions() -> frozenset[str]:
     """Every kernel function convlab defines: the variants' sources and the CUDA C strings of
     every convlab module loaded in this process (the other layers' kernels, the pipeline's)."""
-    from ..kernels import VARIANTS
-
     sources = [v.source for v in VARIANTS.values() if v.source]
     for name, module in list(sys.modules.items()):
         if module is not None and (name == "convlab" or name.startswith("convlab.")):
@@ -619,8 +621,6 @@ class Profile:
 
 def load_record(path: Path) -> dict:
     """A saved profile record, checked: a DataError says what is wrong with the file."""
-    from ..bench.results import read_json
-
     record = read_json(path)
     if not isinstance(record, dict) or record.get("kind") != RECORD_KIND:
         raise DataError(f"{path}: not a convlab profile record (kind is not '{RECORD_KIND}')")
@@ -642,8 +642,6 @@ def record_name(record: dict) -> str:
 
 def save(record: dict, folder: Path, markdown: str) -> tuple[Path, Path]:
     """The JSON record and its markdown beside it, each written atomically."""
-    from ..bench import results
-
     return results.save(record, folder, markdown, record_name(record))
 
 
@@ -788,8 +786,6 @@ class Tracer:
     @contextlib.contextmanager
     def annotate(self, label: str):
         """What the network enters around each step: an NVTX range and this tracer's scope."""
-        from ..gpu import nvtx
-
         with nvtx.annotate(label), self.scope(label):
             yield
 
@@ -818,10 +814,6 @@ def profile_batch(cupti, cupy, model: str, kernel: str, batch: int, passes: int)
     predictions copied out. Its steps are launched one by one, not replayed as a CUDA graph, so
     that each activity maps to the step that launched it (what the graph buys is small:
     scripts/pipeline_study.py measured 4% at batch 1 on an H100, nothing at 128)."""
-    from ..bench import lab
-    from ..gpu import nvtx
-    from ..net.pipeline import Pipeline
-
     images = lab.load_input(model, batch)
     tracer = Tracer(cupti, cupy).start()
     try:
@@ -863,10 +855,6 @@ def check_options(ncu: bool, layer: str | None) -> None:
 
 def check_request(model: str, kernel: str, batches: str) -> list[int]:
     """The batch sizes, once the model and kernel are known to make sense for a profile."""
-    from ..bench import lab
-    from ..kernels import get_variant
-    from ..models import get_model
-
     get_model(model)
     if not get_variant(kernel).on_gpu:
         raise ConvlabError(f"kernel '{kernel}' runs on the CPU, and CUPTI traces GPU work: "
@@ -891,9 +879,6 @@ def run_profile(model: str, kernel: str, batches: str, passes: int = DEFAULT_PAS
                 threshold: float = DEFAULT_THRESHOLD, command: str = "",
                 on_batch: Callable[[int], None] | None = None) -> dict:
     """Profile the forward pass of `model` with `kernel` at each batch size; the record."""
-    from ..gpu import measure
-    from ..bench.results import git_commit
-
     sizes = check_request(model, kernel, batches)
     cupy = require_gpu()
     cupti = load_cupti(cupy)
@@ -967,8 +952,6 @@ def ncu_targets(trace: Trace, steps: dict[str, StepInfo], ours: frozenset[str], 
 
 def find_ncu_targets(model: str, kernel: str, batches: str, layer: str | None) -> list[NcuTarget]:
     """Trace one forward pass after warm-up and find `layer`'s kernel launches."""
-    from ..bench import lab
-
     check_options(True, layer)
     sizes = check_request(model, kernel, batches)
     if len(sizes) != 1:

@@ -12,6 +12,7 @@ from ..gpu import cubin, gpu_available
 from ..gpu.jit import CHECK_ARCH, NvrtcResult, check_arch, nvrtc_compile
 from ..kernels.base import Support
 from ..shapes import ConvShape
+from ..tables import Col, fitted_table
 from .kernelfile import LINEINFO, KernelFile, load_kernel_file
 
 
@@ -145,7 +146,6 @@ def report_table(report: CheckReport, width: int | None = None, wide: bool = Fal
     layer was skipped or did not compile."""
     from rich.text import Text
 
-    from ..tables import Col, fitted_table
 
     # Registers, shared memory, spills and occupancy are what `check` is for: key columns,
     # short enough to fit 80 columns beside a long kernel name.

@@ -57,6 +57,7 @@ from ..gpu.jit import build_options
 from ..kernels import VARIANTS
 from ..kernels.base import (RELU, SUPPORTED, Op, Support, Variant, check_inputs, device_weights,
                             missing_features)
+from ..kernels.general import device_bias
 from ..oracle.verify import UNIT_ROUNDOFF
 from ..shapes import FEATURES, ConvShape
 from . import expressions
@@ -414,8 +415,6 @@ class KernelFileVariant(Variant):
         return launch_limits(launch)
 
     def prepare(self, shape, weights, epilogue=None, bias=None):
-        from ..kernels.general import device_bias
-
         check_inputs(self, shape, epilogue, bias)
         support = self.supports(shape)
         if not support:

@@ -18,8 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ConvlabError
+from ..gpu import require_cupy
 from ..gpu.isolate import run_isolated
+from ..models import Conv, get_model
+from ..net.network import conv_epilogue
 from ..shapes import ConvShape
+from .kernelfile import load_kernel_file
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 SANITIZER_TIMEOUT_S = 300.0  # instrumented kernels run 10-100x slower than plain ones
@@ -178,8 +182,6 @@ def sanitize(shape: ConvShape, kernel_file: str | Path | None = None, variant: s
     command = sanitizer_command(tool)
     display, offset = None, 0
     if kernel_file is not None:
-        from .kernelfile import load_kernel_file
-
         display, offset = load_kernel_file(kernel_file).source_location()
     args = {"shape": shape.as_dict(), "kernel_file": None if kernel_file is None else str(kernel_file),
             "variant": variant, "epilogue": epilogue}
@@ -225,10 +227,6 @@ def sanitize_model(model: str, batch: int, variant, kernel_file: str | Path | No
                    tool: str = "memcheck", timeout_s: float = SANITIZER_TIMEOUT_S) -> list[LayerReport]:
     """Each conv layer of `model` at `batch` under compute-sanitizer: one checked launch of the
     kernel file (or the built-in `variant`) with the epilogue the network hands it there."""
-    from ..gpu import require_cupy
-    from ..models import Conv, get_model
-    from ..net.network import conv_epilogue
-
     sanitizer_command(tool)  # a missing tool is reported before anything runs
     require_cupy("compute-sanitizer")
     spec = get_model(model)
