@@ -38,7 +38,7 @@ def main() -> None:
     if args.config:
         variant = variant.configured(json.loads(args.config))
     epilogue = None if args.epilogue == "none" else args.epilogue
-    tiling = getattr(variant, "tiling_for", None)
+    tiling = variant.config_for if variant.config_type is not None else None
     x, w, b = random_problem(shape, np.random.default_rng(0))
     op = variant.prepare(shape, w, epilogue, b if shape.bias else None)
     xs = op.stage(cupy.asarray(x))

@@ -60,7 +60,7 @@ def main():
                          "ms": r.timing.median_ms, "ok": r.check.passed})
         rows.sort(key=lambda r: (not r["ok"], r["ms"]))
         print(f"\n{name} / {cls.name}: {len(rows)} configs; convlab uses th,mt,minb="
-              f"{cls().choice(shape, epilogue)}")
+              f"{cls().config_for(shape, epilogue).brief()}")
         for r in rows[:6]:
             print(f"  th={r['th']} mt={r['mt']:>2} minb={r['minb']}  {r['ms']:.4f} ms  "
                   f"{'PASS' if r['ok'] else 'FAIL'}")

@@ -86,7 +86,8 @@ class Problem:
 
 
 def row(layer, variant, precision, config, timing=None, check=None, error=""):
-    out = {"layer": layer, "variant": variant, "precision": precision, "config": config,
+    out = {"layer": layer, "variant": variant, "precision": precision,
+           "config": config.as_dict() if config is not None else None,
            "error": error}
     if timing is not None:
         out.update(timing.as_dict())

@@ -47,7 +47,7 @@ def check(variant, shape, rng, epilogue=RELU, signed=True):
     x, w, b = random_problem(shape, rng, signed=signed)
     got = run(variant, shape, x, w, b, epilogue)
     result = compare(got, reference_output(x, w, shape, epilogue, b), variant.precision)
-    config = variant.tiling_for(shape).brief()
+    config = variant.config_for(shape).brief()
     print(f"{variant.name} {shape.brief()} B{shape.B} [{config}]: bound ratio "
           f"{result.bound_ratio:.3g}, max rel {result.max_rel_error:.3g}")
     return result
@@ -78,7 +78,7 @@ def test_several_tilings(variant, shape, rng):
     """The first six tilings configs() offers, and its first split-K one, not only the
     heuristic's choice."""
     configs = variant.configs(shape, RELU)
-    chosen = configs[:6] + [c for c in configs[6:] if c["split_k"] > 1][:1]
+    chosen = configs[:6] + [c for c in configs[6:] if c.split_k > 1][:1]
     failures = []
     for config in chosen:
         result = check(variant.configured(config), shape, rng, RELU)
@@ -94,7 +94,7 @@ def test_split_k_is_deterministic_and_rearms_its_counters(variant, rng):
     import cupy
 
     shape = ConvShape(2, 64, 9, 9, 32, 3, pad=1, bias=True)
-    config = next(c for c in variant.configs(shape, RELU) if c["split_k"] > 1)
+    config = next(c for c in variant.configs(shape, RELU) if c.split_k > 1)
     v = variant.configured(config)
     x, w, b = random_problem(shape, rng, signed=True)
     op = v.prepare(shape, w, RELU, b)
@@ -123,7 +123,7 @@ def test_3xtf32_margin_on_same_sign_data_at_reduction_4608(rng):
     shape = ConvShape(2, 512, 6, 6, 64, 3, pad=1)
     assert shape.reduction == 4608
     variant = P.Pipelined3xTF32()
-    split = next(c for c in variant.configs(shape) if c["split_k"] > 1)
+    split = next(c for c in variant.configs(shape) if c.split_k > 1)
     unsplit = {**split, "split_k": 1}  # one block sums all 4,608 terms
     for config in (unsplit, split):
         v = variant.configured(config)
@@ -131,7 +131,7 @@ def test_3xtf32_margin_on_same_sign_data_at_reduction_4608(rng):
         w = np.abs(rng.standard_normal(shape.weight_shape) / np.sqrt(4608)).astype(np.float32)
         result = compare(run(v, shape, x, w, None, None), reference_output(x, w, shape, None),
                          "fp32")
-        print(f"pipelined-3xtf32 same-sign n=4608 [{v.tiling_for(shape).brief()}]: bound ratio "
+        print(f"pipelined-3xtf32 same-sign n=4608 [{v.config_for(shape).brief()}]: bound ratio "
               f"{result.bound_ratio:.3g}, max rel {result.max_rel_error:.3g}, "
               f"{result.exceeded} elements over the fp32 bound")
         assert result.bound_ratio < 4.0, result.reason

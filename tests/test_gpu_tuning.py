@@ -26,5 +26,5 @@ def test_the_tuned_config_becomes_the_variant_s_own_choice(tmp_path, monkeypatch
     assert result.best is not None, tune.failure_lines(result)
     best = result.best.config
     assert tuning.lookup(variant, SHAPE, RELU) == best
-    assert variant.config_for(SHAPE, RELU) == best
+    assert variant.config_for(SHAPE, RELU).as_dict() == best
     assert tuning.lookup(variant, SHAPE, None) is None  # another epilogue, another entry

@@ -48,7 +48,7 @@ def check_layer(variant, shape, epilogue, rng, signed=False):
     got = run(variant, shape, x, w, b, epilogue)
     check = compare(got, reference_output(x, w, shape, epilogue, b), variant.precision)
     print(f"B{shape.B} {shape.brief()} {epilogue or 'conv'} chunk/block "
-          f"{variant.choice(shape, epilogue)}: bound_ratio {check.bound_ratio:.3g}")
+          f"{variant.config_for(shape, epilogue).brief()}: bound_ratio {check.bound_ratio:.3g}")
     assert check.passed, check.reason
     return check
 
@@ -149,5 +149,5 @@ def test_tuned_configuration_becomes_the_default_choice(tmp_path, monkeypatch):
     assert all(c.passed for c in result.candidates), tune.failure_lines(result)
     best = result.best.config
     assert tuning.lookup(Winograd(), shape, RELU) == best
-    assert Winograd().choice(shape, RELU) == (best["chunk"], best["block"])
+    assert Winograd().config_for(shape, RELU).as_dict() == best
     assert tuning.lookup(Winograd(), shape, None) is None  # another epilogue, another entry

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,23 @@ from convlab.cli import main
 from convlab.errors import ConvlabError, KernelCompileError
 from convlab.gpu.measure import Timing, TimingPolicy
 from convlab.kernels import RELU, Support, Variant
+from convlab.kernels.base import Config
 from convlab.kernels.cpu import Cpu
 from convlab.oracle.verify import Check
 from convlab.shapes import ConvShape, parse_layer
 
 SHAPE = ConvShape(16, 32, 13, 13, 48, 3, pad=1, bias=True)
 DEVICE = "Fake GPU (CC 9.0)"
+
+
+@dataclass(frozen=True)
+class FakeConfig(Config):
+    ms: object  # the time the fake kernel reports, or how it fails
+
+
+@dataclass(frozen=True)
+class ModeConfig(Config):
+    mode: str
 
 
 class FakeTiles(Variant):
@@ -40,11 +52,13 @@ class FakeTiles(Variant):
     def supports(self, shape):
         return Support(shape.K == 3, "" if shape.K == 3 else "3x3 only")
 
+    config_type = FakeConfig
+
     def configs(self, shape, epilogue=None):
-        return [{"ms": v} for v in self.space]
+        return [FakeConfig(v) for v in self.space]
 
     def configured(self, config):
-        return type(self)(self.space, config["ms"])
+        return type(self)(self.space, FakeConfig.of(config).ms)
 
 
 class EditedTiles(FakeTiles):
@@ -60,11 +74,13 @@ class CpuTiles(Cpu):
     def __init__(self, mode=None):
         self.mode = mode
 
+    config_type = ModeConfig
+
     def configs(self, shape, epilogue=None):
-        return [{"mode": m} for m in ("first", "abort", "refuse", "last")]
+        return [ModeConfig(m) for m in ("first", "abort", "refuse", "last")]
 
     def configured(self, config):
-        return CpuTiles(config["mode"])
+        return CpuTiles(ModeConfig.of(config).mode)
 
     def prepare(self, shape, weights, epilogue=None, bias=None):
         if self.mode == "abort":
@@ -154,19 +170,19 @@ def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     from convlab.kernels.pipelined import Pipelined, Pipelined3xTF32, ranked
 
     variant = Pipelined()
-    default = variant.tiling_for(SHAPE, RELU)
-    other = next(c for c in variant.configs(SHAPE, RELU) if c != default.as_dict())
+    default = variant.config_for(SHAPE, RELU)
+    other = next(c for c in variant.configs(SHAPE, RELU) if c != default).as_dict()
     key = tuning.cache_key(DEVICE, variant.name, tuning.source_hash(variant), SHAPE, RELU)
     tuning.store(key, {"config": other})
-    assert variant.tiling_for(SHAPE, RELU).as_dict() == other
+    assert variant.config_for(SHAPE, RELU).as_dict() == other
     assert variant.defines(SHAPE, RELU)["BN"] == other["bn"]
-    assert variant.tiling_for(SHAPE, None) == default  # another epilogue, another entry
+    assert variant.config_for(SHAPE, None) == default  # another epilogue, another entry
     # a variant reads only its own entries
-    assert Pipelined3xTF32().tiling_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32")[0]
-    fixed = variant.configured(default.as_dict())
-    assert fixed.tiling_for(SHAPE, RELU) == default  # a fixed tiling (what tune times) wins
+    assert Pipelined3xTF32().config_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32")[0]
+    fixed = variant.configured(default)
+    assert fixed.config_for(SHAPE, RELU) == default  # a fixed tiling (what tune times) wins
     tuning.store(key, {"config": {**other, "bm": "huge"}})
-    assert variant.tiling_for(SHAPE, RELU) == default  # an unusable entry is ignored
+    assert variant.config_for(SHAPE, RELU) == default  # an unusable entry is ignored
 
 
 def test_failures_keep_their_reasons_and_never_stop_the_sweep(cache):

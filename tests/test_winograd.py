@@ -48,7 +48,7 @@ CASES = compile_cases()
 
 
 @pytest.mark.parametrize("shape,epilogue,config", CASES,
-                         ids=[f"{s.brief()}-{e or 'conv'}-block{c['block']}" for s, e, c in CASES])
+                         ids=[f"{s.brief()}-{e or 'conv'}-block{c.block}" for s, e, c in CASES])
 def test_both_kernels_compile_for_sm90(shape, epilogue, config):
     variant = Winograd().configured(config)
     cubin = compile_cubin(variant.name, variant.source, variant.compile_options(shape, epilogue))
@@ -181,19 +181,19 @@ def test_supports_every_general_3x3_stride1_layer(shape):
 def test_configs_start_with_the_default_and_stay_bounded(shape):
     configs = Winograd().configs(shape, RELU)
     assert configs[0] == default_config(shape)
-    assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)
+    assert len(set(configs)) == len(configs)
     for config in configs:
-        assert config["tile"] == TILE and 1 <= config["chunk"] <= shape.B
-        assert workspace_bytes(shape, config["chunk"]) <= MAX_WORKSPACE_BYTES
+        assert config.tile == TILE and 1 <= config.chunk <= shape.B
+        assert workspace_bytes(shape, config.chunk) <= MAX_WORKSPACE_BYTES
         variant = Winograd().configured(config)
-        assert variant.choice(shape, RELU) == (config["chunk"], config["block"])
+        assert variant.config_for(shape, RELU) == config
 
 
 def test_default_chunks_bound_the_workspace():
     shape = TARGETS[3]  # V and P of all 64 images: 411 MB
     config = default_config(shape)
-    assert config["chunk"] == 32 and workspace_bytes(shape, 32) <= 256 * 1024 * 1024
-    assert default_config(TARGETS[0])["chunk"] == 128
+    assert config.chunk == 32 and workspace_bytes(shape, 32) <= 256 * 1024 * 1024
+    assert default_config(TARGETS[0]).chunk == 128
 
 
 @pytest.mark.parametrize("batch,chunks,size", [(128, 1, 128), (128, 3, 43), (9, 4, 3), (2, 8, 1)])

@@ -180,7 +180,8 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
     if epilogue is not None and epilogue not in variant.epilogues:
         raise ConvlabError(f"kernel '{variant.name}' has no {epilogue} epilogue; leave out "
                            f"--epilogue or choose a kernel that has it")
-    configs = variant.configs(shape, epilogue)
+    # The dict form from here on: records, the cache and the child process all take JSON.
+    configs = [config.as_dict() for config in variant.configs(shape, epilogue)]
     if not configs:
         others = _variants_with_configs(shape, epilogue)
         raise ConvlabError(f"kernel '{variant.name}' has no tiling space to search; kernels with "

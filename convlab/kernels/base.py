@@ -9,7 +9,7 @@ an Op times the kernel.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Callable
 
 import numpy as np
@@ -39,6 +39,39 @@ def direct_arithmetic(shape: ConvShape, precision: str) -> Arithmetic:
 def split_tf32_arithmetic(shape: ConvShape) -> Arithmetic:
     """3xTF32: three TF32 tensor-core products (big*big, big*small, small*big) per FP32 one."""
     return Arithmetic("tf32", 3 * shape.flops, "3xTF32")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One compile-time choice of a tunable variant, frozen (CUTLASS's TileDescription): what
+    `configs()` offers, `config_for` returns and `configured` fixes. Each tunable variant has
+    one subclass (its `config_type`); the dict form, field names as keys, is what the tuner's
+    cache stores and what a child process receives."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, config) -> "Config":
+        names = [f.name for f in fields(cls)]
+        if not isinstance(config, dict):
+            raise ValueError(f"a {cls.__name__} is a dict with the keys {', '.join(names)}, "
+                             f"not {config!r}")
+        unknown = sorted(set(config) - set(names))
+        missing = [n for n in names if n not in config]
+        if unknown or missing:
+            raise ValueError(f"a {cls.__name__} needs exactly the keys {', '.join(names)}"
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+                             + (f"; missing: {', '.join(missing)}" if missing else ""))
+        return cls(**config)
+
+    @classmethod
+    def of(cls, config) -> "Config":
+        """`config` itself, or the config its dict form describes."""
+        return config if isinstance(config, cls) else cls.from_dict(config)
+
+    def brief(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.as_dict().items())
 
 
 @dataclass(frozen=True)
@@ -156,45 +189,50 @@ class Variant:
 
     # --- the tiling: its space (what `convlab tune` searches) and how one is chosen ---------
     # Like @triton.autotune around a Triton kernel, tuning is attached from outside: a tunable
-    # variant says what it fixes, what it would pick by itself and which configs are valid;
-    # config_for applies the one order every tunable variant shares.
+    # variant names its frozen config type, says which fields its constructor fixed, what it
+    # would pick by itself and which configs are valid; config_for applies the one order every
+    # tunable variant shares.
+    config_type: type[Config] | None = None
 
     def fixed_config(self) -> dict:
         """The config fields its constructor fixed (scripts and the tuner set them)."""
         return {}
 
-    def config_fields(self) -> tuple[str, ...]:
-        """The fields of a config: with all of them fixed, nothing is looked up."""
-        return ()
-
-    def default_config(self, shape: ConvShape, epilogue: str | None = None) -> dict | None:
+    def default_config(self, shape: ConvShape, epilogue: str | None = None) -> Config | None:
         """The variant's own heuristic choice for a layer (None: no config fits it)."""
         return None
 
-    def accepts(self, config: dict, shape: ConvShape, epilogue: str | None = None) -> bool:
+    def accepts(self, config: Config, shape: ConvShape, epilogue: str | None = None) -> bool:
         """Whether a cached config can run this layer (a stale or hand-edited entry cannot)."""
         return False
 
-    def config_for(self, shape: ConvShape, epilogue: str | None = None) -> dict | None:
+    def config_for(self, shape: ConvShape, epilogue: str | None = None) -> Config | None:
         """The config a layer gets: the fields fixed by the constructor, the rest tuned on this
         GPU for this layer and epilogue (`convlab tune`'s cache), else the heuristic's."""
+        if self.config_type is None:
+            return None
         fixed = self.fixed_config()
+        if {f.name for f in fields(self.config_type)} <= set(fixed):
+            return self.config_type(**fixed)
         chosen = None
-        if not set(self.config_fields()) <= set(fixed):
-            cached = tuning.lookup(self, shape, epilogue)
-            if cached is not None and self.accepts(cached, shape, epilogue):
-                chosen = cached
+        cached = tuning.lookup(self, shape, epilogue)
+        if cached is not None:
+            try:
+                candidate = self.config_type.from_dict(cached)
+            except (TypeError, ValueError):
+                candidate = None  # a hand-edited or stale entry: the heuristic chooses instead
+            if candidate is not None and self.accepts(candidate, shape, epilogue):
+                chosen = candidate
         chosen = chosen or self.default_config(shape, epilogue)
-        if chosen is None:
-            return fixed or None
-        return {**chosen, **fixed}
+        return None if chosen is None else replace(chosen, **fixed)
 
-    def configs(self, shape: ConvShape, epilogue: str | None = None) -> list[dict]:
-        """Every tiling worth trying for this shape, as plain dicts of compile-time choices."""
+    def configs(self, shape: ConvShape, epilogue: str | None = None) -> list[Config]:
+        """Every tiling worth trying for this shape, the variant's own choice first."""
         return []
 
-    def configured(self, config: dict) -> "Variant":
-        """A copy of this variant with its tiling fixed to `config` (one of configs())."""
+    def configured(self, config: Config | dict) -> "Variant":
+        """A copy of this variant with its tiling fixed to `config` (one of configs(), or its
+        dict form)."""
         raise NotImplementedError(f"variant '{self.name}' has nothing to tune")
 
 

@@ -517,7 +517,7 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 
 import itertools  # noqa: E402
 import math  # noqa: E402
-from dataclasses import asdict, dataclass, fields  # noqa: E402
+from dataclasses import dataclass, fields  # noqa: E402
 from functools import lru_cache  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -525,7 +525,7 @@ import numpy as np  # noqa: E402
 from ..errors import ConvlabError  # noqa: E402
 from ..gpu.hardware import H100  # noqa: E402
 from ..shapes import FEATURES, ConvShape  # noqa: E402
-from .base import (RELU, Op, Support, Variant, blocks, check_inputs, device_weights,  # noqa: E402
+from .base import (RELU, Config, Op, Support, Variant, blocks, check_inputs, device_weights,  # noqa: E402
                    split_tf32_arithmetic)
 from .tensorcore import round_tf32  # noqa: E402
 
@@ -545,7 +545,7 @@ MAX_IN_FLIGHT = 32
 
 
 @dataclass(frozen=True)
-class Tiling:
+class Tiling(Config):
     """One point of the tiling space: block tile bm x bn x bk, a warps_m x warps_n warp grid,
     `stages` shared-memory buffers, `split_k` K-splits, and the gather order ("tap": K runs
     (channel chunk, tap, channel) and needs bk channels per chunk; "table": K in the weights'
@@ -583,20 +583,6 @@ class Tiling:
     @property
     def rows_per_thread(self) -> int:
         return self.bk * self.column_threads // self.threads
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, config: dict) -> "Tiling":
-        names = [f.name for f in fields(cls)]
-        unknown = sorted(set(config) - set(names))
-        missing = [n for n in names if n not in config]
-        if unknown or missing:
-            raise ValueError(f"a pipelined config needs exactly the keys {', '.join(names)}"
-                             + (f"; unknown: {', '.join(unknown)}" if unknown else "")
-                             + (f"; missing: {', '.join(missing)}" if missing else ""))
-        return cls(**config)
 
     def brief(self) -> str:
         """'128x128x32 2x2w s3 k1 tap': short enough for an 80-column table."""
@@ -968,43 +954,33 @@ class Pipelined(Variant):
     general = frozenset(FEATURES)
     epilogues = (RELU,)
 
-    def __init__(self, config: dict | None = None):
+    config_type = Tiling
+
+    def __init__(self, config: Tiling | dict | None = None):
         """Without a config, each shape gets the cost model's first choice (`estimate`)."""
         self.tiling = None
         if config is not None:
-            tiling = Tiling.from_dict(config)
+            tiling = Tiling.of(config)
             problem = tiling_problem(tiling, self.maths)
             if problem:
-                raise ValueError(f"invalid {self.name} config {config}: {problem}")
+                raise ValueError(f"invalid {self.name} config {tiling.as_dict()}: {problem}")
             self.tiling = tiling
-
-    def config_fields(self):
-        return tuple(f.name for f in fields(Tiling))
 
     def fixed_config(self):
         return {} if self.tiling is None else self.tiling.as_dict()
 
     def default_config(self, shape, epilogue=None):
         best = ranked(shape, self.maths)
-        return best[0].as_dict() if best else None
+        return best[0] if best else None
 
     def accepts(self, config, shape, epilogue=None):
-        try:
-            tiling = Tiling.from_dict(config)
-        except (TypeError, ValueError):
-            return False  # a hand-edited entry: the cost model chooses instead
-        return not tiling_problem(tiling, self.maths) and not shape_problem(shape, tiling)
-
-    def tiling_for(self, shape: ConvShape, epilogue: str | None = None) -> Tiling | None:
-        """The tiling in Variant.config_for's order; None where no tiling fits."""
-        config = self.config_for(shape, epilogue)
-        return None if config is None else Tiling.from_dict(config)
+        return not tiling_problem(config, self.maths) and not shape_problem(shape, config)
 
     def supports(self, shape):
         base = super().supports(shape)
         if not base:
             return base
-        t = self.tiling_for(shape)
+        t = self.config_for(shape)
         if t is None:  # no candidate fits: say why the smallest one does not
             smallest = Tiling(32, 32, k_step(self.maths), 1, 4, 2, 1, "table")
             return Support(False, f"no tiling fits: {shape_problem(shape, smallest)}")
@@ -1012,13 +988,13 @@ class Pipelined(Variant):
         return Support(False, problem) if problem else Support(True)
 
     def configs(self, shape, epilogue=None):
-        return [t.as_dict() for t in diverse(ranked(shape, self.maths), MAX_CONFIGS)]
+        return diverse(ranked(shape, self.maths), MAX_CONFIGS)
 
     def configured(self, config):
         return type(self)(config)
 
     def defines(self, shape, epilogue=None):
-        t = self.tiling_for(shape, epilogue)
+        t = self.config_for(shape, epilogue)
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
@@ -1041,7 +1017,7 @@ class Pipelined(Variant):
             raise ConvlabError(f"'{self.name}' cannot run {shape.describe()}: {support.reason}")
         import cupy
 
-        t = self.tiling_for(shape, epilogue)
+        t = self.config_for(shape, epilogue)
         compiled = self.compile(shape, epilogue)
         kernel = compiled.module.get_function("conv_forward")
         smem = smem_bytes(t, self.maths)

@@ -132,12 +132,14 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ k,
 }
 """
 
+from dataclasses import dataclass  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from ..gpu.hardware import H100  # noqa: E402
 from ..shapes import FEATURES  # noqa: E402
-from .base import (RELU, TANH_POOL, Op, Support, Variant, blocks, check_inputs,  # noqa: E402
-                   device_weights)
+from .base import (RELU, TANH_POOL, Config, Op, Support, Variant, blocks,  # noqa: E402
+                   check_inputs, device_weights)
 from .general import device_bias, layer_defines  # noqa: E402
 
 ACCUMULATORS = 128  # MT*TH registers per thread; more starts to spill on sm_90
@@ -204,6 +206,16 @@ def tuned_key(shape) -> tuple[int, int, int, int, int] | None:
     return (shape.C, shape.H, shape.W, shape.M, shape.K)
 
 
+@dataclass(frozen=True)
+class RegisterTiling(Config):
+    """TH output rows x MT output channels per thread, MINB blocks per SM for the register cap
+    (__launch_bounds__'s second argument; 0: no cap). The field names are the -D constants."""
+
+    TH: int
+    MT: int
+    MINB: int
+
+
 class RegisterTiled(Variant):
     name = "register-tiled"
     summary = "MT channels x TH rows per thread in registers; filters as shared float4 broadcasts"
@@ -217,51 +229,41 @@ class RegisterTiled(Variant):
         measures the alternatives this way)."""
         self.th, self.mt, self.block, self.min_blocks = th, mt, block, min_blocks
 
-    def static_choice(self, shape, epilogue=None) -> tuple[int, int, int]:
-        """(TH, MT, MINB) measured for the course's layers, estimated for any other: the default
-        when nothing is tuned, and the tuner's starting point."""
-        return self.tuned(epilogue).get(tuned_key(shape)) or (*self.estimate(shape, epilogue), 0)
+    config_type = RegisterTiling
 
-    def config_fields(self):
-        return ("TH", "MT", "MINB")
+    def default_config(self, shape, epilogue=None) -> RegisterTiling:
+        """Measured for the course's layers, estimated for any other: the default when nothing
+        is tuned, and the tuner's starting point."""
+        known = self.tuned(epilogue).get(tuned_key(shape))
+        return RegisterTiling(*(known or (*self.estimate(shape, epilogue), 0)))
 
     def fixed_config(self):
         fixed = {"TH": self.th, "MT": self.mt, "MINB": self.min_blocks}
         return {k: v for k, v in fixed.items() if v is not None}
 
-    def default_config(self, shape, epilogue=None):
-        th, mt, minb = self.static_choice(shape, epilogue)
-        return {"TH": th, "MT": mt, "MINB": minb}
-
     def accepts(self, config, shape, epilogue=None):
         return config in self.configs(shape, epilogue)
 
-    def choice(self, shape, epilogue=None) -> tuple[int, int, int]:
-        """(TH, MT, MINB) in Variant.config_for's order."""
-        config = self.config_for(shape, epilogue)
-        return config["TH"], config["MT"], config["MINB"]
-
-    def configs(self, shape, epilogue=None) -> list[dict]:
-        """static_choice first, then TH 2..8 (even where the epilogue pools) x the four largest
+    def configs(self, shape, epilogue=None) -> list[RegisterTiling]:
+        """default_config first, then TH 2..8 (even where the epilogue pools) x the four largest
         divisors of M/groups up to 32 that fit the accumulators, the window and the shared
         memory x MINB in CAPS."""
         even = epilogue == TANH_POOL
         ths = [th for th in range(2, 9, 2 if even else 1) if window_rows(shape, th) <= MAX_WINDOW]
         mts = [mt for mt in range(min(shape.Mg, 32), 0, -1)
                if shape.Mg % mt == 0 and filter_smem_bytes(shape, mt) <= MAX_FILTER_SMEM][:4]
-        th0, mt0, minb0 = self.static_choice(shape, epilogue)
-        space = [{"TH": th0, "MT": mt0, "MINB": minb0}]
+        space = [self.default_config(shape, epilogue)]
         for th in ths:
             for mt in mts:
                 for minb in CAPS:
-                    config = {"TH": th, "MT": mt, "MINB": minb}
+                    config = RegisterTiling(th, mt, minb)
                     if mt * th <= ACCUMULATORS and config not in space:
                         space.append(config)
         return space
 
-    def configured(self, config: dict) -> "RegisterTiled":
-        return type(self)(th=config["TH"], mt=config["MT"], block=self.block,
-                          min_blocks=config["MINB"])
+    def configured(self, config) -> "RegisterTiled":
+        config = RegisterTiling.of(config)
+        return type(self)(th=config.TH, mt=config.MT, block=self.block, min_blocks=config.MINB)
 
     def tuned(self, epilogue=None) -> dict:
         return TUNED
@@ -278,11 +280,14 @@ class RegisterTiled(Variant):
                                   f"of shared memory; the limit used is {MAX_FILTER_SMEM}")
         return Support(True)
 
-    def tiling(self, shape, epilogue=None):
-        return self.choice(shape, epilogue)[:2]
+    def tiling(self, shape, epilogue=None) -> tuple[int, int]:
+        """(TH, MT) of the layer's config."""
+        config = self.config_for(shape, epilogue)
+        return config.TH, config.MT
 
     def defines(self, shape, epilogue=None):
-        th, mt, minb = self.choice(shape, epilogue)
+        config = self.config_for(shape, epilogue)
+        th, mt, minb = config.TH, config.MT, config.MINB
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
                 "TH": th, "MT": mt, "MT4": _round4(mt), "NSTRIP": blocks(shape.Ho, th),
                 "BLOCK": self.block, "MINB": minb, **layer_defines(shape, epilogue)}

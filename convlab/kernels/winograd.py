@@ -165,10 +165,11 @@ output_transform(const float* __restrict__ p, const float* __restrict__ bias,
 """
 
 import contextlib  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from .base import RELU, Arithmetic, Op, Support, Variant, blocks, check_inputs  # noqa: E402
+from .base import RELU, Arithmetic, Config, Op, Support, Variant, blocks, check_inputs  # noqa: E402
 from .general import device_bias  # noqa: E402
 from .winograd_transforms import c_initializer, transform_matrices, weight_transform  # noqa: E402
 
@@ -196,19 +197,37 @@ def balanced_chunk(batch: int, chunks: int) -> int:
     return -(-batch // min(batch, chunks))
 
 
-def default_config(shape) -> dict:
+@dataclass(frozen=True)
+class WinogradConfig(Config):
+    """Output tile (2: F(2x2,3x3)), images per chunk (one batched SGEMM each), threads per
+    block of the transforms."""
+
+    tile: int
+    chunk: int
+    block: int
+
+    def problem(self) -> str:
+        """Why no layer can run this config ('' when one can)."""
+        if self.tile != TILE:
+            return f"tile {self.tile}: only F({TILE}x{TILE},3x3) is implemented"
+        if self.block not in BLOCKS:
+            return f"block {self.block}: one of {', '.join(map(str, BLOCKS))}"
+        if not isinstance(self.chunk, int) or self.chunk < 1:
+            return f"chunk {self.chunk}: a whole number of images, 1 or more"
+        return ""
+
+
+def default_config(shape) -> WinogradConfig:
     """The fewest equal chunks whose workspace fits WORKSPACE_BYTES; 256 threads per block."""
     chunks = 1
     while chunks < shape.B and \
             workspace_bytes(shape, balanced_chunk(shape.B, chunks)) > WORKSPACE_BYTES:
         chunks += 1
-    return {"tile": TILE, "chunk": balanced_chunk(shape.B, chunks), "block": 256}
+    return WinogradConfig(TILE, balanced_chunk(shape.B, chunks), 256)
 
 
-def valid_config(config, shape) -> bool:
-    return (isinstance(config, dict) and set(config) == {"tile", "chunk", "block"}
-            and config["tile"] == TILE and config["block"] in BLOCKS
-            and isinstance(config["chunk"], int) and 1 <= config["chunk"] <= shape.B)
+def valid_config(config: WinogradConfig, shape) -> bool:
+    return not config.problem() and config.chunk <= shape.B
 
 
 @contextlib.contextmanager
@@ -265,11 +284,11 @@ class Winograd(Variant):
             return Support(False, f"more than {MAX_GRID_Y} channels (the grid's y dimension)")
         return super().supports(shape)
 
-    def config_fields(self):
-        return ("chunk", "block")
+    config_type = WinogradConfig
 
     def fixed_config(self):
-        return {k: v for k, v in (("chunk", self.chunk), ("block", self.block)) if v is not None}
+        return {k: v for k, v in (("tile", TILE), ("chunk", self.chunk), ("block", self.block))
+                if v is not None}
 
     def default_config(self, shape, epilogue=None):
         return default_config(shape)
@@ -277,29 +296,24 @@ class Winograd(Variant):
     def accepts(self, config, shape, epilogue=None):
         return valid_config(config, shape)
 
-    def choice(self, shape, epilogue=None) -> tuple[int, int]:
-        """(images per chunk, threads per block) in Variant.config_for's order."""
-        config = self.config_for(shape, epilogue)
-        return config["chunk"], config["block"]
-
     def configs(self, shape, epilogue=None):
         first = default_config(shape)
-        chunks = sorted({first["chunk"]} | {balanced_chunk(shape.B, k) for k in (1, 2, 4, 8, 16)},
+        chunks = sorted({first.chunk} | {balanced_chunk(shape.B, k) for k in (1, 2, 4, 8, 16)},
                         reverse=True)
-        space = [{"tile": TILE, "chunk": c, "block": b} for c in chunks for b in BLOCKS
+        space = [WinogradConfig(TILE, c, b) for c in chunks for b in BLOCKS
                  if workspace_bytes(shape, c) <= MAX_WORKSPACE_BYTES]
         return [first] + [c for c in space if c != first]
 
     def configured(self, config):
-        if set(config) != {"tile", "chunk", "block"} or config["tile"] != TILE \
-                or config["block"] not in BLOCKS or config["chunk"] < 1:
-            raise ValueError(f"not a winograd configuration: {config}")
-        return Winograd(chunk=config["chunk"], block=config["block"])
+        config = WinogradConfig.of(config)
+        if config.problem():
+            raise ValueError(f"not a winograd configuration: {config.problem()}")
+        return Winograd(chunk=config.chunk, block=config.block)
 
     def defines(self, shape, epilogue=None):
         t = transform_matrices(TILE)
         return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "PAD": shape.pad,
-                "TILE": TILE, "BLOCK": self.choice(shape, epilogue)[1],
+                "TILE": TILE, "BLOCK": self.config_for(shape, epilogue).block,
                 "BT_VALUES": c_initializer(t.BT), "AT_VALUES": c_initializer(t.AT),
                 "HAS_BIAS": int(shape.bias), "RELU": int(epilogue == RELU)}
 
@@ -307,7 +321,8 @@ class Winograd(Variant):
         import cupy
 
         check_inputs(self, shape, epilogue, bias)
-        chunk, block = self.choice(shape, epilogue)
+        config = self.config_for(shape, epilogue)
+        chunk, block = config.chunk, config.block
         compiled = self.compile(shape, epilogue)
         input_transform = compiled.module.get_function("input_transform")
         output_transform = compiled.module.get_function("output_transform")
