@@ -29,6 +29,7 @@ import numpy as np
 from convlab.gpu import measure
 from convlab.kernels import RELU, pipelined as P
 from convlab.kernels.cudnn import Cudnn, CudnnTF32
+from convlab.kernels.igemm import tiling
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
@@ -159,8 +160,8 @@ def print_layer(layer, shape, rows):
         best = min(ok or mine, key=lambda r: r["median_ms"])
         ref = cudnn.get(CUDNN_CLASS[best["precision"]])
         ratio = f"{ref['median_ms'] / best['median_ms']:.2f}x" if ref else "-"
-        tiling = P.Tiling.from_dict(best["config"]).brief()
-        print(f"{name:<16} {tiling:<27} {best['median_ms']:>6.3f} "
+        brief = tiling.Tiling.from_dict(best["config"]).brief()
+        print(f"{name:<16} {brief:<27} {best['median_ms']:>6.3f} "
               f"{tflops(shape, best['median_ms']):>6.1f} {ratio:>6} "
               f"{'PASS' if best['passed'] else 'FAIL'} {len(ok)}/{len(mine)}")
     for name, r in cudnn.items():
@@ -168,7 +169,7 @@ def print_layer(layer, shape, rows):
               f"{'':>6} {'PASS' if r['passed'] else 'FAIL'}")
     for r in rows:
         if r["error"]:
-            where = P.Tiling.from_dict(r["config"]).brief() if r["config"] else ""
+            where = tiling.Tiling.from_dict(r["config"]).brief() if r["config"] else ""
             print(f"  error {r['variant']} {where}: {r['error']}"[:80])
     sys.stdout.flush()
 
@@ -178,7 +179,7 @@ def main():
     parser.add_argument("--out", required=True, help="JSON file for every row")
     parser.add_argument("--layers", default=",".join(LAYERS))
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--max-configs", type=int, default=P.MAX_CONFIGS)
+    parser.add_argument("--max-configs", type=int, default=tiling.MAX_CONFIGS)
     parser.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1),
                         help="compile processes (0: compile in the timing loop)")
     parser.add_argument("--seed", type=int, default=0)

@@ -133,6 +133,25 @@ def test_no_convlab_import_hides_in_a_function():
     assert not hidden, hidden
 
 
+def test_every_kind_of_step_op_keeps_the_one_contract():
+    """kernels.Op (conv variants), ops.LayerOp (the other layers on the GPU) and net's HostOp
+    (NumPy) are what a network step launches; the network reads nothing else of them."""
+    import numpy as np
+
+    from convlab.kernels import get_variant
+    from convlab.net.network import HostOp, StepOp
+    from convlab.ops import LayerOp
+    from convlab.shapes import ConvShape
+
+    shape = ConvShape(2, 1, 8, 8, 3, 3)
+    conv = get_variant("cpu").prepare(shape, np.ones((3, 1, 3, 3), np.float32))
+    layer = LayerOp("relu", "activation", "relu_forward", lambda x, y: None, (2, 3))
+    host = HostOp("relu", lambda x: x, (2, 3))
+    for op in (conv, layer, host):
+        assert isinstance(op, StepOp), type(op)
+    assert conv.capturable and layer.capturable and not host.capturable
+
+
 def test_the_tuned_cache_sits_below_the_variants():
     known = modules()
     assert "convlab.bench.tune" not in imports("convlab.tuning", known["convlab.tuning"], known)

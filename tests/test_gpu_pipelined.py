@@ -11,6 +11,7 @@ import pytest
 
 from convlab.errors import ConvlabError
 from convlab.kernels import RELU, pipelined as P
+from convlab.kernels.igemm import packing, tiling
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
@@ -83,7 +84,7 @@ def test_several_tilings(variant, shape, rng):
     for config in chosen:
         result = check(variant.configured(config), shape, rng, RELU)
         if not result.passed:
-            failures.append(f"{P.Tiling.from_dict(config).brief()}: {result.reason}")
+            failures.append(f"{tiling.Tiling.from_dict(config).brief()}: {result.reason}")
     assert not failures, "\n".join(failures)
 
 
@@ -149,7 +150,7 @@ def test_staging_converts_once_and_unstaged_input_is_refused(rng):
     assert staged.dtype == np.float16 and np.array_equal(cupy.asnumpy(staged), x.astype(np.float16))
     bf16 = P.PipelinedBF16().prepare(shape, w)
     staged = bf16.stage(xd)
-    assert staged.dtype == np.uint16 and np.array_equal(cupy.asnumpy(staged), P.to_bf16_bits(x))
+    assert staged.dtype == np.uint16 and np.array_equal(cupy.asnumpy(staged), packing.to_bf16_bits(x))
     y = cupy.empty(shape.output_shape, dtype=cupy.float32)
     with pytest.raises(ConvlabError, match="op.stage"):
         fp16(xd, y)

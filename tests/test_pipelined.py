@@ -12,7 +12,8 @@ import pytest
 
 from convlab.errors import ConvlabError
 from convlab.gpu.jit import compile_cubin
-from convlab.kernels import RELU, pipelined as P
+from convlab.kernels import RELU, pipelined as P, tensorcore
+from convlab.kernels.igemm import gather, packing, tiling
 from convlab.models import get_model
 from convlab.oracle.reference import conv2d_with_magnitude
 from convlab.shapes import ConvShape
@@ -67,13 +68,13 @@ def test_odd_shapes_compile_for_sm90(shape):
 def test_configs_are_valid_and_the_heuristic_is_the_first(variant, layer):
     shape = LAYERS[layer]
     configs = variant.configs(shape, RELU)
-    assert 1 <= len(configs) <= P.MAX_CONFIGS
+    assert 1 <= len(configs) <= tiling.MAX_CONFIGS
     assert len(set(configs)) == len(configs)
     for t in configs:
-        assert P.Tiling.from_dict(t.as_dict()) == t
-        assert P.tiling_problem(t, variant.maths) == ""
-        assert P.shape_problem(shape, t) == ""
-        assert P.smem_bytes(t, variant.maths) <= P.MAX_SMEM
+        assert tiling.Tiling.from_dict(t.as_dict()) == t
+        assert tiling.tiling_problem(t, variant.maths) == ""
+        assert tiling.shape_problem(shape, t) == ""
+        assert tiling.smem_bytes(t, variant.maths) <= tiling.MAX_SMEM
         assert variant.configured(t).supports(shape)
     assert variant.config_for(shape) == configs[0]
 
@@ -93,7 +94,7 @@ def test_configured_rejects_bad_configs():
 
 
 def test_refusals_carry_reasons():
-    t = P.Tiling(64, 64, 32, 2, 2, 3, 8, "tap")
+    t = tiling.Tiling(64, 64, 32, 2, 2, 3, 8, "tap")
     small_k = ConvShape(1, 32, 5, 5, 64, 1)  # one K-tile cannot be split 8 ways
     support = P.Pipelined(t.as_dict()).supports(small_k)
     assert not support and "split-K 8 exceeds the 1 K-tiles" in support.reason
@@ -120,7 +121,7 @@ def tf32_mantissa_is_clean(a: np.ndarray) -> bool:
 def test_split_tf32_big_plus_small_reproduces_the_weights(rng):
     scales = 10.0 ** rng.integers(-20, 20, size=4096)
     a = (rng.standard_normal(4096) * scales).astype(np.float32)
-    big, small = P.split_tf32(a)
+    big, small = packing.split_tf32(a)
     assert tf32_mantissa_is_clean(big) and tf32_mantissa_is_clean(small)
     # big carries 11 significant bits, small the next 11: the rest is at most 2^-22 relative
     err = np.abs(big.astype(np.float64) + small - a.astype(np.float64))
@@ -132,10 +133,10 @@ def test_bf16_bits_round_to_nearest_even():
     values = np.array([1.0, -2.5, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, 0.0,
                        3.0e38], dtype=np.float32)
     expected = [0x3F80, 0xC020, 0x3F80, 0x3F82, 0x3F81, 0x0000, 0x7F62]
-    assert P.to_bf16_bits(values).tolist() == expected
+    assert packing.to_bf16_bits(values).tolist() == expected
 
 
-def decode_fragments(packed: np.ndarray, t: P.Tiling, half: bool) -> np.ndarray:
+def decode_fragments(packed: np.ndarray, t: tiling.Tiling, half: bool) -> np.ndarray:
     """Inverse of the kernel's A fragment reads, from the PTX register layouts: returns
     [G][MT*bm][KT*bk] from [G][MT][KT][bm*bk]."""
     G, mt, kt, _ = packed.shape
@@ -160,7 +161,7 @@ def decode_fragments(packed: np.ndarray, t: P.Tiling, half: bool) -> np.ndarray:
     return out
 
 
-def weight_at(weights: np.ndarray, shape: ConvShape, t: P.Tiling, g: int, m: int, k: int) -> float:
+def weight_at(weights: np.ndarray, shape: ConvShape, t: tiling.Tiling, g: int, m: int, k: int) -> float:
     """The filter tap the kernel's k-th reduction element of group g, row m multiplies."""
     kk = shape.K * shape.K
     if t.gather == "tap":
@@ -177,35 +178,35 @@ def weight_at(weights: np.ndarray, shape: ConvShape, t: P.Tiling, g: int, m: int
 
 SMALL = ConvShape(2, 6, 9, 7, 20, 3, pad=1, groups=2, bias=True)
 PACK_CASES = [
-    (SMALL, P.Tiling(32, 32, 16, 2, 2, 3, 1, "tap")),
-    (SMALL, P.Tiling(32, 64, 16, 1, 4, 2, 1, "table")),
-    (ConvShape(1, 3, 23, 23, 40, 11, stride=4), P.Tiling(64, 32, 32, 4, 1, 2, 1, "table")),
-    (ConvShape(1, 40, 5, 5, 48, 3, pad=1, groups=2), P.Tiling(96, 64, 16, 2, 2, 2, 1, "tap")),
+    (SMALL, tiling.Tiling(32, 32, 16, 2, 2, 3, 1, "tap")),
+    (SMALL, tiling.Tiling(32, 64, 16, 1, 4, 2, 1, "table")),
+    (ConvShape(1, 3, 23, 23, 40, 11, stride=4), tiling.Tiling(64, 32, 32, 4, 1, 2, 1, "table")),
+    (ConvShape(1, 40, 5, 5, 48, 3, pad=1, groups=2), tiling.Tiling(96, 64, 16, 2, 2, 2, 1, "tap")),
 ]
 
 
 @pytest.mark.parametrize("shape,t", PACK_CASES, ids=lambda c: getattr(c, "brief", lambda: "")())
 def test_gemm_weights_follow_the_kernels_k_order(shape, t, rng):
     w = rng.standard_normal(shape.weight_shape).astype(np.float32)
-    a = P.gemm_weights(w, shape, t)
-    assert a.shape == (shape.groups, P.m_tiles(shape, t) * t.bm, P.k_tiles(shape, t) * t.bk)
+    a = packing.gemm_weights(w, shape, t)
+    assert a.shape == (shape.groups, tiling.m_tiles(shape, t) * t.bm, tiling.k_tiles(shape, t) * t.bk)
     expected = np.array([[[weight_at(w, shape, t, g, m, k) for k in range(a.shape[2])]
                           for m in range(a.shape[1])] for g in range(shape.groups)])
     assert np.array_equal(a, expected)
 
 
-@pytest.mark.parametrize("maths", list(P.MODES))
+@pytest.mark.parametrize("maths", list(tiling.MODES))
 @pytest.mark.parametrize("shape,t", PACK_CASES, ids=lambda c: getattr(c, "brief", lambda: "")())
 def test_packed_fragments_decode_to_the_gemm_weights(shape, t, maths, rng):
     w = rng.standard_normal(shape.weight_shape).astype(np.float32)
-    a = P.gemm_weights(w, shape, t)
-    packed = P.pack_weights(w, shape, t, maths)
+    a = packing.gemm_weights(w, shape, t)
+    packed = packing.pack_weights(w, shape, t, maths)
     parts = packed.shape[3]
     assert parts == (2 if maths == "3xtf32" else 1)
-    half = maths in P.HALF_MATHS
+    half = maths in tiling.HALF_MATHS
     decoded = [decode_fragments(packed[:, :, :, i], t, half) for i in range(parts)]
     if maths == "tf32":
-        assert np.array_equal(decoded[0], P.round_tf32(a))
+        assert np.array_equal(decoded[0], tensorcore.round_tf32(a))
     elif maths == "3xtf32":
         big, small = decoded
         assert tf32_mantissa_is_clean(big) and tf32_mantissa_is_clean(small)
@@ -213,28 +214,28 @@ def test_packed_fragments_decode_to_the_gemm_weights(shape, t, maths, rng):
     elif maths == "fp16":
         assert np.array_equal(decoded[0].view(np.float16), a.astype(np.float16))
     else:
-        assert np.array_equal(decoded[0], P.to_bf16_bits(a))
+        assert np.array_equal(decoded[0], packing.to_bf16_bits(a))
 
 
 @pytest.mark.parametrize("shape", [ConvShape(1, 3, 12, 10, 4, 5, stride=2, pad=1),
                                    ConvShape(2, 7, 6, 9, 4, 3, groups=1)],
                          ids=lambda s: s.brief())
 def test_gather_table_decodes_to_c_p_q(shape):
-    t = P.Tiling(32, 32, 32, 2, 2, 2, 1, "table")
-    table = P.gather_table(shape, t)
+    t = tiling.Tiling(32, 32, 32, 2, 2, 2, 1, "table")
+    table = gather.gather_table(shape, t)
     kk, reduction = shape.K * shape.K, shape.Cg * shape.K * shape.K
-    assert table.shape == (P.k_tiles(shape, t) * t.bk, 4) and table.dtype == np.int32
+    assert table.shape == (tiling.k_tiles(shape, t) * t.bk, 4) and table.dtype == np.int32
     for k, (offset, p, q, zero) in enumerate(table.tolist()):
         if k < reduction:
             c, rest = divmod(offset, shape.H * shape.W)
             assert (c, *divmod(rest, shape.W)) == (k // kk, p, q)
             assert (p, q) == divmod(k % kk, shape.K)
         else:
-            assert (offset, p, q) == (0, P.INVALID_TAP, 0)  # fails any bounds test: a zero
+            assert (offset, p, q) == (0, tiling.INVALID_TAP, 0)  # fails any bounds test: a zero
         assert zero == 0
 
 
-def gathered_columns(x: np.ndarray, shape: ConvShape, t: P.Tiling, g: int) -> np.ndarray:
+def gathered_columns(x: np.ndarray, shape: ConvShape, t: tiling.Tiling, g: int) -> np.ndarray:
     """The B matrix [KT*bk][B*Ho*Wo] group g's blocks gather, by the kernel's rules: tap order
     decodes the K-tile to (chunk, tap); table order reads the table; a tap outside the image,
     a channel past the group's, or a k past the reduction gathers 0."""
@@ -247,8 +248,8 @@ def gathered_columns(x: np.ndarray, shape: ConvShape, t: P.Tiling, g: int) -> np
     flat = x.reshape(-1)
     base = (b * shape.C + g * shape.Cg) * H * W + ih0 * W + iw0
     rows = []
-    table = P.gather_table(shape, t) if t.gather == "table" else None
-    for k in range(P.k_tiles(shape, t) * t.bk):
+    table = gather.gather_table(shape, t) if t.gather == "table" else None
+    for k in range(tiling.k_tiles(shape, t) * t.bk):
         if t.gather == "tap":
             kt, j = divmod(k, t.bk)
             chunk, tap = divmod(kt, kk)
@@ -266,14 +267,14 @@ def gathered_columns(x: np.ndarray, shape: ConvShape, t: P.Tiling, g: int) -> np
 
 @pytest.mark.parametrize("shape,t", PACK_CASES + [
     (ConvShape(3, 10, 8, 9, 6, 4, stride=2, pad=3, groups=2, bias=True),
-     P.Tiling(32, 32, 8, 1, 4, 2, 1, "tap")),
+     tiling.Tiling(32, 32, 8, 1, 4, 2, 1, "tap")),
 ], ids=lambda c: getattr(c, "brief", lambda: "")())
 def test_gathered_gemm_equals_the_convolution(shape, t, rng):
     """A x gathered B over the kernel's k order is the convolution (both in float64: the only
     difference is summation order, ~1e-15 relative)."""
     x = rng.standard_normal(shape.input_shape)
     w = rng.standard_normal(shape.weight_shape).astype(np.float32)
-    a = P.gemm_weights(w, shape, t).astype(np.float64)
+    a = packing.gemm_weights(w, shape, t).astype(np.float64)
     ref, magnitude = conv2d_with_magnitude(x, w, shape.stride, shape.pad, shape.groups)
     y = np.empty_like(ref)
     for g in range(shape.groups):
@@ -283,10 +284,10 @@ def test_gathered_gemm_equals_the_convolution(shape, t, rng):
     assert (np.abs(y - ref) <= 1e-12 * magnitude + 1e-300).all()
 
 
-@pytest.mark.parametrize("t", [P.Tiling(128, 128, 32, 2, 2, 3, 1, "tap"),
-                               P.Tiling(64, 256, 16, 1, 4, 2, 1, "tap"),
-                               P.Tiling(96, 64, 32, 2, 4, 2, 1, "table"),
-                               P.Tiling(32, 32, 48, 1, 4, 2, 1, "tap")],
+@pytest.mark.parametrize("t", [tiling.Tiling(128, 128, 32, 2, 2, 3, 1, "tap"),
+                               tiling.Tiling(64, 256, 16, 1, 4, 2, 1, "tap"),
+                               tiling.Tiling(96, 64, 32, 2, 4, 2, 1, "table"),
+                               tiling.Tiling(32, 32, 48, 1, 4, 2, 1, "tap")],
                          ids=lambda t: t.brief())
 def test_b_gather_threads_cover_the_tile_once(t):
     """The kernel's thread -> (k row, pixel column) map of a K-tile: every element exactly once."""

@@ -108,7 +108,8 @@ class Op:
 
     `stage(x)` turns a float32 input into what `launch` reads (fp16 variants convert it once);
     callers stage outside any timed region and pass the staged array to `op`. Without a stage
-    function it returns x itself.
+    function it returns x itself. It is what a network's conv step launches
+    (net.network.StepOp), as an ops.LayerOp is for the other layers.
     """
 
     launch: Callable[[object, object], object]

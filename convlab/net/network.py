@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,6 +27,19 @@ ACTIVATIONS = {ReLU: "relu", Tanh: "tanh"}
 CATEGORY_CONV = "conv"
 
 
+@runtime_checkable
+class StepOp(Protocol):
+    """What a step launches, whichever of the three kinds it is: a conv variant's kernels.Op, a
+    GPU layer's ops.LayerOp, or a HostOp (NumPy, for the cpu variant's network). The network
+    asks nothing else of them."""
+
+    output_shape: tuple
+    compile_seconds: float
+    capturable: bool  # only kernel launches on the given buffers: a CUDA graph can replay it
+
+    def __call__(self, x, y) -> None: ...
+
+
 @dataclass
 class Step:
     """One launch (or fused group of layers) of the forward pass."""
@@ -34,7 +47,7 @@ class Step:
     label: str  # "conv1", "conv1+relu1", "norm1+pool1", "fc6+relu6"
     category: str  # conv, pool, lrn, fc, softmax, activation (the profile's categories)
     kernel_label: str  # what profiles call the kernel: "register-tiled conv1", "max-pool pool1"
-    op: object  # a kernels.Op (conv steps) or an ops.LayerOp
+    op: StepOp
     layers: tuple = ()
     output: object = None  # this step's output buffer, allocated once
     input: object = None  # what it read in the last forward pass
@@ -48,6 +61,11 @@ class Step:
         """The array holding this step's output after a launch."""
         return self.output
 
+    @property
+    def replayable(self) -> bool:
+        """Whether a CUDA graph of the forward pass can hold this step."""
+        return self.op.capturable
+
 
 @dataclass
 class ConvStep(Step):
@@ -60,6 +78,11 @@ class ConvStep(Step):
 
     def result(self):
         return self.op.output(self.output)
+
+    @property
+    def replayable(self) -> bool:
+        # A variant that converts its input (fp16 staging) allocates on every pass.
+        return self.op.capturable and self.op.stage_input is None
 
     def launch(self) -> None:
         """Run the op again on the input of the last forward pass."""
@@ -75,6 +98,7 @@ class HostOp:
     output_shape: tuple
     compile_seconds: float = 0.0
     kernel: str = "numpy"
+    capturable: bool = False
 
     def __call__(self, x, y):
         y[...] = self.fn(x)
@@ -183,7 +207,7 @@ class Network:
         category, label = {
             ReLU: ("activation", f"relu{number}"), Tanh: ("activation", f"tanh{number}"),
             MaxPool: ("pool", f"pool{number}"), LRN: ("lrn", f"norm{number}"),
-            Dense: ("fc", getattr(layer, "name", "")), Softmax: ("softmax", "prob"),
+            Dense: ("fc", layer.name), Softmax: ("softmax", "prob"),
         }[type(layer)]
         return make(category, label, (layer,), in_shape), 1
 
@@ -234,7 +258,7 @@ class Network:
 
     @property
     def compile_seconds(self) -> float:
-        return sum(getattr(s.op, "compile_seconds", 0.0) for s in self.steps)
+        return sum(s.op.compile_seconds for s in self.steps)
 
     @property
     def capturable(self) -> bool:
@@ -243,8 +267,7 @@ class Network:
         PyTorch) or that convert their input on every pass (fp16 staging)."""
         if not self.on_gpu:
             return False
-        return all(getattr(s.op, "capturable", True) and getattr(s.op, "stage_input", None) is None
-                   for s in self.steps)
+        return all(s.replayable for s in self.steps)
 
     def scope(self, label: str):
         """The annotation context for `label` (an NVTX range, a profiler's correlation id)."""

@@ -52,7 +52,10 @@ class LayerOp:
     """A prepared layer: `op(x, y)` launches its kernels on device arrays on the current stream.
 
     Nothing inside a call compiles, allocates, copies weights or synchronises, so an op can be
-    timed with CUDA events and captured into a CUDA graph. `extra_kernels` names the kernels a
+    timed with CUDA events and captured into a CUDA graph. Like a conv variant's kernels.Op, it
+    is what a network step launches (net.network.StepOp); the difference is how one is made: a
+    conv variant is a registered `Variant` the user picks, a layer op comes from the one
+    `prepare_*` function of its layer. `extra_kernels` names the kernels a
     call launches after `kernel` (split-K's reduction, the bias epilogue after cuBLAS), so a
     profile can map those to this op as well.
     """
@@ -64,6 +67,7 @@ class LayerOp:
     output_shape: tuple[int, ...]
     compile_seconds: float = 0.0
     extra_kernels: tuple[str, ...] = ()
+    capturable: bool = True  # launches on the given buffers only
 
     def __call__(self, x, y):
         self.launch(x, y)

@@ -1,0 +1,167 @@
+"""The cost model that ranks tilings for a layer (`ranked`), and the short, varied list the
+tuner tries (`diverse`). Its rates are the H100's, calibrated on what `convlab tune` measured."""
+
+import itertools
+import math
+from functools import lru_cache
+
+from ...gpu.hardware import H100
+from ...shapes import ConvShape
+from ..base import blocks
+from .tiling import (HALF_MATHS, Tiling, a_parts, element_bytes, k_step, k_tiles, output_tiles,
+                     shape_problem, smem_bytes, tiling_problem)
+
+# --- choosing tilings: a cost model over the candidates -----------------------------------------
+
+# H100 SXM figures the model ranks tilings with (only ratios matter): MMA instructions an SM
+# retires per cycle (322 TFLOP/s of m16n8k8 TF32 = 2,048 FLOP each, 132 SMs, ~1.76 GHz; the
+# m16n8k16 16-bit MMA is assumed to take the same time for twice the work), shared-memory and
+# L2 bytes per SM per cycle, warp instructions issued per SM per cycle, DRAM bytes per cycle for
+# the whole GPU, and the latency a K-tile's loads must hide.
+SMS = H100.sms
+MMA_PER_CYCLE = 0.68
+SMEM_BYTES_PER_CYCLE = 128
+L2_BYTES_PER_CYCLE = 48
+ISSUE_PER_CYCLE = 4
+DRAM_BYTES_PER_CYCLE = 1700
+LOAD_LATENCY = 700
+BARRIER_CYCLES = 30
+CLOCK_MHZ = 1755
+REGISTERS = H100.limits.registers_per_sm
+# Fraction of the binding rate a well-fed pipeline sustains (issue conflicts, tails).
+SUSTAINED = 0.85
+
+
+def gather_options(shape: ConvShape, maths: str) -> list[tuple[str, int]]:
+    """(gather, bk) pairs worth trying, best first: tap order with a bk that divides the group's
+    channels; else whichever of tap (channels padded to bk) and table (reduction padded to bk)
+    pads less, the table's per-element bounds test counted as 25% more work."""
+    step = k_step(maths)
+    sizes = [bk for bk in (32, 64, 16, 48) if bk % step == 0]
+    exact = [("tap", bk) for bk in sizes if shape.Cg % bk == 0]
+    if exact:
+        return exact[:2]
+    kk = shape.K * shape.K
+    options = [("tap", bk) for bk in sizes[:2]]
+    options += [("table", bk) for bk in (32, 16) if bk % step == 0]
+
+    def work(option):
+        gather, bk = option
+        if gather == "tap":
+            padded = blocks(shape.Cg, bk) * bk * kk
+        else:
+            padded = blocks(shape.Cg * kk, bk) * bk
+        return padded * (1.25 if gather == "table" else 1.0)
+
+    return sorted(options, key=work)[:2]
+
+
+def estimate_registers(t: Tiling, maths: str) -> int:
+    mf, nf = t.wm // 16, t.wn // 8
+    sets = 2 if maths == "3xtf32" else 1
+    fragments = sets * (mf * 4 + nf * 2)
+    in_flight = t.rows_per_thread * (t.bn // t.column_threads) if maths in HALF_MATHS else 0
+    return min(255, sets * t.accumulators + fragments + in_flight + 40)
+
+
+def blocks_per_sm(t: Tiling, maths: str) -> int:
+    regs = -(-estimate_registers(t, maths) // 8) * 8
+    by_regs = REGISTERS // (regs * t.threads)
+    by_smem = H100.limits.shared_per_sm // (smem_bytes(t, maths)
+                                            + H100.limits.reserved_shared_per_block)
+    return max(1, min(by_regs, by_smem, 64 // (t.threads // 32)))
+
+
+def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
+    """Modelled time in microseconds, for ranking tilings.
+
+    A block's K-tile costs the largest of its MMA, shared-memory, L2 and issue cycles, plus a
+    barrier; its loads, issued stages-1 K-tiles ahead (1 for fp16/bf16), must also cover
+    LOAD_LATENCY, shared among the blocks resident on the SM. The busiest SM runs
+    ceil(tiles/SMS) blocks, each also paying an unhidden pipeline fill and its epilogue. The
+    result is at least the DRAM floor; split-K adds its partial tiles' traffic.
+    """
+    half = maths in HALF_MATHS
+    e = element_bytes(maths)
+    warps = t.threads // 32
+    mf, nf = t.wm // 16, t.wn // 8
+    steps = t.bk // k_step(maths)  # MMA k-steps per K-tile
+    mult = 3 if maths == "3xtf32" else 1
+    mma = warps * mf * nf * steps * mult
+    smem_read = warps * steps * (mf * 512 * a_parts(maths) + nf * 256)
+    smem_write = t.bm * t.bk * e * a_parts(maths) + t.bn * t.bk * e
+    # A comes from L2 every K-tile; most of B's gather hits L1 (each input feeds K*K taps).
+    l2 = t.bm * t.bk * e * a_parts(maths) + t.bn * t.bk * e / 3
+    frag_loads = mf * a_parts(maths) + (nf // 2 if half else 2 * nf)
+    converts = {"tf32": 2 * nf, "3xtf32": 6 * nf + mf * nf * 4 / steps}.get(maths, 0)
+    per_element = 2.5 if half else 1.2
+    if t.gather == "table":
+        per_element += 8.0
+    gather = warps * (t.rows_per_thread * (t.bn // t.column_threads) * per_element + 12)
+    issue = warps * steps * (mf * nf * mult + frag_loads + converts) + gather
+    k_tile = max(mma / MMA_PER_CYCLE, (smem_read + smem_write) / SMEM_BYTES_PER_CYCLE,
+                 l2 / L2_BYTES_PER_CYCLE, issue / ISSUE_PER_CYCLE) / SUSTAINED + BARRIER_CYCLES
+    per_sm = -(-output_tiles(shape, t) * t.split_k // SMS)
+    resident = min(blocks_per_sm(t, maths), per_sm)
+    ahead = 1 if half else t.stages - 1
+    k_tile = max(k_tile, LOAD_LATENCY / (ahead * resident))
+    k_count = k_tiles(shape, t) / t.split_k
+    epilogue = 2 * t.bm * t.bn * 4 / SMEM_BYTES_PER_CYCLE
+    per_block = k_count * k_tile + (LOAD_LATENCY + epilogue) / resident
+    total = max(per_sm * per_block, shape.min_bytes / DRAM_BYTES_PER_CYCLE)
+    if t.split_k > 1:
+        total += output_tiles(shape, t) * t.split_k * t.bm * t.bn * 8 / DRAM_BYTES_PER_CYCLE
+    if estimate_registers(t, maths) >= 255:
+        total *= 1.3  # likely spills
+    return total / CLOCK_MHZ
+
+
+WARP_GRIDS = ((2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (1, 8), (8, 1))
+
+
+def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
+    """Every valid tiling with warp tiles of at least 32x32 (or 16x64), M-padding within 15% of
+    the least, and split-K only where the output tiles cannot fill two waves."""
+    waste = {bm: blocks(shape.Mg, bm) * bm for bm in (32, 64, 96, 128, 192, 256)}
+    least = min(waste.values())
+    bms = [bm for bm, padded in waste.items() if padded <= 1.15 * least]
+    stage_options = (2,) if maths in HALF_MATHS else (2, 3, 4)
+    found = []
+    for (gather, bk), bm, bn, (wgm, wgn), stages in itertools.product(
+            gather_options(shape, maths), bms, (32, 64, 128, 256), WARP_GRIDS, stage_options):
+        base = Tiling(bm, bn, bk, wgm, wgn, stages, 1, gather)
+        if tiling_problem(base, maths) or base.accumulators < 32:
+            continue
+        splits = [1]
+        if output_tiles(shape, base) < 2 * SMS:
+            splits += [s for s in (2, 4, 8) if k_tiles(shape, base) >= 4 * s]
+        for s in splits:
+            t = Tiling(bm, bn, bk, wgm, wgn, stages, s, gather)
+            if not shape_problem(shape, t):
+                found.append(t)
+    return found
+
+
+@lru_cache(maxsize=256)
+def ranked(shape: ConvShape, maths: str) -> tuple[Tiling, ...]:
+    """Candidates by modelled time; ties go to squarer warp tiles (fewer fragment loads per
+    MMA), then to more stages (slack for load latency the model does not see)."""
+    def key(t):
+        return (round(estimate(shape, t, maths), 2), abs(math.log2(t.wm / t.wn)), -t.stages,
+                t.brief())
+    return tuple(sorted(candidates(shape, maths), key=key))
+
+
+def diverse(tilings: tuple[Tiling, ...], count: int, per_block_tile: int = 2) -> list[Tiling]:
+    """The first `count` of `tilings`, at most `per_block_tile` of each block tile and split,
+    so a short list still spans the space."""
+    seen: dict[tuple, int] = {}
+    chosen = []
+    for t in tilings:
+        key = (t.bm, t.bn, t.bk, t.gather, t.split_k)
+        if seen.get(key, 0) < per_block_tile:
+            seen[key] = seen.get(key, 0) + 1
+            chosen.append(t)
+            if len(chosen) == count:
+                break
+    return chosen

@@ -1,0 +1,51 @@
+"""The epilogue: the accumulators through shared memory so stores run along pixels, then bias
+and ReLU, and NCHW stores (a warp per output channel row, lanes along consecutive pixels)."""
+
+STORE_NCHW = r"""
+    // Accumulator (i, j) element e: row 16i + g + 8*(e/2), column 8j + 2t + e%2 of the warp tile.
+    float* cs = smem;
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+        for (int j = 0; j < NF; ++j) {
+            const int row = wm * WM + i * 16 + g8, col = wn * WN + j * 8 + 2 * t4;
+            float2* upper = reinterpret_cast<float2*>(cs + row * C_LD + col);
+            float2* lower = reinterpret_cast<float2*>(cs + (row + 8) * C_LD + col);
+            *upper = make_float2(acc[i][j][0], acc[i][j][1]);
+            *lower = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    __syncthreads();
+
+    // A warp stores one channel row at a time, lanes along consecutive pixels.
+    long long yoff[BN / 32];
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i) {
+        const int n = ntile * BN + lane + 32 * i;
+        if (n < npix) {
+            const int b = n / HWO;
+            yoff[i] = ((long long)b * M + group * MG) * HWO + (n - b * HWO);
+        } else {
+            yoff[i] = -1;
+        }
+    }
+    for (int m = warp; m < BM; m += NWARPS) {
+        const int mg = mtile * BM + m;
+        if (mg >= MG) break;
+#if HAS_BIAS
+        const float bias_m = __ldg(bias + group * MG + mg);
+#endif
+#pragma unroll
+        for (int i = 0; i < BN / 32; ++i) {
+            if (yoff[i] < 0) continue;
+            float v = cs[m * C_LD + lane + 32 * i];
+#if HAS_BIAS
+            v += bias_m;
+#endif
+#if RELU
+            v = v < 0.0f ? 0.0f : v;  // NaN stays NaN
+#endif
+            y[yoff[i] + (long long)mg * HWO] = v;
+        }
+    }
+}
+"""

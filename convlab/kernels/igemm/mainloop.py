@@ -1,0 +1,322 @@
+"""The implicit GEMM's mainloop pieces: the tile geometry as macros, the PTX it issues
+(cp.async, mma.sync, ldmatrix), the kernel's frame, the A operand's copy, one K-tile's MMAs and
+the cp.async pipeline over the K-tiles (STAGES deep for 4-byte elements; two stages with B
+through registers for fp16/bf16)."""
+
+GEOMETRY = r"""
+#define HALF (MODE >= 2)
+#if HALF
+typedef unsigned short elem_t;  // fp16 / bf16 bits, staged outside the timed region
+#define ELEM_BYTES 2
+#else
+typedef float elem_t;
+#define ELEM_BYTES 4
+#endif
+#define CG (C / G)
+#define MG (M / G)
+#define HO ((H + 2 * PAD - K) / STRIDE + 1)
+#define WO ((W + 2 * PAD - K) / STRIDE + 1)
+#define HWI (H * W)
+#define HWO (HO * WO)
+#define KK (K * K)
+#define NWARPS (WARPS_M * WARPS_N)
+#define THREADS (32 * NWARPS)
+#define WM (BM / WARPS_M)
+#define WN (BN / WARPS_N)
+#define MF (WM / 16)
+#define NF (WN / 8)
+#define KSTEP (HALF ? 16 : 8)
+#define KSTEPS (BK / KSTEP)
+#define MTILES ((MG + BM - 1) / BM)
+#if GATHER_TAP
+#define CCHUNKS ((CG + BK - 1) / BK)
+#define KTILES (CCHUNKS * KK)
+#else
+#define KTILES ((CG * KK + BK - 1) / BK)
+#endif
+// B gather: COLT threads side by side along the tile's pixels, each owning NCOLS pixel columns
+// and RPT consecutive k rows of every K-tile.
+#define COLT (THREADS < BN ? THREADS : BN)
+#define NCOLS (BN / COLT)
+#define RPT (BK * COLT / THREADS)
+#define A_PARTS (MODE == 1 ? 2 : 1)
+#define A_WORDS (BM * BK * A_PARTS * ELEM_BYTES / 4)
+#define A_VECS (A_WORDS / 4)
+#define B_LD (BN + 8)
+#define B_WORDS (BK * B_LD * ELEM_BYTES / 4)
+#define STAGE_WORDS (A_WORDS + B_WORDS)
+#define C_LD (BN + 8)
+
+// In bounds: without padding every tap of a real pixel lies inside the image (ho*S + p <= H-1
+// by the definition of HO), so only columns past the last pixel (ih0 < 0) and, for the table,
+// k past the reduction gather zeros, and the table's offsets are all a k needs.
+#if PAD == 0
+#define TAP_OK(i, p, q) (ih0[i] >= 0)
+#else
+#define TAP_OK(i, p, q) \
+    ((unsigned)(ih0[i] + (p)) < (unsigned)H && (unsigned)(iw0[i] + (q)) < (unsigned)W)
+#endif
+"""
+
+INSTRUCTIONS = r"""
+__device__ __forceinline__ unsigned smem_u32(const void* p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
+}
+
+// src-size 0 copies nothing and zero-fills the 4 bytes: padding taps and rows past the
+// reduction become zeros without a branch (src is never dereferenced then).
+__device__ __forceinline__ void cp_async4(unsigned dst, const void* src, bool ok)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(ok ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+__device__ __forceinline__ unsigned to_tf32(float f)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2])
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+#if HALF
+#if MODE == 2
+#define MMA16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#else
+#define MMA16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#endif
+__device__ __forceinline__ void mma_16(float (&d)[4], const uint4& a, const unsigned (&b)[2])
+{
+    asm volatile(
+        MMA16 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8x8 b16 matrices, transposed: from B stored [k][n], lane (g, t) receives (k 2t, 2t+1; n g)
+// of each, exactly the m16n8k16 B fragment register.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2,
+                                                  unsigned& r3, unsigned addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+#endif
+"""
+
+# The kernel's frame: its parameters and which tile, split and group this block computes.
+KERNEL_BEGIN = r"""
+// wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
+// (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
+// ws, counters: split-K partial tiles and arrival counts (all counts zero between launches).
+extern "C" __global__ void __launch_bounds__(THREADS)
+conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
+             const int4* __restrict__ table, const float* __restrict__ bias,
+             float* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+    const int split = blockIdx.x % SPLIT_K;
+    const int tile = blockIdx.x / SPLIT_K;  // m-tile fastest: neighbours share their input tile
+    const int mtile = tile % MTILES;
+    const int ntile = tile / MTILES;
+    const int group = blockIdx.y;
+    const int npix = batch * HWO;  // < 2^31, checked by the host
+"""
+
+LOAD_A = r"""
+    const float4* wtiles = wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
+    auto load_a = [&](int stage, int kt) {
+        float* sa = smem + stage * STAGE_WORDS;
+        const float4* src = wtiles + (long long)kt * A_VECS;
+#pragma unroll
+        for (int v = 0; v < (A_VECS + THREADS - 1) / THREADS; ++v) {
+            const int idx = tid + v * THREADS;
+            if (A_VECS % THREADS == 0 || idx < A_VECS)
+                cp_async16(smem_u32(sa + idx * 4), src + idx);
+        }
+    };
+"""
+
+COMPUTE = r"""
+    float acc[MF][NF][4];
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+        for (int j = 0; j < NF; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    auto compute = [&](int stage) {
+        const float* sa = smem + stage * STAGE_WORDS;
+#if HALF
+        const uint4* sa4 = reinterpret_cast<const uint4*>(sa);
+        const unsigned sb = smem_u32(sa + A_WORDS);
+#pragma unroll
+        for (int s = 0; s < KSTEPS; ++s) {
+            uint4 a[MF];
+            unsigned b[NF][2];
+#pragma unroll
+            for (int i = 0; i < MF; ++i) a[i] = sa4[((wm * MF + i) * KSTEPS + s) * 32 + lane];
+#pragma unroll
+            for (int j = 0; j < NF; j += 2) {
+                // lanes 0-7: k 0-7 of n-tile j, 8-15: k 8-15, 16-23 / 24-31: the same for j+1
+                const int row = s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int col = wn * WN + (j + (lane >> 4)) * 8;
+                ldmatrix_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1],
+                                  sb + (row * B_LD + col) * 2);
+            }
+#pragma unroll
+            for (int i = 0; i < MF; ++i)
+#pragma unroll
+                for (int j = 0; j < NF; ++j) mma_16(acc[i][j], a[i], b[j]);
+        }
+#else
+        const float4* sa4 = reinterpret_cast<const float4*>(sa);
+        const float* sb = sa + A_WORDS;
+#if MODE == 1
+        // This K-tile's products go to a fresh accumulator, added to the running sum with an
+        // FP32 add (round to nearest): the tensor cores' truncating accumulation then acts on
+        // 3*BK/8 additions of one tile's size, not on the whole reduction.
+        float part[MF][NF][4];
+#pragma unroll
+        for (int i = 0; i < MF; ++i)
+#pragma unroll
+            for (int j = 0; j < NF; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
+#endif
+#pragma unroll
+        for (int s = 0; s < KSTEPS; ++s) {
+            unsigned a[MF][4], b[NF][2];
+#pragma unroll
+            for (int i = 0; i < MF; ++i) {
+                const float4 v = sa4[((wm * MF + i) * KSTEPS + s) * 32 + lane];
+                a[i][0] = __float_as_uint(v.x); a[i][1] = __float_as_uint(v.y);
+                a[i][2] = __float_as_uint(v.z); a[i][3] = __float_as_uint(v.w);
+            }
+#if MODE == 1
+            unsigned al[MF][4], bl[NF][2];
+#pragma unroll
+            for (int i = 0; i < MF; ++i) {
+                const float4 v = sa4[BM * BK / 4 + ((wm * MF + i) * KSTEPS + s) * 32 + lane];
+                al[i][0] = __float_as_uint(v.x); al[i][1] = __float_as_uint(v.y);
+                al[i][2] = __float_as_uint(v.z); al[i][3] = __float_as_uint(v.w);
+            }
+#endif
+#pragma unroll
+            for (int j = 0; j < NF; ++j) {
+                const float* bp = sb + (s * 8 + t4) * B_LD + wn * WN + j * 8 + g8;
+                const float f0 = bp[0], f1 = bp[4 * B_LD];
+                b[j][0] = to_tf32(f0);
+                b[j][1] = to_tf32(f1);
+#if MODE == 1
+                bl[j][0] = to_tf32(f0 - __uint_as_float(b[j][0]));
+                bl[j][1] = to_tf32(f1 - __uint_as_float(b[j][1]));
+#endif
+            }
+#pragma unroll
+            for (int i = 0; i < MF; ++i)
+#pragma unroll
+                for (int j = 0; j < NF; ++j) {
+#if MODE == 1
+                    mma_tf32(part[i][j], al[i], b[j]);
+                    mma_tf32(part[i][j], a[i], bl[j]);
+                    mma_tf32(part[i][j], a[i], b[j]);
+#else
+                    mma_tf32(acc[i][j], a[i], b[j]);
+#endif
+                }
+        }
+#if MODE == 1
+#pragma unroll
+        for (int i = 0; i < MF; ++i)
+#pragma unroll
+            for (int j = 0; j < NF; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
+#endif
+#endif
+    };
+"""
+
+PIPELINE = r"""
+    const int kbeg = (int)((long long)split * KTILES / SPLIT_K);
+    const int nk = (int)((long long)(split + 1) * KTILES / SPLIT_K) - kbeg;
+#if HALF
+    // Two stages: A by cp.async, B (2-byte elements, below cp.async's 4-byte minimum) through
+    // registers: loads for tile it+1 are issued before tile it's MMAs and stored after them.
+    if (nk > 0) {
+        load_a(0, kbeg);
+        cp_async_commit();
+        gather_b(kbeg);
+        store_b(0);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int it = 0; it < nk; ++it) {
+        const int cur = it & 1;
+        const bool more = it + 1 < nk;
+        if (more) {
+            load_a(cur ^ 1, kbeg + it + 1);
+            gather_b(kbeg + it + 1);
+        }
+        cp_async_commit();
+        compute(cur);
+        if (more) store_b(cur ^ 1);
+        cp_async_wait<0>();
+        __syncthreads();
+    }
+#else
+    // STAGES-1 tiles in flight. At iteration it, after the barrier, every thread has finished
+    // computing tile it-1, so its stage ((it+STAGES-1) % STAGES) may be refilled; wait_group
+    // STAGES-2 before the barrier means tile it (group it) has landed for this thread, the
+    // barrier that it has for all. A group is committed every iteration, empty or not, to keep
+    // that count exact.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nk) load_tile(s, kbeg + s);
+        cp_async_commit();
+    }
+    int read_stage = 0, write_stage = STAGES - 1;
+    for (int it = 0; it < nk; ++it) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (it + STAGES - 1 < nk) load_tile(write_stage, kbeg + it + STAGES - 1);
+        cp_async_commit();
+        compute(read_stage);
+        read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+        write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages before the C tile overwrites them
+#endif
+"""

@@ -1,0 +1,105 @@
+"""Host-side operand preparation: the filters as a GEMM operand in mma fragment order (split
+into big and small TF32 parts for 3xTF32, bf16 bits for bf16), and the fp16/bf16 staging of
+the input, done once outside the timed region."""
+
+from functools import lru_cache
+
+import numpy as np
+
+from ...shapes import ConvShape
+from ..base import blocks
+from ..tensorcore import round_tf32
+from .tiling import HALF_MATHS, Tiling, k_tiles, m_tiles
+
+# --- host-side operand preparation -------------------------------------------------------------
+
+def gemm_weights(weights: np.ndarray, shape: ConvShape, t: Tiling) -> np.ndarray:
+    """The filters as the kernel's A matrices, [G][MTILES*bm][KTILES*bk], zero-padded, with the
+    columns in the kernel's k order: (c, p, q) for "table"; for "tap" k = (chunk*KK + tap)*bk + j
+    holds channel chunk*bk + j at filter tap (p, q) = divmod(tap, K)."""
+    G, Mg, Cg, kk = shape.groups, shape.Mg, shape.Cg, shape.K * shape.K
+    w = np.asarray(weights, dtype=np.float32).reshape(G, Mg, Cg, kk)
+    a = np.zeros((G, m_tiles(shape, t) * t.bm, k_tiles(shape, t) * t.bk), dtype=np.float32)
+    if t.gather == "tap":
+        chunks = blocks(Cg, t.bk)
+        padded = np.zeros((G, Mg, chunks * t.bk, kk), dtype=np.float32)
+        padded[:, :, :Cg] = w
+        tapwise = padded.reshape(G, Mg, chunks, t.bk, kk).transpose(0, 1, 2, 4, 3)
+        a[:, :Mg] = tapwise.reshape(G, Mg, -1)
+    else:
+        a[:, :Mg, :Cg * kk] = w.reshape(G, Mg, Cg * kk)
+    return a
+
+
+def split_tf32(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a = big + small (to ~2^-22 relative): both TF32 values, small = the rounded residual."""
+    big = round_tf32(a)
+    return big, round_tf32(a - big)
+
+
+def to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns, rounding to nearest even (finite inputs)."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def fragment_order(a: np.ndarray, t: Tiling, half: bool) -> np.ndarray:
+    """[G][rows][cols] -> [G][MTILES][KTILES][bm*bk] in mma fragment order (lane g*4+t).
+
+    m16n8k8 TF32: lane (g, t) of row tile i, k-step s holds a0..a3 = (g, t), (g+8, t), (g, t+4),
+    (g+8, t+4), i.e. register h + 2e for row g + 8h, k t + 4e. m16n8k16 16-bit: registers
+    (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..): half h + 2*e8 for row g + 8h,
+    k 8*e8 + 2t + e1, with e1 the low/high half of the register.
+    """
+    G, rows, cols = a.shape
+    mt, kt = rows // t.bm, cols // t.bk
+    if half:
+        v = a.reshape(G, mt, t.bm // 16, 2, 8, kt, t.bk // 16, 2, 4, 2)
+        # axes: G, mt, i, h, g, kt, s, e8, t, e1 -> G, mt, kt, i, s, g, t, e8, h, e1
+        v = v.transpose(0, 1, 5, 2, 6, 4, 8, 7, 3, 9)
+    else:
+        v = a.reshape(G, mt, t.bm // 16, 2, 8, kt, t.bk // 8, 2, 4)
+        # axes: G, mt, i, h, g, kt, s, e, t -> G, mt, kt, i, s, g, t, e, h
+        v = v.transpose(0, 1, 5, 2, 6, 4, 8, 7, 3)
+    return np.ascontiguousarray(v).reshape(G, mt, kt, t.bm * t.bk)
+
+
+def pack_weights(weights: np.ndarray, shape: ConvShape, t: Tiling, maths: str) -> np.ndarray:
+    """What the kernel's `wpack` holds: per (group, m-tile, k-tile) the A parts in fragment
+    order, TF32-rounded (tf32), split big + small (3xtf32), or as fp16 / bf16 bits."""
+    a = gemm_weights(weights, shape, t)
+    if maths == "tf32":
+        parts = [round_tf32(a)]
+    elif maths == "3xtf32":
+        parts = list(split_tf32(a))
+    elif maths == "fp16":
+        parts = [a.astype(np.float16).view(np.uint16)]
+    else:
+        parts = [to_bf16_bits(a)]
+    half = maths in HALF_MATHS
+    return np.ascontiguousarray(np.stack([fragment_order(p, t, half) for p in parts], axis=3))
+
+
+# --- staging fp16 / bf16 inputs (outside the timed region) -------------------------------------
+
+@lru_cache(maxsize=1)
+def _bf16_kernel():
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "float32 x", "uint16 y",
+        "unsigned int u = __float_as_uint(x);"
+        " y = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);",
+        "convlab_float_to_bf16")
+
+
+def stage_fp16(x):
+    import cupy
+
+    return cupy.ascontiguousarray(x).astype(cupy.float16)
+
+
+def stage_bf16(x):
+    import cupy
+
+    return _bf16_kernel()(cupy.ascontiguousarray(x, dtype=cupy.float32))

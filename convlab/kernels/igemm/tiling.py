@@ -1,0 +1,156 @@
+"""The pipelined variants' config, `Tiling`, and its rules: what a tiling needs of the maths
+(tiling_problem) and of a layer (shape_problem), the shared memory it takes and the tiles a
+layer splits into."""
+
+from dataclasses import dataclass, fields
+
+from ...shapes import ConvShape
+from ..base import Config, blocks
+
+MODES = {"tf32": 0, "3xtf32": 1, "fp16": 2, "bf16": 3}
+HALF_MATHS = ("fp16", "bf16")
+# Dynamic shared memory per block: sm_90 allows 227 KB in all, and split-K adds a static word.
+MAX_SMEM = 226 * 1024
+INT32_MAX = 2**31 - 1
+INVALID_TAP = 1 << 28  # the (p, q) a table gives k past the reduction: fails every bounds test
+MAX_CONFIGS = 16  # configs() returns the cost model's best this many
+# Accumulator registers a thread may hold: 64x64 warp tiles; 3xTF32 keeps a second set per
+# K-tile (the round-to-nearest tile sum), so its warp tiles stop at 64x32.
+MAX_ACC = {"tf32": 128, "3xtf32": 64, "fp16": 128, "bf16": 128}
+# fp16/bf16 B elements a thread carries in registers from one K-tile's loads to its stores:
+# beyond 32, a 64x64 warp tile's 128 accumulators no longer fit beside them (ptxas spills).
+MAX_IN_FLIGHT = 32
+
+
+@dataclass(frozen=True)
+class Tiling(Config):
+    """One point of the tiling space: block tile bm x bn x bk, a warps_m x warps_n warp grid,
+    `stages` shared-memory buffers, `split_k` K-splits, and the gather order ("tap": K runs
+    (channel chunk, tap, channel) and needs bk channels per chunk; "table": K in the weights'
+    (c, p, q) order through an offset table)."""
+
+    bm: int
+    bn: int
+    bk: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    split_k: int
+    gather: str
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def wm(self) -> int:
+        return self.bm // self.warps_m
+
+    @property
+    def wn(self) -> int:
+        return self.bn // self.warps_n
+
+    @property
+    def accumulators(self) -> int:
+        return (self.wm // 16) * (self.wn // 8) * 4
+
+    @property
+    def column_threads(self) -> int:
+        return min(self.threads, self.bn)
+
+    @property
+    def rows_per_thread(self) -> int:
+        return self.bk * self.column_threads // self.threads
+
+    def brief(self) -> str:
+        """'128x128x32 2x2w s3 k1 tap': short enough for an 80-column table."""
+        return (f"{self.bm}x{self.bn}x{self.bk} {self.warps_m}x{self.warps_n}w s{self.stages} "
+                f"k{self.split_k} {self.gather}")
+
+
+def k_step(maths: str) -> int:
+    return 16 if maths in HALF_MATHS else 8
+
+
+def a_parts(maths: str) -> int:
+    return 2 if maths == "3xtf32" else 1
+
+
+def element_bytes(maths: str) -> int:
+    return 2 if maths in HALF_MATHS else 4
+
+
+def smem_bytes(t: Tiling, maths: str) -> int:
+    """The pipeline's stages, or the epilogue's C tile that reuses them, whichever is larger."""
+    e = element_bytes(maths)
+    stage = t.bm * t.bk * a_parts(maths) * e + t.bk * (t.bn + 8) * e
+    return max(t.stages * stage, t.bm * (t.bn + 8) * 4)
+
+
+def tiling_problem(t: Tiling, maths: str) -> str:
+    """Why `t` cannot be compiled for `maths`, or "" if it can (shape-independent rules)."""
+    ints = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "gather"}
+    bad = [n for n, v in ints.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
+    if bad:
+        return f"{', '.join(bad)} must be positive integers"
+    if t.gather not in ("tap", "table"):
+        return f"gather must be 'tap' or 'table', not {t.gather!r}"
+    if t.warps_m * t.warps_n not in (4, 8):
+        return "the warp grid must hold 4 or 8 warps (128 or 256 threads)"
+    if t.bm % (16 * t.warps_m):
+        return f"bm={t.bm} must be a multiple of 16*warps_m={16 * t.warps_m}"
+    tile_n = 16 if maths in HALF_MATHS else 8  # ldmatrix.x4 loads two 8-column B tiles
+    if t.bn % 32 or t.bn % (tile_n * t.warps_n):
+        return f"bn={t.bn} must be a multiple of 32 and of {tile_n}*warps_n={tile_n * t.warps_n}"
+    if t.bk % k_step(maths):
+        return f"bk={t.bk} must be a multiple of the MMA's k={k_step(maths)}"
+    if t.bn % t.threads and t.threads % t.bn:
+        return f"bn={t.bn} and the {t.threads} threads must divide one another"
+    if t.bk % (t.threads // t.column_threads):
+        return f"bk={t.bk} must split evenly over {t.threads // t.column_threads} thread rows"
+    if t.accumulators > MAX_ACC[maths]:
+        return (f"a {t.wm}x{t.wn} warp tile needs {t.accumulators} accumulators per thread; "
+                f"{maths} allows {MAX_ACC[maths]}")
+    if maths in HALF_MATHS and t.stages != 2:
+        return f"{maths} stages B through registers into 2 buffers: stages must be 2"
+    in_flight = t.rows_per_thread * (t.bn // t.column_threads)
+    if maths in HALF_MATHS and in_flight > MAX_IN_FLIGHT:
+        return (f"each thread would hold {in_flight} B elements in registers between K-tiles; "
+                f"at most {MAX_IN_FLIGHT} (fewer bk*bn per thread)")
+    if t.stages > 6:
+        return "stages must be at most 6"
+    if smem_bytes(t, maths) > MAX_SMEM:
+        return f"needs {smem_bytes(t, maths)} bytes of shared memory; at most {MAX_SMEM}"
+    return ""
+
+
+def k_tiles(shape: ConvShape, t: Tiling) -> int:
+    kk = shape.K * shape.K
+    if t.gather == "tap":
+        return blocks(shape.Cg, t.bk) * kk
+    return blocks(shape.Cg * kk, t.bk)
+
+
+def m_tiles(shape: ConvShape, t: Tiling) -> int:
+    return blocks(shape.Mg, t.bm)
+
+
+def n_tiles(shape: ConvShape, t: Tiling) -> int:
+    return blocks(shape.B * shape.Ho * shape.Wo, t.bn)
+
+
+def output_tiles(shape: ConvShape, t: Tiling) -> int:
+    return shape.groups * m_tiles(shape, t) * n_tiles(shape, t)
+
+
+def shape_problem(shape: ConvShape, t: Tiling) -> str:
+    """Why `t` cannot run `shape` (32-bit index limits, too many K-splits), or ""."""
+    if shape.B * shape.Ho * shape.Wo + t.bn > INT32_MAX:
+        return (f"B*Ho*Wo = {shape.B * shape.Ho * shape.Wo} pixels overflow the kernel's "
+                f"32-bit pixel index")
+    channels = blocks(shape.Cg, t.bk) * t.bk if t.gather == "tap" else shape.Cg
+    if channels * shape.H * shape.W > INT32_MAX:
+        return "one group's input channels exceed the kernel's 32-bit in-image offsets"
+    if t.split_k > k_tiles(shape, t):
+        return f"split-K {t.split_k} exceeds the {k_tiles(shape, t)} K-tiles of this layer"
+    return ""
