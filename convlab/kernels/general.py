@@ -22,7 +22,7 @@ __device__ __forceinline__ float finish_output(float v, const float* __restrict_
     v += __ldg(bias + m);
 #endif
 #if RELU
-    v = fmaxf(v, 0.0f);
+    v = v < 0.0f ? 0.0f : v;  // not fmaxf: a NaN (an element computed wrong) stays visible
 #endif
     return v;
 }

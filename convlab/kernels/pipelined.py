@@ -7,6 +7,7 @@ order) is a compile-time choice: `configs()` lists the ones worth trying for a s
 `configured()` fixes one, and without a fixed one a cost model (`igemm.cost.estimate`) picks it.
 """
 
+from .general import EPILOGUE_SOURCE
 from .igemm import epilogue, gather, mainloop, splitk
 
 SOURCE = (r"""
@@ -30,7 +31,7 @@ SOURCE = (r"""
 // Compile-time: C H W M K STRIDE PAD G (shape), HAS_BIAS RELU, MODE, BM BN BK WARPS_M WARPS_N
 // STAGES SPLIT_K GATHER_TAP (tiling).
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + mainloop.KERNEL_BEGIN
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + mainloop.KERNEL_BEGIN
           + gather.COLUMN_ORIGINS + mainloop.LOAD_A + gather.GATHER_B + mainloop.COMPUTE
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW)
 

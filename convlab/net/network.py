@@ -204,10 +204,12 @@ class Network:
         if isinstance(layer, Dense) and type(nxt) in ACTIVATIONS:
             kind = ACTIVATIONS[type(nxt)]
             return make("fc", f"{layer.name}+{kind}{number}", (layer, nxt), in_shape), 2
+        if isinstance(layer, Dense):
+            return make("fc", layer.name, (layer,), in_shape), 1
         category, label = {
             ReLU: ("activation", f"relu{number}"), Tanh: ("activation", f"tanh{number}"),
             MaxPool: ("pool", f"pool{number}"), LRN: ("lrn", f"norm{number}"),
-            Dense: ("fc", layer.name), Softmax: ("softmax", "prob"),
+            Softmax: ("softmax", "prob"),
         }[type(layer)]
         return make(category, label, (layer,), in_shape), 1
 

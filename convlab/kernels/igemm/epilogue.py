@@ -1,5 +1,6 @@
 """The epilogue: the accumulators through shared memory so stores run along pixels, then bias
-and ReLU, and NCHW stores (a warp per output channel row, lanes along consecutive pixels)."""
+and ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE), and NCHW stores (a
+warp per output channel row, lanes along consecutive pixels)."""
 
 STORE_NCHW = r"""
     // Accumulator (i, j) element e: row 16i + g + 8*(e/2), column 8j + 2t + e%2 of the warp tile.
@@ -31,20 +32,11 @@ STORE_NCHW = r"""
     for (int m = warp; m < BM; m += NWARPS) {
         const int mg = mtile * BM + m;
         if (mg >= MG) break;
-#if HAS_BIAS
-        const float bias_m = __ldg(bias + group * MG + mg);
-#endif
 #pragma unroll
         for (int i = 0; i < BN / 32; ++i) {
             if (yoff[i] < 0) continue;
-            float v = cs[m * C_LD + lane + 32 * i];
-#if HAS_BIAS
-            v += bias_m;
-#endif
-#if RELU
-            v = v < 0.0f ? 0.0f : v;  // NaN stays NaN
-#endif
-            y[yoff[i] + (long long)mg * HWO] = v;
+            y[yoff[i] + (long long)mg * HWO] =
+                finish_output(cs[m * C_LD + lane + 32 * i], bias, group * MG + mg);
         }
     }
 }
