@@ -82,7 +82,7 @@ for step in "${steps[@]}"; do
       for spec in ${TEST_SEQUENTIAL-tests/test_gpu.py@compare tests/test_userkernel_gpu.py \
           tests/test_kernelfile_runs_gpu.py}; do
         index=$((index + 1))
-        run_test "$spec" "$index"
+        run_test "${spec//+/ }" "$index"
       done
       for log in "$work"/logs/test_*.log; do
         summary+=("$(basename "$log" .log): $(tail -n 1 "$log")")

@@ -6,6 +6,8 @@ rule on mixed-sign data and its measured margin on same-sign data. Run with `pyt
 to see the printed bound ratios.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -125,7 +127,7 @@ def test_3xtf32_margin_on_same_sign_data_at_reduction_4608(rng):
     assert shape.reduction == 4608
     variant = P.Pipelined3xTF32()
     split = next(c for c in variant.configs(shape) if c.split_k > 1)
-    unsplit = {**split, "split_k": 1}  # one block sums all 4,608 terms
+    unsplit = dataclasses.replace(split, split_k=1)  # one block sums all 4,608 terms
     for config in (unsplit, split):
         v = variant.configured(config)
         x = rng.random(shape.input_shape, dtype=np.float32)
