@@ -23,7 +23,7 @@ from .models import DEFAULT_MODEL, MODELS, get_model, load_weights
 from .net import imagenet
 from .net.importer import import_weights
 from .net.train import TRAINABLE, train as train_model
-from .plot import _pyplot, plot_comparison
+from .plot import plot_comparison, require_pyplot
 from .profile import tables as profile_report, trace as profile
 from .shapes import parse_layer
 from .userkernel import sanitize
@@ -359,7 +359,7 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
                         kernel_files, weights_path, verify, timeout)
     base = results_io.from_record(results_io.load_record(baseline)) if baseline else None
     if plot_path is not None:
-        _pyplot()  # a missing matplotlib is reported before minutes of timing, not after
+        require_pyplot()  # a missing matplotlib is reported before minutes of timing, not after
     policy = measure.TimingPolicy(cold=cold, budget_s=budget, method=timing)
     with progress_bar(as_json) as progress:
         task = progress.add_task("compare", total=None)
@@ -524,7 +524,7 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
                 click.echo(line)
         return
     if plot_path is not None:
-        _pyplot()  # a missing matplotlib is reported before the profile runs, not after
+        require_pyplot()  # a missing matplotlib is reported before the profile runs, not after
     out = err_console()
 
     def on_batch(batch):
@@ -566,7 +566,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
 
     shape = parse_layer(layer, bias)
     if plot_path is not None:
-        _pyplot()  # a missing matplotlib is reported before the sweep, not after
+        require_pyplot()  # a missing matplotlib is reported before the sweep, not after
     policy = measure.TimingPolicy(budget_s=budget)
     with progress_bar(as_json) as progress:
         task = progress.add_task("tune", total=None)

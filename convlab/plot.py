@@ -8,7 +8,7 @@ from pathlib import Path
 from .errors import ConvlabError
 
 
-def _pyplot():
+def require_pyplot():
     try:
         import matplotlib
     except ImportError:
@@ -20,7 +20,7 @@ def _pyplot():
 
 
 def plot_comparison(comparison, path: Path) -> Path:
-    plt = _pyplot()
+    plt = require_pyplot()
     layers = []
     for row in comparison.rows:
         if (row.layer, row.epilogue) not in layers:
@@ -64,7 +64,7 @@ def plot_comparison(comparison, path: Path) -> Path:
 
 def save_figure(fig, path: Path) -> Path:
     """Lay out, write as PNG (making the folder) and release a figure."""
-    plt = _pyplot()
+    plt = require_pyplot()
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from ..gpu.isolate import run_isolated
 from ..gpu.measure import Timing, TimingPolicy, gflops
 from ..kernels import VARIANTS, get_variant
 from ..oracle.verify import Check
-from ..plot import _pyplot, save_figure
+from ..plot import require_pyplot, save_figure
 from ..shapes import ConvShape
 from ..tables import Col, fitted_table
 from . import lab
@@ -269,7 +269,7 @@ def summary(result: TuneResult) -> str:
 def plot_sweep(result: TuneResult, path: Path) -> Path:
     """A horizontal bar per candidate, in the order tried (#1, the default choice, on top):
     Op Time with its value, the best in green, FAILs marked with their status."""
-    plt = _pyplot()
+    plt = require_pyplot()
     best = result.best
     n = len(result.candidates)
     fig, ax = plt.subplots(figsize=(11.0, 1.4 + 0.32 * n))

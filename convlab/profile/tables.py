@@ -15,7 +15,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..plot import _pyplot, save_figure
+from ..plot import require_pyplot, save_figure
 from ..tables import DEFAULT_WIDTH, Col, cell_text, fitted_table, table_width
 from .trace import (GPU_CATEGORIES, BatchProfile, NcuTarget, PhaseProfile, Profile, Row, marked,
                     percent_cells)
@@ -311,7 +311,7 @@ def markdown(record: dict) -> str:
 def plot(record: dict, path: Path) -> Path:
     """Two figures of the batch breakdown: time against batch size (log-log), and where a
     forward pass's wall time goes at each batch size (stacked shares)."""
-    plt = _pyplot()
+    plt = require_pyplot()
     profile = Profile.from_dict(record)
     runs = [r for r in profile.runs if r.phases.get("steady") and r.phases["steady"].windows]
     batches = [r.batch for r in runs]
