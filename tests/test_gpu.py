@@ -93,6 +93,23 @@ EPILOGUE_SHAPES = [ConvShape(3, 1, 28, 28, 50, 5), ConvShape(5, 1, 48, 48, 12, 7
                    ConvShape(1, 1, 6, 7, 1, 5)]
 
 
+@pytest.mark.smoke
+@pytest.mark.parametrize("variant", [v for v in GPU_VARIANTS if "relu" in v.epilogues
+                                     and not v.name.startswith("cudnn")], ids=lambda v: v.name)
+def test_relu_epilogue_keeps_a_wrong_element_visible(variant, rng):
+    """An output computed from a NaN stays NaN through the fused bias + ReLU (fmaxf would have
+    turned it into 0, and a wrongly computed element into a plausible one)."""
+    shape = ConvShape(2, 16, 9, 9, 8, 3, pad=1, bias=True)
+    if not variant.supports(shape):
+        pytest.skip(variant.supports(shape).reason)
+    x, w, b = random_problem(shape, rng, signed=True)
+    x[1, 2, 4, 4] = np.nan
+    ref = reference_output(x, w, shape, "relu", b).values
+    out = run_variant(variant, shape, x, w, "relu", b)
+    assert np.isnan(ref).any()
+    assert np.isnan(out[np.isnan(ref)]).all(), f"{variant.name}: a NaN output became a number"
+
+
 @pytest.mark.parametrize("shape", EPILOGUE_SHAPES, ids=lambda s: f"B{s.B}-{s.brief()}")
 @pytest.mark.parametrize("variant", [v for v in GPU_VARIANTS if TANH_POOL in v.epilogues],
                          ids=lambda v: v.name)

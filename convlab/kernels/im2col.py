@@ -1,5 +1,7 @@
 """im2col: unroll the input into a patch matrix, then cuBLAS GEMMs per batch chunk."""
 
+from .general import EPILOGUE_SOURCE
+
 SOURCE = r"""
 // im2col: changes from the direct kernels -- the textbook's "unroll + matrix multiply". A
 // simple kernel copies every input patch into a column of X_unroll[b][(c,p,q)][(h,w)], then
@@ -12,6 +14,7 @@ SOURCE = r"""
 // its C/G*K*K rows of X_unroll), all in one batched call; a bias and the fused ReLU are one
 // elementwise pass over the chunk's output after the GEMM.
 // Compile-time: C, H, W, K, M, STRIDE, PAD, HAS_BIAS, RELU.
+""" + EPILOGUE_SOURCE + r"""
 #define HO ((H + 2 * PAD - K) / STRIDE + 1)
 #define WO ((W + 2 * PAD - K) / STRIDE + 1)
 #define KD (C * K * K)
@@ -29,20 +32,13 @@ extern "C" __global__ void unroll(const float* __restrict__ x, float* __restrict
     xu[i] = inside ? x[((b * C + c) * H + h) * W + w] : 0.0f;
 }
 
-// y = max(y + bias[m], 0) (the parts HAS_BIAS and RELU ask for) over `images` outputs.
+// The ladder's bias and ReLU (finish_output) over `images` outputs.
 extern "C" __global__ void bias_relu(float* __restrict__ y, const float* __restrict__ bias,
                                      int images)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)images * M * HO * WO) return;
-    float v = y[i];
-#if HAS_BIAS
-    v += __ldg(bias + (int)((i / (HO * WO)) % M));
-#endif
-#if RELU
-    v = fmaxf(v, 0.0f);
-#endif
-    y[i] = v;
+    y[i] = finish_output(y[i], bias, (int)((i / (HO * WO)) % M));
 }
 """
 
