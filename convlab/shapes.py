@@ -13,6 +13,29 @@ FLOAT_BYTES = 4
 FEATURES = ("stride", "pad", "groups", "bias")
 
 
+# Memory formats of a 4-D activation. Arrays keep the logical NCHW shape (B, C, H, W) in both,
+# as PyTorch's channels_last does; NHWC is a matter of strides: a pixel's channels adjacent.
+NCHW, NHWC = "nchw", "nhwc"
+LAYOUTS = (NCHW, NHWC)
+
+
+def channels_last(buffer):
+    """The logical (B, C, H, W) view of a contiguous buffer of that shape whose memory holds
+    (B, H, W, C): what a channels-last kernel wrote into it."""
+    b, c, h, w = buffer.shape
+    return buffer.reshape(b, h, w, c).transpose(0, 3, 1, 2)
+
+
+def is_channels_last(a) -> bool:
+    """Whether a logical (B, C, H, W) array's memory is (B, H, W, C), densely packed."""
+    return a.ndim == 4 and a.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def memory_view(a, layout: str):
+    """The array in its memory order, C-contiguous: a itself for NCHW, (B, H, W, C) for NHWC."""
+    return a.transpose(0, 2, 3, 1) if layout == NHWC else a
+
+
 @dataclass(frozen=True)
 class ConvShape:
     """x[B][C][H][W] (*) k[M][C/G][K][K] (+ bias[M]) -> y[B][M][Ho][Wo], a cross-correlation.

@@ -1,4 +1,5 @@
-"""GPU checks for the pipelined family: each variant against float64 at its precision's bound.
+"""GPU checks for the pipelined family and its channels-last siblings: each variant against
+float64 at its precision's bound.
 
 Random general shapes (stride, padding, groups, bias, ReLU, odd sizes, batch 1-9), the AlexNet
 layers at batch 2, several tilings each (split-K included), and for pipelined-3xtf32 the fp32
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.kernels import RELU, pipelined as P
+from convlab.kernels import RELU, channels_last as CL, pipelined as P
 from convlab.kernels.igemm import packing, tiling
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
@@ -20,7 +21,10 @@ from convlab.shapes import ConvShape
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = [P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(), P.PipelinedBF16()]
+VARIANTS = [P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(), P.PipelinedBF16(),
+            CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
+            CL.ChannelsLastBF16()]
+FP32_CLASS = [P.Pipelined3xTF32(), CL.ChannelsLast3xTF32()]
 IDS = [v.name for v in VARIANTS]
 
 GENERAL = [
@@ -36,6 +40,9 @@ GENERAL = [
     ConvShape(2, 33, 12, 12, 17, 2, stride=2),  # a partial channel chunk
     ConvShape(1, 1, 28, 28, 50, 5),
     ConvShape(9, 20, 3, 3, 10, 3, pad=1, groups=2),
+    ConvShape(2, 16, 9, 9, 16, 3, pad=1, groups=16, bias=True),  # depthwise
+    ConvShape(1, 3, 33, 31, 24, 7, stride=2, pad=3, bias=True),  # a 7x7 stem, 3 channels
+    ConvShape(3, 40, 7, 7, 24, 1, stride=2),  # 1x1, stride 2
 ]
 ALEXNET = get_model("alexnet").conv_shapes(2)
 
@@ -107,25 +114,26 @@ def test_split_k_is_deterministic_and_rearms_its_counters(variant, rng):
         y = cupy.empty(op.output_shape, dtype=cupy.float32)
         poison(y)
         op(xs, y)
-        outputs.append(cupy.asnumpy(y))
+        outputs.append(cupy.asnumpy(op.output(y)))
     assert np.array_equal(outputs[0], outputs[1])
     result = compare(outputs[1], reference_output(x, w, shape, RELU, b), v.precision)
     assert result.passed, result.reason
 
 
 @pytest.mark.parametrize("layer", ["conv3", "conv4"])
-def test_3xtf32_passes_the_fp32_rule_on_mixed_signs(layer, rng):
-    result = check(P.Pipelined3xTF32(), ALEXNET[layer], rng, None, signed=True)
+@pytest.mark.parametrize("variant", FP32_CLASS, ids=lambda v: v.name)
+def test_3xtf32_passes_the_fp32_rule_on_mixed_signs(variant, layer, rng):
+    result = check(variant, ALEXNET[layer], rng, None, signed=True)
     assert result.passed, result.reason
 
 
-def test_3xtf32_margin_on_same_sign_data_at_reduction_4608(rng):
+@pytest.mark.parametrize("variant", FP32_CLASS, ids=lambda v: v.name)
+def test_3xtf32_margin_on_same_sign_data_at_reduction_4608(variant, rng):
     """x, w >= 0 at n = 4,608: errors of one sign add up. The bound ratio is printed for the
     precision label; the assertion only separates arithmetic from a bug: one wrong or missing
     term is off by ~sum|x*w|/n, 1/(8 n^1.5 u) = 6.7x the fp32 bound here."""
     shape = ConvShape(2, 512, 6, 6, 64, 3, pad=1)
     assert shape.reduction == 4608
-    variant = P.Pipelined3xTF32()
     split = next(c for c in variant.configs(shape) if c.split_k > 1)
     unsplit = dataclasses.replace(split, split_k=1)  # one block sums all 4,608 terms
     for config in (unsplit, split):
@@ -134,7 +142,7 @@ def test_3xtf32_margin_on_same_sign_data_at_reduction_4608(rng):
         w = np.abs(rng.standard_normal(shape.weight_shape) / np.sqrt(4608)).astype(np.float32)
         result = compare(run(v, shape, x, w, None, None), reference_output(x, w, shape, None),
                          "fp32")
-        print(f"pipelined-3xtf32 same-sign n=4608 [{v.config_for(shape).brief()}]: bound ratio "
+        print(f"{variant.name} same-sign n=4608 [{v.config_for(shape).brief()}]: bound ratio "
               f"{result.bound_ratio:.3g}, max rel {result.max_rel_error:.3g}, "
               f"{result.exceeded} elements over the fp32 bound")
         assert result.bound_ratio < 4.0, result.reason
@@ -158,3 +166,37 @@ def test_staging_converts_once_and_unstaged_input_is_refused(rng):
         fp16(xd, y)
     tf32 = P.Pipelined().prepare(shape, w)
     assert tf32.stage(xd) is xd
+
+
+@pytest.mark.smoke
+def test_channels_last_staging_transposes_pads_and_passes_staged_input_through(rng):
+    """An NCHW float32 input becomes channels-last memory of the maths' type, each group's
+    channels padded with zeros to whole vectors; an input that already is that is used as it
+    is; an unstaged one is refused."""
+    import cupy
+
+    from convlab.shapes import channels_last, is_channels_last
+
+    shape = ConvShape(2, 6, 5, 7, 8, 3, pad=1, groups=2)  # 3 channels per group -> 4
+    x, w, _ = random_problem(shape, rng, signed=True)
+    xd = cupy.asarray(x)
+    fp16 = CL.ChannelsLastFP16().prepare(shape, w)
+    staged = fp16.stage(xd)
+    assert staged.dtype == np.float16 and staged.shape == (2, 8, 5, 7) and is_channels_last(staged)
+    memory = cupy.asnumpy(staged.transpose(0, 2, 3, 1)).reshape(2, 5, 7, 2, 4)
+    expected = x.transpose(0, 2, 3, 1).reshape(2, 5, 7, 2, 3).astype(np.float16)
+    assert np.array_equal(memory[..., :3], expected) and (memory[..., 3] == 0).all()
+    assert fp16.stage(staged) is staged
+    y = cupy.empty(shape.output_shape, dtype=cupy.float32)
+    with pytest.raises(ConvlabError, match="op.stage"):
+        fp16(xd.astype(cupy.float16), y)
+    even = ConvShape(2, 8, 5, 7, 8, 3, pad=1)
+    tf32 = CL.ChannelsLast().prepare(even, rng.standard_normal(even.weight_shape).astype(np.float32))
+    nhwc = channels_last(cupy.ascontiguousarray(
+        cupy.asarray(rng.standard_normal((2, 5, 7, 8), dtype=np.float32))).reshape(2, 8, 5, 7))
+    assert tf32.stage(nhwc) is nhwc
+    reused = tf32.stage(cupy.asarray(rng.standard_normal(even.input_shape, dtype=np.float32)),
+                        reuse=True)
+    again = tf32.stage(cupy.asarray(rng.standard_normal(even.input_shape, dtype=np.float32)),
+                       reuse=True)
+    assert again is reused  # a network's passes convert into one buffer: a graph replays it

@@ -307,7 +307,7 @@ def test_run_once_stages_the_input_and_leaves_what_is_not_written_nan():
     def launch(x, y):
         y[0] = x[0, 0, 0, :2].sum()  # writes image 0 only
 
-    op = Op(launch, (2, 1, 1, 1), stage_input=lambda x: x + 1)
+    op = Op(launch, (2, 1, 1, 1), stage_input=lambda x, out: x + 1)
     got = op.run_once(np.zeros((2, 1, 1, 2), dtype=np.float32), np)
     assert got[0, 0, 0, 0] == 2.0 and np.isnan(got[1]).all()
 

@@ -14,6 +14,7 @@ from convlab.ops import (dense, prepare_activation, prepare_dense, prepare_dense
                          reference_activation, reference_dense, reference_lrn,
                          reference_lrn_max_pool, reference_max_pool, reference_softmax)
 from convlab.oracle.verify import compare, poison
+from convlab.shapes import channels_last
 
 pytestmark = pytest.mark.gpu
 
@@ -259,3 +260,46 @@ def test_activation_matches_float64_out_of_place_and_in_place(rng, shape, kind):
     inplace = cupy.asarray(x)
     op(inplace, inplace)
     assert_within_bound(cupy.asnumpy(inplace), ref)
+
+
+# --- channels-last: the same bits as NCHW -----------------------------------------------------
+
+def run_channels_last(op, x):
+    """The op's output for host input x (logical NCHW) given to it in channels-last memory,
+    returned as logical NCHW."""
+    import cupy
+
+    xd = cupy.ascontiguousarray(cupy.asarray(x).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    y = cupy.empty(op.output_shape, dtype=cupy.float32)
+    poison(y)
+    op(xd, y)
+    return cupy.asnumpy(channels_last(y))
+
+
+NHWC_CASES = [pytest.param((2, 7, 5, 6), "alexnet", 3, 2, marks=pytest.mark.smoke),
+              pytest.param((1, 40, 11, 13), "strong", 3, 2, marks=pytest.mark.smoke),
+              ((2, 5, 9, 9), "even", 2, 2), ((3, 33, 6, 6), "one", 6, 1),
+              ((2, 96, 55, 55), "alexnet", 3, 2), ((2, 256, 27, 27), "alexnet", 3, 2)]
+
+
+@pytest.mark.parametrize("shape,params,ps,pst", NHWC_CASES,
+                         ids=["7c", "40c", "9x9-2s2", "6s1", "norm1+pool1", "norm2+pool2"])
+def test_channels_last_pool_and_lrn_give_the_nchw_bits(rng, shape, params, ps, pst):
+    """The NHWC kernels sum each LRN window in the NCHW kernels' order (and a max is exact):
+    the same bits from either layout, so the NCHW kernels' bounds carry over; the references
+    check it too. Channel counts above and below a warp's 32 lanes (the window's shuffles)."""
+    x = lrn_input(rng, shape, False)
+    params = LRN_PARAMS[params]
+    pairs = [(prepare_max_pool(shape, ps, pst, "relu"),
+              prepare_max_pool(shape, ps, pst, "relu", "nhwc"),
+              reference_max_pool(x, ps, pst, "relu")),
+             (prepare_lrn(shape, *params), prepare_lrn(shape, *params, "nhwc"),
+              reference_lrn(x, *params)),
+             (prepare_lrn_max_pool(shape, *params, ps, pst),
+              prepare_lrn_max_pool(shape, *params, ps, pst, "nhwc"),
+              reference_lrn_max_pool(x, *params, ps, pst))]
+    for nchw, nhwc, ref in pairs:
+        assert nhwc.layout == "nhwc"
+        got = run_channels_last(nhwc, x)
+        assert_within_bound(got, ref)
+        assert np.array_equal(got, run_op(nchw, x)), nhwc.name

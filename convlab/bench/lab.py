@@ -321,8 +321,9 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
         return network.xp.asnumpy(a) if network.on_gpu else np.asarray(a)
 
 
-    ref = reference_for(step.layers, host(step.input).astype(np.float64), network.weights.arrays)
-    return compare(host(step.output), ref, "fp32")
+    arrays = step.arrays if step.arrays is not None else network.weights.arrays
+    ref = reference_for(step.layers, host(step.input).astype(np.float64), arrays)
+    return compare(host(step.result()), ref, "fp32")
 
 
 def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPolicy | None = None,

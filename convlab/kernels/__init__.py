@@ -2,6 +2,7 @@
 
 from ..errors import ConvlabError
 from .base import RELU, TANH_POOL, Op, Support, Variant
+from .channels_last import ChannelsLast, ChannelsLast3xTF32, ChannelsLastBF16, ChannelsLastFP16
 from .constant import Constant
 from .cpu import Cpu
 from .cudnn import (Cudnn, CudnnBF16, CudnnFP16, CudnnNHWC, CudnnNHWCBF16, CudnnNHWCFP16,
@@ -23,7 +24,8 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Cpu(), Naive(), Tiled(), Constant(), Unrolled(), RegisterTiled(), Im2col(), Winograd(),
         ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Pipelined(), Pipelined3xTF32(),
-        PipelinedFP16(), PipelinedBF16(), Fused(), Cudnn(), CudnnNHWC(), CudnnTF32(),
+        PipelinedFP16(), PipelinedBF16(), ChannelsLast(), ChannelsLast3xTF32(),
+        ChannelsLastFP16(), ChannelsLastBF16(), Fused(), Cudnn(), CudnnNHWC(), CudnnTF32(),
         CudnnNHWCTF32(), CudnnFP16(), CudnnNHWCFP16(), CudnnBF16(), CudnnNHWCBF16(),
     )
 }

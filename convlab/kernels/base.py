@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import tuning
 from ..gpu.jit import build_options, load_module
-from ..shapes import FEATURES, ConvShape
+from ..shapes import FEATURES, NCHW, NHWC, ConvShape, channels_last
 
 TANH_POOL = "tanh-pool"  # conv, then tanh, then 2x2/2 max-pool: the ECE408 block
 RELU = "relu"  # conv (+ bias), then ReLU: every AlexNet conv layer
@@ -106,27 +106,40 @@ def pooled_shape(shape: ConvShape) -> tuple[int, int, int, int]:
 class Op:
     """A prepared convolution: `op(x, y)` runs it on device (or host) arrays.
 
-    `stage(x)` turns a float32 input into what `launch` reads (fp16 variants convert it once);
-    callers stage outside any timed region and pass the staged array to `op`. Without a stage
-    function it returns x itself. It is what a network's conv step launches
-    (net.network.StepOp), as an ops.LayerOp is for the other layers.
+    Arrays keep the logical NCHW shape whatever their memory format (shapes.NCHW, NHWC):
+    `layout` is the one `launch` reads and writes. `stage(x)` turns a float32 input of either
+    format into what `launch` reads (fp16 variants convert it, channels-last ones transpose
+    it); callers stage outside any timed region and pass the staged array to `op`. Without a
+    stage function it returns x itself. `output(y)` is the result as a logical NCHW array. An
+    Op is what a network's conv step launches (net.network.StepOp), as an ops.LayerOp is for
+    the other layers.
     """
 
     launch: Callable[[object, object], object]
     output_shape: tuple[int, ...]
     compile_seconds: float = 0.0
     epilogue: str | None = None
-    stage_input: Callable[[object], object] | None = None
+    # stage_input(x, out): the staged input, written into `out` where one is given
+    stage_input: Callable[[object, object], object] | None = None
     capturable: bool = True  # only kernel launches on the given buffers: a CUDA graph can hold it
     note: str = ""  # what the op chose when prepared, for the record (cuDNN's fused ReLU)
+    layout: str = NCHW
     # Variants that cannot write into a caller's buffer (cuDNN through PyTorch) return their own.
     _result: object = None
+    _staging: object = None
 
     def __call__(self, x, y):
         self._result = self.launch(x, y)
 
-    def stage(self, x):
-        return x if self.stage_input is None else self.stage_input(x)
+    def stage(self, x, reuse: bool = False):
+        """x as `launch` reads it. With `reuse`, a conversion goes into a buffer the op keeps
+        for the next call with reuse (a network's passes), so a CUDA graph can replay it."""
+        if self.stage_input is None:
+            return x
+        staged = self.stage_input(x, self._staging if reuse else None)
+        if reuse and staged is not x:
+            self._staging = staged
+        return staged
 
     def run_once(self, x, xp):
         """Stage `x` (host or device; xp is NumPy or CuPy), launch once into a fresh NaN-filled
@@ -137,8 +150,11 @@ class Op:
         return self.output(y)
 
     def output(self, y):
-        """The array holding the last call's result: y itself unless the launch returned another."""
-        return y if self._result is None else self._result
+        """The last call's result, logical NCHW: y itself (viewed channels-last for an NHWC op)
+        unless the launch returned an array of its own."""
+        if self._result is not None:
+            return self._result
+        return channels_last(y) if self.layout == NHWC else y
 
 
 class Variant:
@@ -151,6 +167,7 @@ class Variant:
     fuses_in_network: bool = False  # the network hands it conv+tanh+pool where the model has that
     on_gpu: bool = True
     general: frozenset[str] = frozenset()  # which of shapes.FEATURES the source implements
+    layout: str = NCHW  # the memory format its ops read and write (Op.layout)
 
     def supports(self, shape: ConvShape) -> Support:
         return missing_features(shape, self.general)

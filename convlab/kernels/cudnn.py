@@ -16,10 +16,9 @@ are timed once when the op is prepared, and the faster is kept; the row's note s
 """
 
 from ..gpu import measure
-from ..shapes import FEATURES
+from ..shapes import FEATURES, NCHW, NHWC
 from .base import RELU, TANH_POOL, Op, Support, Variant, check_inputs, device_weights
 
-NCHW, NHWC = "nchw", "nhwc"
 CONV_THEN_RELU = "conv, then ReLU"
 FUSED_RELU = "fused conv-bias-ReLU (torch.cudnn_convolution_relu)"
 
@@ -115,7 +114,7 @@ class Cudnn(Variant):
             return None
         dtype, layout = self._torch_dtype(torch), self._tensor_layout(torch)
 
-        def stage(x):
+        def stage(x, out=None):  # PyTorch converts into tensors of its own: out is not used
             return cupy_from_torch(torch.from_dlpack(x).to(dtype).contiguous(memory_format=layout))
 
         return stage

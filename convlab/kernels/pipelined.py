@@ -29,7 +29,7 @@ SOURCE = (r"""
 // along pixels, adds the bias and applies ReLU.
 //
 // Compile-time: C H W M K STRIDE PAD G (shape), HAS_BIAS RELU, MODE, BM BN BK WARPS_M WARPS_N
-// STAGES SPLIT_K GATHER_TAP (tiling).
+// STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the NHWC kernel).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + mainloop.KERNEL_BEGIN
           + gather.COLUMN_ORIGINS + mainloop.LOAD_A + gather.GATHER_B + mainloop.COMPUTE
@@ -38,18 +38,21 @@ SOURCE = (r"""
 import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import FEATURES, ConvShape  # noqa: E402
 from .base import (RELU, Op, Support, Variant, check_inputs, device_weights,  # noqa: E402
                    split_tf32_arithmetic)
 from .igemm.cost import diverse, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
-from .igemm.packing import pack_weights, stage_bf16, stage_fp16  # noqa: E402
+from .igemm.packing import pack_weights, stage_dtype, stage_nchw  # noqa: E402
 from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,  # noqa: E402
                            output_tiles, shape_problem, smem_bytes, tiling_problem)
 
 # --- the variants -------------------------------------------------------------------------------
 
 class Pipelined(Variant):
+    """The implicit GEMM over NCHW activations; `channels_last` holds its NHWC subclasses, which
+    change the gather, the epilogue and the staging (`layout` selects them)."""
+
     name = "pipelined"
     summary = "cp.async-pipelined implicit GEMM, mma.sync TF32, tuned tiles, split-K"
     precision = "tf32"
@@ -65,20 +68,28 @@ class Pipelined(Variant):
         self.tiling = None
         if config is not None:
             tiling = Tiling.of(config)
-            problem = tiling_problem(tiling, self.maths)
+            problem = tiling_problem(tiling, self.maths, self.layout)
             if problem:
                 raise ValueError(f"invalid {self.name} config {tiling.as_dict()}: {problem}")
             self.tiling = tiling
+
+    def kernel_shape(self, shape: ConvShape) -> ConvShape:
+        """The layer as the kernel computes it (channels-last kernels pad the channels)."""
+        return shape
 
     def fixed_config(self):
         return {} if self.tiling is None else self.tiling.as_dict()
 
     def default_config(self, shape, epilogue=None):
-        best = ranked(shape, self.maths)
+        best = ranked(self.kernel_shape(shape), self.maths, self.layout)
         return best[0] if best else None
 
     def accepts(self, config, shape, epilogue=None):
-        return not tiling_problem(config, self.maths) and not shape_problem(shape, config)
+        return not (tiling_problem(config, self.maths, self.layout)
+                    or self.shape_problem(shape, config))
+
+    def shape_problem(self, shape: ConvShape, t: Tiling) -> str:
+        return shape_problem(self.kernel_shape(shape), t, self.layout, self.maths)
 
     def supports(self, shape):
         base = super().supports(shape)
@@ -87,12 +98,12 @@ class Pipelined(Variant):
         t = self.config_for(shape)
         if t is None:  # no candidate fits: say why the smallest one does not
             smallest = Tiling(32, 32, k_step(self.maths), 1, 4, 2, 1, "table")
-            return Support(False, f"no tiling fits: {shape_problem(shape, smallest)}")
-        problem = shape_problem(shape, t)
+            return Support(False, f"no tiling fits: {self.shape_problem(shape, smallest)}")
+        problem = self.shape_problem(shape, t)
         return Support(False, problem) if problem else Support(True)
 
     def configs(self, shape, epilogue=None):
-        return diverse(ranked(shape, self.maths), MAX_CONFIGS)
+        return diverse(ranked(self.kernel_shape(shape), self.maths, self.layout), MAX_CONFIGS)
 
     def configured(self, config):
         return type(self)(config)
@@ -101,18 +112,36 @@ class Pipelined(Variant):
         t = self.config_for(shape, epilogue)
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
-        return {"C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
-                "STRIDE": shape.stride, "PAD": shape.pad, "G": shape.groups,
-                "HAS_BIAS": int(shape.bias), "RELU": int(epilogue == RELU),
+        k = self.kernel_shape(shape)
+        return {**self.layout_defines(k), "C": k.C, "H": k.H, "W": k.W, "M": k.M, "K": k.K,
+                "STRIDE": k.stride, "PAD": k.pad, "G": k.groups,
+                "HAS_BIAS": int(k.bias), "RELU": int(epilogue == RELU),
                 "MODE": MODES[self.maths], "BM": t.bm, "BN": t.bn, "BK": t.bk,
                 "WARPS_M": t.warps_m, "WARPS_N": t.warps_n, "STAGES": t.stages,
                 "SPLIT_K": t.split_k, "GATHER_TAP": int(t.gather == "tap")}
 
-    def input_dtype(self):
-        return np.float32
+    def layout_defines(self, k: ConvShape) -> dict[str, int]:
+        return {"NHWC": 0}
 
-    def stage_function(self):
-        return None
+    def input_dtype(self):
+        return stage_dtype(self.maths)
+
+    def gather_table(self, shape: ConvShape, t: Tiling) -> np.ndarray:
+        return gather_table(shape, t)
+
+    def stager(self, shape: ConvShape):
+        """The Op's stage_input: fp16/bf16 conversion of the NCHW input (None for 4-byte maths)."""
+        if self.maths not in ("fp16", "bf16"):
+            return None
+        maths = self.maths
+        return lambda x, out: stage_nchw(x, out, maths)
+
+    def input_problem(self, x, k: ConvShape) -> str:
+        """Why the kernel compiled for `k` cannot read the array x, or "" (a launch checks)."""
+        dtype = np.dtype(self.input_dtype())
+        if x.dtype != dtype:
+            return f"'{self.name}' reads {dtype} input, got {x.dtype}: pass op.stage(x)"
+        return ""
 
     def prepare(self, shape, weights, epilogue=None, bias=None):
         check_inputs(self, shape, epilogue, bias)
@@ -122,33 +151,35 @@ class Pipelined(Variant):
         import cupy
 
         t = self.config_for(shape, epilogue)
+        k = self.kernel_shape(shape)
         compiled = self.compile(shape, epilogue)
         kernel = compiled.module.get_function("conv_forward")
-        smem = smem_bytes(t, self.maths)
+        smem = smem_bytes(t, self.maths, self.layout)
         kernel.max_dynamic_shared_size_bytes = smem
-        wpack = cupy.asarray(pack_weights(weights, shape, t, self.maths))
-        table = cupy.asarray(gather_table(shape, t) if t.gather == "table"
+        wpack = cupy.asarray(pack_weights(weights, k, t, self.maths, self.layout))
+        table = cupy.asarray(self.gather_table(k, t) if t.gather == "table"
                              else np.zeros((1, 4), dtype=np.int32))
         bias_d = device_weights(bias) if bias is not None else cupy.zeros(1, dtype=cupy.float32)
-        tiles = output_tiles(shape, t)
+        tiles = output_tiles(k, t)
         if t.split_k > 1:
             ws = cupy.empty(tiles * t.split_k * t.bm * t.bn, dtype=cupy.float32)
             counters = cupy.zeros(tiles, dtype=cupy.int32)
         else:
             ws = cupy.zeros(1, dtype=cupy.float32)
             counters = cupy.zeros(1, dtype=cupy.int32)
-        grid = (m_tiles(shape, t) * n_tiles(shape, t) * t.split_k, shape.groups, 1)
+        grid = (m_tiles(k, t) * n_tiles(k, t) * t.split_k, k.groups, 1)
         block = (t.threads, 1, 1)
         batch = np.int32(shape.B)
-        dtype = np.dtype(self.input_dtype())
-        name = self.name
+        problem = self.input_problem
 
         def launch(x, y):
-            if x.dtype != dtype:
-                raise ConvlabError(f"'{name}' reads {dtype} input, got {x.dtype}: pass op.stage(x)")
+            message = problem(x, k)
+            if message:
+                raise ConvlabError(message)
             kernel(grid, block, (x, wpack, table, bias_d, y, ws, counters, batch), shared_mem=smem)
 
-        return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stage_function())
+        return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stager(shape),
+                  layout=self.layout)
 
 
 class Pipelined3xTF32(Pipelined):
@@ -167,21 +198,9 @@ class PipelinedFP16(Pipelined):
     precision = "fp16"
     maths = "fp16"
 
-    def input_dtype(self):
-        return np.float16
-
-    def stage_function(self):
-        return stage_fp16
-
 
 class PipelinedBF16(PipelinedFP16):
     name = "pipelined-bf16"
     summary = "pipelined on bf16 inputs and filters (m16n8k16, ldmatrix), FP32 accumulation"
     precision = "bf16"
     maths = "bf16"
-
-    def input_dtype(self):
-        return np.uint16  # bf16 bit patterns: neither NumPy nor CuPy has a bfloat16 dtype
-
-    def stage_function(self):
-        return stage_bf16

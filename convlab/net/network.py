@@ -21,7 +21,7 @@ from .. import ops
 from ..kernels import RELU, TANH_POOL, Variant
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 from ..oracle import reference
-from ..shapes import ConvShape
+from ..shapes import LAYOUTS, NCHW, NHWC, ConvShape, channels_last, memory_view
 
 ACTIVATIONS = {ReLU: "relu", Tanh: "tanh"}
 CATEGORY_CONV = "conv"
@@ -36,6 +36,7 @@ class StepOp(Protocol):
     output_shape: tuple
     compile_seconds: float
     capturable: bool  # only kernel launches on the given buffers: a CUDA graph can replay it
+    layout: str  # the memory format (shapes.NCHW / NHWC) of its 4-D input and output
 
     def __call__(self, x, y) -> None: ...
 
@@ -52,19 +53,27 @@ class Step:
     output: object = None  # this step's output buffer, allocated once
     input: object = None  # what it read in the last forward pass
     in_view: tuple | None = None  # reshape the input to this first (flatten before an FC)
+    # The memory format its input arrives in (a flatten reads it in that order), and the one
+    # the network converts it to first where the op reads another (None: no conversion).
+    in_layout: str = NCHW
+    convert_to: str | None = None
+    arrays: dict | None = None  # the weights as its op reads them, where not the model's own
 
     @property
     def is_conv(self) -> bool:
         return self.category == CATEGORY_CONV
 
     def result(self):
-        """The array holding this step's output after a launch."""
+        """This step's output after a launch, as a logical NCHW (or 2-D) array."""
+        if self.op.layout == NHWC and self.output.ndim == 4:
+            return channels_last(self.output)
         return self.output
 
     @property
     def replayable(self) -> bool:
-        """Whether a CUDA graph of the forward pass can hold this step."""
-        return self.op.capturable
+        """Whether a CUDA graph of the forward pass can hold this step (a layout conversion
+        before it allocates)."""
+        return self.op.capturable and self.convert_to is None
 
 
 @dataclass
@@ -78,11 +87,6 @@ class ConvStep(Step):
 
     def result(self):
         return self.op.output(self.output)
-
-    @property
-    def replayable(self) -> bool:
-        # A variant that converts its input (fp16 staging) allocates on every pass.
-        return self.op.capturable and self.op.stage_input is None
 
     def launch(self) -> None:
         """Run the op again on the input of the last forward pass."""
@@ -99,9 +103,25 @@ class HostOp:
     compile_seconds: float = 0.0
     kernel: str = "numpy"
     capturable: bool = False
+    layout: str = NCHW
 
     def __call__(self, x, y):
         y[...] = self.fn(x)
+
+
+def flattened_columns(w: np.ndarray, flattened: tuple) -> np.ndarray:
+    """An FC layer's weights (out, C*H*W) with the columns in (h, w, c) order: what a flatten
+    of channels-last activations feeds it."""
+    _, c, h, width = flattened
+    return np.ascontiguousarray(
+        w.reshape(w.shape[0], c, h, width).transpose(0, 2, 3, 1).reshape(w.shape[0], -1))
+
+
+def convert(xp, a, layout: str):
+    """a (logical NCHW, any strides) as a dense float32 array in `layout`'s memory format."""
+    if layout == NHWC:
+        return xp.ascontiguousarray(a.transpose(0, 2, 3, 1), dtype=xp.float32).transpose(0, 3, 1, 2)
+    return xp.ascontiguousarray(a, dtype=xp.float32)
 
 
 def _suffix(name: str) -> str:
@@ -149,27 +169,37 @@ class Network:
 
     # --- planning ---------------------------------------------------------------------------
     def _plan(self, layers: tuple, fallback: Variant | None) -> None:
+        """Steps in order. The activations keep the memory format the last conv wrote (the
+        images arrive NCHW; a channels-last variant's staging converts them once): pool, LRN
+        and activations are prepared for it, a flatten reads it in that order and the FC after
+        it gets its weight columns permuted to match."""
         shapes = self.weights.spec.conv_shapes(self.batch)
         trace = self.weights.spec.trace(self.batch)
         number = ""
-        view = None
+        view = flattened = None
+        layout = NCHW
         i = 0
         while i < len(layers):
             layer, in_shape, _ = trace[i]
             if isinstance(layer, Flatten):
-                view = (self.batch, int(np.prod(in_shape[1:])))
+                view, flattened = (self.batch, int(np.prod(in_shape[1:]))), in_shape
                 i += 1
                 continue
             if isinstance(layer, (Conv, Dense)):
                 number = _suffix(layer.name)
             if isinstance(layer, Conv):
                 step, used = self._conv_step(layers, i, shapes[layer.name], fallback)
+                # A conv that stages its input converts any format itself.
+                if step.op.stage_input is None and step.op.layout != layout:
+                    step.convert_to = step.op.layout
             else:
-                step, used = self._layer_step(layers, i, in_shape, number)
-            step.in_view, view = view, None
+                step, used = self._layer_step(layers, i, in_shape, number, layout, flattened)
+            step.in_view, step.in_layout = view, layout
+            view = flattened = None
             if step.output is None:
                 step.output = self.xp.empty(step.op.output_shape, dtype=self.xp.float32)
             self.steps.append(step)
+            layout = step.op.layout if step.op.layout in LAYOUTS else NCHW
             i += used
 
     def _conv_step(self, layers, i, shape, fallback) -> tuple[ConvStep, int]:
@@ -191,10 +221,15 @@ class Network:
                         op=op, layers=tuple(layers[i:i + 1 + absorbed]), shape=shape, weights=w,
                         bias=b, epilogue=epilogue, layer=layer), 1 + absorbed
 
-    def _layer_step(self, layers, i, in_shape, number) -> tuple[Step, int]:
+    def _layer_step(self, layers, i, in_shape, number, layout=NCHW,
+                    flattened=None) -> tuple[Step, int]:
         layer = layers[i]
         nxt = layers[i + 1] if i + 1 < len(layers) else None
-        make = self._device_op if self.on_gpu else self._host_op
+        if self.on_gpu:
+            def make(category, label, group, shape):
+                return self._device_op(category, label, group, shape, layout, flattened)
+        else:
+            make = self._host_op
         if type(layer) in ACTIVATIONS and isinstance(nxt, MaxPool):
             kind = ACTIVATIONS[type(layer)]
             label = f"{kind}{number}+pool{number}"
@@ -213,26 +248,34 @@ class Network:
         }[type(layer)]
         return make(category, label, (layer,), in_shape), 1
 
-    def _device_op(self, category: str, label: str, group: tuple, in_shape: tuple) -> Step:
+    def _device_op(self, category: str, label: str, group: tuple, in_shape: tuple,
+                   layout: str = NCHW, flattened: tuple | None = None) -> Step:
+        """`layout`: the activations' memory format; `flattened`: the 4-D shape a flatten just
+        before this step read in that format."""
         first, last = group[0], group[-1]
         activation = next((ACTIVATIONS[type(g)] for g in group if type(g) in ACTIVATIONS), None)
+        arrays = None
         if isinstance(first, Dense):
             w = self.weights.arrays[f"{first.name}.weight"]
             b = self.weights.arrays[f"{first.name}.bias"]
+            if flattened is not None and layout == NHWC:
+                w = flattened_columns(w, flattened)
+                arrays = {**self.weights.arrays, f"{first.name}.weight": w}
             op = ops.prepare_dense(self.batch, w, b, activation)
         elif isinstance(first, LRN) and isinstance(last, MaxPool):
             op = ops.prepare_lrn_max_pool(in_shape, first.size, first.alpha, first.beta, first.k,
-                                          last.size, last.step)
+                                          last.size, last.step, layout)
         elif isinstance(first, LRN):
-            op = ops.prepare_lrn(in_shape, first.size, first.alpha, first.beta, first.k)
+            op = ops.prepare_lrn(in_shape, first.size, first.alpha, first.beta, first.k, layout)
         elif isinstance(last, MaxPool):
-            op = ops.prepare_max_pool(in_shape, last.size, last.step, activation)
+            op = ops.prepare_max_pool(in_shape, last.size, last.step, activation, layout)
         elif isinstance(first, Softmax):
             op = ops.prepare_softmax(in_shape[0], int(np.prod(in_shape[1:])))
         else:
-            op = ops.prepare_activation(in_shape, activation)
+            op = ops.prepare_activation(in_shape, activation, layout if len(in_shape) == 4
+                                        else NCHW)
         return Step(label=label, category=category, kernel_label=f"{op.name} {label}", op=op,
-                    layers=group)
+                    layers=group, arrays=arrays)
 
     def _host_op(self, category: str, label: str, group: tuple, in_shape: tuple) -> Step:
         arrays = self.weights.arrays
@@ -282,22 +325,24 @@ class Network:
         a = self.input if x is None else x
         for step in self.steps:
             if step.in_view is not None:
-                a = a.reshape(step.in_view)
+                a = memory_view(a, step.in_layout).reshape(step.in_view)
+            elif step.convert_to is not None:
+                a = convert(self.xp, a, step.convert_to)
             step.input = a
             with self.scope(step.label):
                 if on_step:
                     on_step(step, "begin")
                 if step.is_conv:
-                    step.staged = step.op.stage(a)
+                    step.staged = step.op.stage(a, reuse=True)
                     step.op(step.staged, step.output)
                 else:
                     step.op(a, step.output)
                 if on_step:
                     on_step(step, "end")
             a = step.result()
-            # cuDNN's rows return their own arrays: half, or channels-last; our layer kernels
-            # read float32 NCHW.
-            if a.dtype != self.xp.float32 or not a.flags.c_contiguous:
+            # cuDNN's rows return their own arrays, half or channels-last, from an op that
+            # declares NCHW: our layer kernels read float32 in the declared format.
+            if a.dtype != self.xp.float32 or (step.op.layout == NCHW and not a.flags.c_contiguous):
                 a = self.xp.ascontiguousarray(a, dtype=self.xp.float32)
         return a
 

@@ -21,8 +21,10 @@ activation(const float* x, float* y, long long total)
 import numpy as np  # noqa: E402
 
 from ..oracle.verify import Reference  # noqa: E402
+from ..shapes import NCHW  # noqa: E402
 from .base import (ACTIVATION_LABELS, KernelSpec, LayerOp, activation_absolute,  # noqa: E402
-                   apply_activation, ceil_div, check_activation, compile_specs, spec)
+                   apply_activation, ceil_div, check_activation, check_layout, compile_specs,
+                   spec)
 
 BLOCK = 256
 
@@ -37,8 +39,9 @@ def activation_kernel(shape, kind: str) -> KernelSpec:
                 {"ACT": check_activation(kind), "BLOCK": BLOCK}, (ceil_div(total, BLOCK),), BLOCK)
 
 
-def prepare_activation(shape, kind: str) -> LayerOp:
-    """y = kind(x) elementwise over any shape; x and y may be the same array."""
+def prepare_activation(shape, kind: str, layout: str = NCHW) -> LayerOp:
+    """y = kind(x) elementwise over any shape; x and y may be the same array. Elementwise
+    work does not care for the memory format: `layout` only says what the output holds."""
     kernel_spec = activation_kernel(shape, kind)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
@@ -48,7 +51,7 @@ def prepare_activation(shape, kind: str) -> LayerOp:
         kernel(kernel_spec.grid, kernel_spec.block, (x, y, total))
 
     return LayerOp(ACTIVATION_LABELS[kind], "activation", "activation", launch, tuple(shape),
-                   compiled.seconds)
+                   compiled.seconds, layout=check_layout(layout))
 
 
 def reference_activation(x: np.ndarray, kind: str) -> Reference:

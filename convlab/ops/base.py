@@ -17,6 +17,7 @@ import numpy as np
 
 from ..gpu.jit import build_options, load_module
 from ..oracle.verify import LAMBDA
+from ..shapes import LAYOUTS, NCHW
 
 # Activations an op can apply to its result, as the ACT compile-time constant.
 ACTIVATIONS = {None: 0, "relu": 1, "tanh": 2}
@@ -68,6 +69,7 @@ class LayerOp:
     compile_seconds: float = 0.0
     extra_kernels: tuple[str, ...] = ()
     capturable: bool = True  # launches on the given buffers only
+    layout: str = NCHW  # the memory format of its 4-D input and output (shapes.NCHW / NHWC)
 
     def __call__(self, x, y):
         self.launch(x, y)
@@ -116,6 +118,12 @@ def compile_specs(specs: list[KernelSpec]) -> Compiled:
 
 def ceil_div(n: int, d: int) -> int:
     return -(-n // d)
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    return layout
 
 
 def check_activation(activation: str | None) -> int:

@@ -1,5 +1,29 @@
 """LRN across channels (Caffe's definition), alone or fused with the max-pool that follows it."""
 
+# d^-beta, shared by the NCHW and the channels-last kernels.
+LRN_FACTOR = r"""
+#define AFTER (SIZE - 1 - BEFORE)
+
+// rsqrt.approx.f32 is what rsqrtf compiles to (MUFU.RSQ, within 2 ulps); its .ftz form only
+// skips rescaling subnormal inputs, which neither d >= k >= FLT_MIN nor r = d^-1/2 ever is.
+__device__ __forceinline__ float rsqrt_normal(float v)
+{
+    float r;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
+__device__ __forceinline__ float lrn_factor(float d, float neg_beta)
+{
+#if BETA_THREE_QUARTERS
+    const float r = rsqrt_normal(d);
+    return r * (r * rsqrt_normal(r));
+#else
+    return exp2f(neg_beta * log2f(d));
+#endif
+}
+"""
+
 SOURCE = r"""
 // LRN: y[c] = x[c] * (k + alpha/size * S[c])^-beta, S[c] the sum of x^2 over the SIZE channels
 // c-BEFORE ... c-BEFORE+SIZE-1 at the same pixel, clipped to 0..C-1 (Caffe's definition). Each
@@ -25,31 +49,12 @@ SOURCE = r"""
 // Compile-time: C, H, W, SIZE, BEFORE, CB, DEPTH, BETA_THREE_QUARTERS, BLOCK, MIN_BLOCKS; for
 // lrn also COLUMNS; for the fused pool also HO, WO, PS, PST, TOH, TOW, IH, IW, NPIX, PPT, OPT,
 // TILES_W, CW, ROW.
-#define AFTER (SIZE - 1 - BEFORE)
+""" + LRN_FACTOR + r"""
 #define HW (H * W)
 constexpr int RING = SIZE + DEPTH;
 // A range shorter than the ring is unrolled whole (unrolling it RING times would leave only the
 // remainder loop, whose ring moves cost registers).
 constexpr int UNROLL = CB < RING ? CB : RING;
-
-// rsqrt.approx.f32 is what rsqrtf compiles to (MUFU.RSQ, within 2 ulps); its .ftz form only
-// skips rescaling subnormal inputs, which neither d >= k >= FLT_MIN nor r = d^-1/2 ever is.
-__device__ __forceinline__ float rsqrt_normal(float v)
-{
-    float r;
-    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-}
-
-__device__ __forceinline__ float lrn_factor(float d, float neg_beta)
-{
-#if BETA_THREE_QUARTERS
-    const float r = rsqrt_normal(d);
-    return r * (r * rsqrt_normal(r));
-#else
-    return exp2f(neg_beta * log2f(d));
-#endif
-}
 
 // v[0 .. SIZE-1] holds x at channels c-BEFORE ... c+AFTER of one pixel (0 outside 0..C-1).
 __device__ __forceinline__ float lrn_at(const float (&v)[RING], float scale, float k,
@@ -199,6 +204,74 @@ lrn_max_pool(const float* __restrict__ x, float* __restrict__ y, float scale, fl
 #endif
 """
 
+NHWC_SOURCE = r"""
+// LRN over channels-last activations (NHWC: a pixel's C channels contiguous). One thread per
+// output element, consecutive threads on consecutive channels of a pixel, so loads and stores
+// are coalesced. Each thread loads its own channel once; the window's other channels come
+// from the lanes that loaded them (__shfl_sync), and only a window reaching past the warp's
+// 32 channels loads the rest. The sum runs channel c-BEFORE first, as the NCHW kernels' lrn_at
+// does, so both layouts give the same bits. Every lane of a warp takes part in the shuffles:
+// threads past the end compute on a clamped element and store nothing.
+// Compile-time: C, SIZE, BEFORE, BETA_THREE_QUARTERS, BLOCK, TOTAL (outputs); for the fused
+// pool also H, W, HO, WO, PS, PST.
+""" + LRN_FACTOR + r"""
+__device__ __forceinline__ float lrn_nhwc_at(const float* __restrict__ px, int c, float scale,
+                                             float k, float neg_beta)
+{
+    const int lane = threadIdx.x & 31;
+    const float own = __ldg(px + c);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < SIZE; ++j) {
+        const int d = j - BEFORE, ch = c + d;
+        const float shuffled = __shfl_sync(0xffffffffu, own, (lane + d) & 31);
+        float v = 0.0f;
+        if (ch >= 0 && ch < C)
+            v = (lane + d >= 0 && lane + d < 32) ? shuffled : __ldg(px + ch);
+        sum = fmaf(v, v, sum);
+    }
+    return own * lrn_factor(fmaf(scale, sum, k), neg_beta);
+}
+
+#ifndef PS
+extern "C" __global__ void __launch_bounds__(BLOCK)
+lrn_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
+         float neg_beta)
+{
+    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    const long long e = i < TOTAL ? i : TOTAL - 1;
+    const int c = (int)(e % C);
+    const float v = lrn_nhwc_at(x + (e - c), c, scale, k, neg_beta);
+    if (i < TOTAL) y[i] = v;
+}
+#else
+// LRN + max-pool, channels-last: one thread per pooled output (b, oh, ow, c), the max over its
+// PS x PS window of the LRN values at channel c. The LRN map never goes to memory; a pixel
+// under two windows (3x3/2) is normalised by each.
+extern "C" __global__ void __launch_bounds__(BLOCK)
+lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
+                  float neg_beta)
+{
+    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    const long long e = i < TOTAL ? i : TOTAL - 1;
+    const int c = (int)(e % C);
+    const long long pixel = e / C;
+    const int ow = (int)(pixel % WO);
+    const long long rows = pixel / WO;
+    const int oh = (int)(rows % HO);
+    const long long image = rows / HO;
+    const float* __restrict__ window = x + ((image * H + oh * PST) * W + ow * PST) * C;
+    float m = lrn_nhwc_at(window, c, scale, k, neg_beta);
+#pragma unroll
+    for (int p = 0; p < PS; ++p)
+#pragma unroll
+        for (int q = 0; q < PS; ++q)
+            if (p + q > 0) m = fmaxf(m, lrn_nhwc_at(window + (p * W + q) * C, c, scale, k, neg_beta));
+    if (i < TOTAL) y[i] = m;
+}
+#endif
+"""
+
 import math  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -207,8 +280,9 @@ from ..gpu import hardware  # noqa: E402
 from ..gpu.hardware import H100  # noqa: E402
 from ..oracle.reference import lrn as lrn_float, max_pool  # noqa: E402
 from ..oracle.verify import Reference  # noqa: E402
+from ..shapes import NCHW, NHWC  # noqa: E402
 from .base import (ALLOWED_ULPS, KernelSpec, LayerOp, ceil_div, check_int32,  # noqa: E402
-                   check_shape, compile_specs, magnitude_for_units, spec)
+                   check_layout, check_shape, compile_specs, magnitude_for_units, spec)
 from .pool import max_pool_name, pooled_size  # noqa: E402
 
 # lrn: one pixel per thread, 7 loads ahead (a 12-channel ring: 96 channels are 8 turns of the
@@ -226,6 +300,7 @@ FUSED_DEPTH = 3
 FUSED_MIN_BLOCKS = 4
 MIN_CHANNELS_PER_BLOCK = 4
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+NHWC_BLOCK = 256
 
 
 def _check_lrn(in_shape, size: int, alpha: float, beta: float, k: float) -> tuple[int, ...]:
@@ -271,10 +346,20 @@ def _lrn_defines(C: int, H: int, W: int, size: int, beta: float, cb: int, depth:
             "MIN_BLOCKS": min_blocks}
 
 
+def _nhwc_defines(C: int, size: int, beta: float, total: int) -> dict[str, int]:
+    return {"C": C, "SIZE": size, "BEFORE": (size - 1) // 2,
+            "BETA_THREE_QUARTERS": int(three_quarters(beta)), "BLOCK": NHWC_BLOCK,
+            "TOTAL": total}
+
+
 def lrn_kernel(in_shape, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0,
-               sms: int = H100.sms) -> KernelSpec:
-    """The kernel prepare_lrn launches for this input shape."""
+               sms: int = H100.sms, layout: str = NCHW) -> KernelSpec:
+    """The kernel prepare_lrn launches for this input shape in `layout`."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
+    if check_layout(layout) == NHWC:
+        total = B * C * H * W
+        return spec("ops.lrn", "lrn_nhwc", NHWC_SOURCE, _nhwc_defines(C, size, beta, total),
+                    (ceil_div(total, NHWC_BLOCK),), NHWC_BLOCK)
     columns = B * H * W
     column_blocks = ceil_div(columns, LRN_BLOCK)
     if column_blocks >= 2 ** 31:
@@ -308,9 +393,20 @@ def pool_tile(H: int, W: int, pool_size: int, pool_stride: int) -> tuple[int, in
 
 
 def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float,
-                        pool_size: int, pool_stride: int, sms: int = H100.sms) -> KernelSpec:
-    """The kernel prepare_lrn_max_pool launches for this input shape."""
+                        pool_size: int, pool_stride: int, sms: int = H100.sms,
+                        layout: str = NCHW) -> KernelSpec:
+    """The kernel prepare_lrn_max_pool launches for this input shape in `layout`."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
+    if check_layout(layout) == NHWC:
+        if pool_size < 1 or pool_stride < 1 or pool_size > min(H, W):
+            raise ValueError(f"a {pool_size}x{pool_size}/{pool_stride} pool does not fit "
+                             f"{H}x{W}")
+        ho, wo = pooled_size(H, pool_size, pool_stride), pooled_size(W, pool_size, pool_stride)
+        total = B * C * ho * wo
+        defines = _nhwc_defines(C, size, beta, total) | {
+            "H": H, "W": W, "HO": ho, "WO": wo, "PS": pool_size, "PST": pool_stride}
+        return spec("ops.lrn", "lrn_max_pool_nhwc", NHWC_SOURCE, defines,
+                    (ceil_div(total, NHWC_BLOCK),), NHWC_BLOCK)
     if B > 65535:
         raise ValueError(f"LRN + max-pool launches one grid row per image; {B} images exceed "
                          f"65,535")
@@ -340,9 +436,11 @@ def _scalars(size: int, alpha: float, beta: float, k: float) -> tuple:
     return np.float32(alpha / size), np.float32(k), np.float32(-beta)
 
 
-def prepare_lrn(in_shape, size: int, alpha: float, beta: float, k: float) -> LayerOp:
-    """Caffe's LRN across channels, x (B, C, H, W) -> y of the same shape (not in place)."""
-    kernel_spec = lrn_kernel(in_shape, size, alpha, beta, k, hardware.current().sms)
+def prepare_lrn(in_shape, size: int, alpha: float, beta: float, k: float,
+                layout: str = NCHW) -> LayerOp:
+    """Caffe's LRN across channels, x (B, C, H, W) -> y of the same shape (not in place),
+    both in `layout`."""
+    kernel_spec = lrn_kernel(in_shape, size, alpha, beta, k, hardware.current().sms, layout)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     scalars = _scalars(size, alpha, beta, k)
@@ -350,13 +448,14 @@ def prepare_lrn(in_shape, size: int, alpha: float, beta: float, k: float) -> Lay
     def launch(x, y):
         kernel(kernel_spec.grid, kernel_spec.block, (x, y) + scalars)
 
-    return LayerOp(f"LRN {size}", "lrn", "lrn", launch, tuple(in_shape), compiled.seconds)
+    return LayerOp(f"LRN {size}", "lrn", kernel_spec.function, launch, tuple(in_shape),
+                   compiled.seconds, layout=layout)
 
 
 def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: float,
-                         pool_size: int, pool_stride: int) -> LayerOp:
+                         pool_size: int, pool_stride: int, layout: str = NCHW) -> LayerOp:
     """LRN, then a pool_size x pool_size / pool_stride max-pool, in one kernel that reads the
-    input once and writes only the pooled map.
+    input once and writes only the pooled map (input and output in `layout`).
 
     Bytes through device memory, with N input elements and P pooled outputs: unfused, LRN reads
     N and writes N, and the pool reads those N again and writes P: 12N + 4P bytes. Fused: 4N +
@@ -365,7 +464,7 @@ def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: floa
     191 MB at batch 128 - against the 1.44 MB and 0.92 MB per image the fused kernels move.
     """
     kernel_spec = lrn_max_pool_kernel(in_shape, size, alpha, beta, k, pool_size, pool_stride,
-                                      hardware.current().sms)
+                                      hardware.current().sms, layout)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     scalars = _scalars(size, alpha, beta, k)
@@ -376,8 +475,8 @@ def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: floa
     def launch(x, y):
         kernel(kernel_spec.grid, kernel_spec.block, (x, y) + scalars)
 
-    return LayerOp(f"LRN {size} + {max_pool_name(pool_size, pool_stride)}", "lrn", "lrn_max_pool",
-                   launch, out_shape, compiled.seconds)
+    return LayerOp(f"LRN {size} + {max_pool_name(pool_size, pool_stride)}", "lrn",
+                   kernel_spec.function, launch, out_shape, compiled.seconds, layout=layout)
 
 
 def window_sums(x64: np.ndarray, size: int) -> np.ndarray:

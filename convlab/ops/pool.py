@@ -12,24 +12,39 @@ SOURCE = r"""
 // which the L1 serves), and writes 32 consecutive floats. ReLU and tanh are monotonic, so the
 // activation the model applies before the pool is applied once to the pooled value instead
 // (one tanh per output rather than per input; the input is read once either way).
-// Compile-time: H, W, HO, WO, SIZE, STRIDE, ACT, BLOCK. The flat output index is 64-bit.
+// With NHWC (channels-last, C channels), consecutive threads take consecutive channels of one
+// output pixel instead, which are adjacent in memory there, and a window step is C floats.
+// Compile-time: H, W, HO, WO, SIZE, STRIDE, ACT, BLOCK, NHWC, C. The flat output index is 64-bit.
 """ + ACTIVATION_SOURCE + r"""
 extern "C" __global__ void __launch_bounds__(BLOCK)
 max_pool(const float* __restrict__ x, float* __restrict__ y, long long total)
 {
     const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
     if (i >= total) return;
+#if NHWC
+    const int c = (int)(i % C);
+    const long long pixel = i / C;
+    const int ow = (int)(pixel % WO);
+    const long long rows = pixel / WO;
+    const int oh = (int)(rows % HO);
+    const long long image = rows / HO;
+    const float* __restrict__ window =
+        x + ((image * H + oh * STRIDE) * W + ow * STRIDE) * C + c;
+#define STEP C
+#else
     const int ow = (int)(i % WO);
     const long long rows = i / WO;
     const int oh = (int)(rows % HO);
     const long long plane = rows / HO;
     const float* __restrict__ window = x + plane * (H * W) + (oh * STRIDE) * W + ow * STRIDE;
+#define STEP 1
+#endif
     float v = __ldg(window);
 #pragma unroll
     for (int p = 0; p < SIZE; ++p)
 #pragma unroll
         for (int q = 0; q < SIZE; ++q)
-            v = fmaxf(v, __ldg(window + p * W + q));
+            v = fmaxf(v, __ldg(window + (p * W + q) * STEP));
     y[i] = activate(v);
 }
 """
@@ -38,9 +53,10 @@ import numpy as np  # noqa: E402
 
 from ..oracle.reference import max_pool  # noqa: E402
 from ..oracle.verify import Reference  # noqa: E402
+from ..shapes import NCHW, NHWC  # noqa: E402
 from .base import (KernelSpec, LayerOp, activation_absolute, activation_label,  # noqa: E402
-                   apply_activation, ceil_div, check_activation, check_int32, check_shape,
-                   compile_specs, spec)
+                   apply_activation, ceil_div, check_activation, check_int32, check_layout,
+                   check_shape, compile_specs, spec)
 
 BLOCK = 256
 
@@ -49,8 +65,9 @@ def pooled_size(n: int, size: int, stride: int) -> int:
     return (n - size) // stride + 1
 
 
-def max_pool_kernel(in_shape, size: int, stride: int, activation: str | None = None) -> KernelSpec:
-    """The kernel prepare_max_pool launches for this input shape (B, C, H, W)."""
+def max_pool_kernel(in_shape, size: int, stride: int, activation: str | None = None,
+                    layout: str = NCHW) -> KernelSpec:
+    """The kernel prepare_max_pool launches for this input shape (B, C, H, W) in `layout`."""
     B, C, H, W = check_shape(in_shape, 4, "max-pool")
     if size < 1 or stride < 1:
         raise ValueError(f"max-pool needs a positive size and stride, got {size}/{stride}")
@@ -60,7 +77,8 @@ def max_pool_kernel(in_shape, size: int, stride: int, activation: str | None = N
     ho, wo = pooled_size(H, size, stride), pooled_size(W, size, stride)
     total = B * C * ho * wo
     defines = {"H": H, "W": W, "HO": ho, "WO": wo, "SIZE": size, "STRIDE": stride,
-               "ACT": check_activation(activation), "BLOCK": BLOCK}
+               "ACT": check_activation(activation), "BLOCK": BLOCK,
+               "NHWC": int(check_layout(layout) == NHWC), "C": C}
     return spec("ops.pool", "max_pool", SOURCE, defines, (ceil_div(total, BLOCK),), BLOCK)
 
 
@@ -69,9 +87,11 @@ def max_pool_name(size: int, stride: int, activation: str | None = None) -> str:
     return f"{activation_label(activation)} + {pool}" if activation else pool
 
 
-def prepare_max_pool(in_shape, size: int, stride: int, activation: str | None = None) -> LayerOp:
-    """y = activation(max-pool(x)): x (B, C, H, W) -> (B, C, (H-size)//stride+1, ...)."""
-    kernel_spec = max_pool_kernel(in_shape, size, stride, activation)
+def prepare_max_pool(in_shape, size: int, stride: int, activation: str | None = None,
+                     layout: str = NCHW) -> LayerOp:
+    """y = activation(max-pool(x)): x (B, C, H, W) -> (B, C, (H-size)//stride+1, ...), both in
+    `layout` (NCHW or NHWC memory)."""
+    kernel_spec = max_pool_kernel(in_shape, size, stride, activation, layout)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     B, C, H, W = in_shape
@@ -82,7 +102,7 @@ def prepare_max_pool(in_shape, size: int, stride: int, activation: str | None = 
         kernel(kernel_spec.grid, kernel_spec.block, (x, y, total))
 
     return LayerOp(max_pool_name(size, stride, activation), "pool", "max_pool", launch,
-                   out_shape, compiled.seconds)
+                   out_shape, compiled.seconds, layout=layout)
 
 
 def reference_max_pool(x: np.ndarray, size: int, stride: int,

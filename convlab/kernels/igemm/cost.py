@@ -6,10 +6,11 @@ import math
 from functools import lru_cache
 
 from ...gpu.hardware import H100
-from ...shapes import ConvShape
+from ...shapes import NCHW, NHWC, ConvShape
 from ..base import blocks
-from .tiling import (HALF_MATHS, Tiling, a_parts, element_bytes, k_step, k_tiles, output_tiles,
-                     shape_problem, smem_bytes, tiling_problem)
+from .tiling import (HALF_MATHS, Tiling, a_parts, channel_vector, element_bytes, k_step,
+                     k_tiles, output_tiles, shape_problem, smem_bytes, tiling_problem,
+                     vector_rows)
 
 # --- choosing tilings: a cost model over the candidates -----------------------------------------
 
@@ -32,10 +33,11 @@ REGISTERS = H100.limits.registers_per_sm
 SUSTAINED = 0.85
 
 
-def gather_options(shape: ConvShape, maths: str) -> list[tuple[str, int]]:
+def gather_options(shape: ConvShape, maths: str, layout: str = NCHW) -> list[tuple[str, int]]:
     """(gather, bk) pairs worth trying, best first: tap order with a bk that divides the group's
     channels; else whichever of tap (channels padded to bk) and table (reduction padded to bk)
-    pads less, the table's per-element bounds test counted as 25% more work."""
+    pads less, the table's lookups counted as 25% more work (5% reading NHWC: one per
+    vector)."""
     step = k_step(maths)
     sizes = [bk for bk in (32, 64, 16, 48) if bk % step == 0]
     exact = [("tap", bk) for bk in sizes if shape.Cg % bk == 0]
@@ -51,28 +53,39 @@ def gather_options(shape: ConvShape, maths: str) -> list[tuple[str, int]]:
             padded = blocks(shape.Cg, bk) * bk * kk
         else:
             padded = blocks(shape.Cg * kk, bk) * bk
-        return padded * (1.25 if gather == "table" else 1.0)
+        table_cost = 1.05 if layout == NHWC else 1.25
+        return padded * (table_cost if gather == "table" else 1.0)
 
     return sorted(options, key=work)[:2]
 
 
-def estimate_registers(t: Tiling, maths: str) -> int:
+def gather_rows(t: Tiling, maths: str, layout: str, shape: ConvShape) -> int:
+    """B elements (NCHW) or vectors (NHWC) a thread gathers per K-tile."""
+    if layout == NHWC:
+        return vector_rows(t, channel_vector(shape.Cg, maths))
+    return t.rows_per_thread * (t.bn // t.column_threads)
+
+
+def estimate_registers(t: Tiling, maths: str, layout: str = NCHW, rows: int = 0) -> int:
     mf, nf = t.wm // 16, t.wn // 8
     sets = 2 if maths == "3xtf32" else 1
     fragments = sets * (mf * 4 + nf * 2)
-    in_flight = t.rows_per_thread * (t.bn // t.column_threads) if maths in HALF_MATHS else 0
-    return min(255, sets * t.accumulators + fragments + in_flight + 40)
+    if layout == NHWC:
+        held = 4 * rows  # a 64-bit offset and a row origin per B row
+    else:
+        held = rows if maths in HALF_MATHS else 0  # fp16/bf16 B elements in flight
+    return min(255, sets * t.accumulators + fragments + held + 40)
 
 
-def blocks_per_sm(t: Tiling, maths: str) -> int:
-    regs = -(-estimate_registers(t, maths) // 8) * 8
+def blocks_per_sm(t: Tiling, maths: str, layout: str = NCHW, rows: int = 0) -> int:
+    regs = -(-estimate_registers(t, maths, layout, rows) // 8) * 8
     by_regs = REGISTERS // (regs * t.threads)
-    by_smem = H100.limits.shared_per_sm // (smem_bytes(t, maths)
+    by_smem = H100.limits.shared_per_sm // (smem_bytes(t, maths, layout)
                                             + H100.limits.reserved_shared_per_block)
     return max(1, min(by_regs, by_smem, 64 // (t.threads // 32)))
 
 
-def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
+def estimate(shape: ConvShape, t: Tiling, maths: str, layout: str = NCHW) -> float:
     """Modelled time in microseconds, for ranking tilings.
 
     A block's K-tile costs the largest of its MMA, shared-memory, L2 and issue cycles, plus a
@@ -90,20 +103,23 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     mma = warps * mf * nf * steps * mult
     smem_read = warps * steps * (mf * 512 * a_parts(maths) + nf * 256)
     smem_write = t.bm * t.bk * e * a_parts(maths) + t.bn * t.bk * e
-    # A comes from L2 every K-tile; most of B's gather hits L1 (each input feeds K*K taps).
-    l2 = t.bm * t.bk * e * a_parts(maths) + t.bn * t.bk * e / 3
+    # A comes from L2 every K-tile; most of an NCHW gather hits L1 (each input feeds K*K taps),
+    # while the 16-byte NHWC copies bypass L1 (.cg).
+    l2 = t.bm * t.bk * e * a_parts(maths) + t.bn * t.bk * e / (1 if layout == NHWC else 3)
     frag_loads = mf * a_parts(maths) + (nf // 2 if half else 2 * nf)
     converts = {"tf32": 2 * nf, "3xtf32": 6 * nf + mf * nf * 4 / steps}.get(maths, 0)
-    per_element = 2.5 if half else 1.2
-    if t.gather == "table":
-        per_element += 8.0
-    gather = warps * (t.rows_per_thread * (t.bn // t.column_threads) * per_element + 12)
+    rows = gather_rows(t, maths, layout, shape)
+    if layout == NHWC:
+        per_element = 3.0  # an address, a bounds test and one cp.async per vector
+    else:
+        per_element = (2.5 if half else 1.2) + (8.0 if t.gather == "table" else 0.0)
+    gather = warps * (rows * per_element + 12)
     issue = warps * steps * (mf * nf * mult + frag_loads + converts) + gather
     k_tile = max(mma / MMA_PER_CYCLE, (smem_read + smem_write) / SMEM_BYTES_PER_CYCLE,
                  l2 / L2_BYTES_PER_CYCLE, issue / ISSUE_PER_CYCLE) / SUSTAINED + BARRIER_CYCLES
     per_sm = -(-output_tiles(shape, t) * t.split_k // SMS)
-    resident = min(blocks_per_sm(t, maths), per_sm)
-    ahead = 1 if half else t.stages - 1
+    resident = min(blocks_per_sm(t, maths, layout, rows), per_sm)
+    ahead = 1 if half and layout == NCHW else t.stages - 1
     k_tile = max(k_tile, LOAD_LATENCY / (ahead * resident))
     k_count = k_tiles(shape, t) / t.split_k
     epilogue = 2 * t.bm * t.bn * 4 / SMEM_BYTES_PER_CYCLE
@@ -111,7 +127,7 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     total = max(per_sm * per_block, shape.min_bytes / DRAM_BYTES_PER_CYCLE)
     if t.split_k > 1:
         total += output_tiles(shape, t) * t.split_k * t.bm * t.bn * 8 / DRAM_BYTES_PER_CYCLE
-    if estimate_registers(t, maths) >= 255:
+    if estimate_registers(t, maths, layout, rows) >= 255:
         total *= 1.3  # likely spills
     return total / CLOCK_MHZ
 
@@ -119,37 +135,38 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
 WARP_GRIDS = ((2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (1, 8), (8, 1))
 
 
-def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
+def candidates(shape: ConvShape, maths: str, layout: str = NCHW) -> list[Tiling]:
     """Every valid tiling with warp tiles of at least 32x32 (or 16x64), M-padding within 15% of
     the least, and split-K only where the output tiles cannot fill two waves."""
     waste = {bm: blocks(shape.Mg, bm) * bm for bm in (32, 64, 96, 128, 192, 256)}
     least = min(waste.values())
     bms = [bm for bm, padded in waste.items() if padded <= 1.15 * least]
-    stage_options = (2,) if maths in HALF_MATHS else (2, 3, 4)
+    stage_options = (2,) if maths in HALF_MATHS and layout == NCHW else (2, 3, 4)
     found = []
     for (gather, bk), bm, bn, (wgm, wgn), stages in itertools.product(
-            gather_options(shape, maths), bms, (32, 64, 128, 256), WARP_GRIDS, stage_options):
+            gather_options(shape, maths, layout), bms, (32, 64, 128, 256), WARP_GRIDS,
+            stage_options):
         base = Tiling(bm, bn, bk, wgm, wgn, stages, 1, gather)
-        if tiling_problem(base, maths) or base.accumulators < 32:
+        if tiling_problem(base, maths, layout) or base.accumulators < 32:
             continue
         splits = [1]
         if output_tiles(shape, base) < 2 * SMS:
             splits += [s for s in (2, 4, 8) if k_tiles(shape, base) >= 4 * s]
         for s in splits:
             t = Tiling(bm, bn, bk, wgm, wgn, stages, s, gather)
-            if not shape_problem(shape, t):
+            if not shape_problem(shape, t, layout, maths):
                 found.append(t)
     return found
 
 
 @lru_cache(maxsize=256)
-def ranked(shape: ConvShape, maths: str) -> tuple[Tiling, ...]:
+def ranked(shape: ConvShape, maths: str, layout: str = NCHW) -> tuple[Tiling, ...]:
     """Candidates by modelled time; ties go to squarer warp tiles (fewer fragment loads per
     MMA), then to more stages (slack for load latency the model does not see)."""
     def key(t):
-        return (round(estimate(shape, t, maths), 2), abs(math.log2(t.wm / t.wn)), -t.stages,
-                t.brief())
-    return tuple(sorted(candidates(shape, maths), key=key))
+        return (round(estimate(shape, t, maths, layout), 2), abs(math.log2(t.wm / t.wn)),
+                -t.stages, t.brief())
+    return tuple(sorted(candidates(shape, maths, layout), key=key))
 
 
 def diverse(tilings: tuple[Tiling, ...], count: int, per_block_tile: int = 2) -> list[Tiling]:

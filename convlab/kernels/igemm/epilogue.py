@@ -1,6 +1,7 @@
-"""The epilogue: the accumulators through shared memory so stores run along pixels, then bias
-and ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE), and NCHW stores (a
-warp per output channel row, lanes along consecutive pixels)."""
+"""The epilogue: the accumulators through shared memory so stores are coalesced, then bias and
+ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE). NCHW stores: a warp per
+output channel row, lanes along consecutive pixels; NHWC stores: a warp per pixel, lanes along
+consecutive output channels."""
 
 STORE_NCHW = r"""
     // Accumulator (i, j) element e: row 16i + g + 8*(e/2), column 8j + 2t + e%2 of the warp tile.
@@ -37,6 +38,36 @@ STORE_NCHW = r"""
             if (yoff[i] < 0) continue;
             y[yoff[i] + (long long)mg * HWO] =
                 finish_output(cs[m * C_LD + lane + 32 * i], bias, group * MG + mg);
+        }
+    }
+}
+"""
+
+STORE_NHWC = r"""
+    // C staged transposed, [n][m] (C_LD = BM + 4): the fragment writes of a warp hit 32 banks,
+    // and each pixel's output channels are contiguous for the stores.
+    float* cs = smem;
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+        for (int j = 0; j < NF; ++j) {
+            const int row = wm * WM + i * 16 + g8, col = wn * WN + j * 8 + 2 * t4;
+            cs[col * C_LD + row] = acc[i][j][0];
+            cs[(col + 1) * C_LD + row] = acc[i][j][1];
+            cs[col * C_LD + row + 8] = acc[i][j][2];
+            cs[(col + 1) * C_LD + row + 8] = acc[i][j][3];
+        }
+    __syncthreads();
+
+    // A warp stores one pixel at a time, lanes along consecutive output channels.
+    for (int n = warp; n < BN; n += NWARPS) {
+        const int pix = ntile * BN + n;
+        if (pix >= npix) break;
+        float* yrow = y + (long long)pix * M + group * MG;
+#pragma unroll
+        for (int m = lane; m < BM; m += 32) {
+            const int mg = mtile * BM + m;
+            if (mg < MG) yrow[mg] = finish_output(cs[n * C_LD + m], bias, group * MG + mg);
         }
     }
 }

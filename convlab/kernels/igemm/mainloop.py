@@ -1,7 +1,7 @@
 """The implicit GEMM's mainloop pieces: the tile geometry as macros, the PTX it issues
 (cp.async, mma.sync, ldmatrix), the kernel's frame, the A operand's copy, one K-tile's MMAs and
-the cp.async pipeline over the K-tiles (STAGES deep for 4-byte elements; two stages with B
-through registers for fp16/bf16)."""
+the cp.async pipeline over the K-tiles (STAGES deep; two stages with B through registers for
+fp16/bf16 gathered from NCHW, whose 2-byte elements are below cp.async's minimum)."""
 
 GEOMETRY = r"""
 #define HALF (MODE >= 2)
@@ -34,18 +34,35 @@ typedef float elem_t;
 #else
 #define KTILES ((CG * KK + BK - 1) / BK)
 #endif
+#define A_PARTS (MODE == 1 ? 2 : 1)
+#define A_WORDS (BM * BK * A_PARTS * ELEM_BYTES / 4)
+#define A_VECS (A_WORDS / 4)
+#if NHWC
+// B tile stored [n][k]: each pixel's BK channels of a K-tile side by side, copied VEC elements
+// (16 bytes where the channels allow) at a time. Rows padded by 16 bytes: the 8 rows of an
+// ldmatrix (or the 8 pixels of a TF32 fragment read) start in 8 different 16-byte bank groups.
+#define B_LD (BK + 16 / ELEM_BYTES)
+#define B_WORDS (BN * B_LD * ELEM_BYTES / 4)
+#define B_IN_REGISTERS 0
+// A thread copies vector KC of BN_ROWS pixel rows, BN / BN_ROWS apart.
+#define KCHUNKS (BK / VEC)
+#define ROW_STEP (THREADS / KCHUNKS)
+#define BN_ROWS (BN / ROW_STEP)
+// The epilogue stages C transposed, [n][m]: stores then run along the output channels.
+#define C_LD (BM + 4)
+#else
 // B gather: COLT threads side by side along the tile's pixels, each owning NCOLS pixel columns
 // and RPT consecutive k rows of every K-tile.
 #define COLT (THREADS < BN ? THREADS : BN)
 #define NCOLS (BN / COLT)
 #define RPT (BK * COLT / THREADS)
-#define A_PARTS (MODE == 1 ? 2 : 1)
-#define A_WORDS (BM * BK * A_PARTS * ELEM_BYTES / 4)
-#define A_VECS (A_WORDS / 4)
 #define B_LD (BN + 8)
 #define B_WORDS (BK * B_LD * ELEM_BYTES / 4)
-#define STAGE_WORDS (A_WORDS + B_WORDS)
+// fp16/bf16 elements are below cp.async's 4-byte minimum: B passes through registers.
+#define B_IN_REGISTERS HALF
 #define C_LD (BN + 8)
+#endif
+#define STAGE_WORDS (A_WORDS + B_WORDS)
 
 // In bounds: without padding every tap of a real pixel lies inside the image (ho*S + p <= H-1
 // by the definition of HO), so only columns past the last pixel (ih0 < 0) and, for the table,
@@ -76,6 +93,21 @@ __device__ __forceinline__ void cp_async4(unsigned dst, const void* src, bool ok
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
                  :: "r"(dst), "l"(src), "r"(ok ? 4 : 0));
 }
+
+#if NHWC
+// VEC elements (4, 8 or 16 bytes); src-size 0 zero-fills them (padding taps, channels past the
+// group's). Only 16-byte copies may bypass L1 (.cg); the input is reused across taps anyway.
+__device__ __forceinline__ void cp_async_vec(unsigned dst, const void* src, bool ok)
+{
+#if VEC * ELEM_BYTES == 16
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(ok ? 16 : 0));
+#else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                 :: "r"(dst), "l"(src), "n"(VEC * ELEM_BYTES), "r"(ok ? VEC * ELEM_BYTES : 0));
+#endif
+}
+#endif
 
 __device__ __forceinline__ void cp_async_commit()
 {
@@ -117,6 +149,14 @@ __device__ __forceinline__ void mma_16(float (&d)[4], const uint4& a, const unsi
         MMA16 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8x8 b16 matrices: from B stored [n][k], lane (g, t) receives (n g; k 2t, 2t+1) of each.
+__device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2,
+                                            unsigned& r3, unsigned addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
 
 // Four 8x8 b16 matrices, transposed: from B stored [k][n], lane (g, t) receives (k 2t, 2t+1; n g)
@@ -188,11 +228,18 @@ COMPUTE = r"""
             for (int i = 0; i < MF; ++i) a[i] = sa4[((wm * MF + i) * KSTEPS + s) * 32 + lane];
 #pragma unroll
             for (int j = 0; j < NF; j += 2) {
+#if NHWC
+                // lanes 0-7: pixels of n-tile j at k 0-7, 8-15: at k 8-15; 16-31: n-tile j+1
+                const int n = wn * WN + (j + (lane >> 4)) * 8 + (lane & 7);
+                const int k = s * 16 + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], sb + (n * B_LD + k) * 2);
+#else
                 // lanes 0-7: k 0-7 of n-tile j, 8-15: k 8-15, 16-23 / 24-31: the same for j+1
                 const int row = s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int col = wn * WN + (j + (lane >> 4)) * 8;
                 ldmatrix_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1],
                                   sb + (row * B_LD + col) * 2);
+#endif
             }
 #pragma unroll
             for (int i = 0; i < MF; ++i)
@@ -234,8 +281,13 @@ COMPUTE = r"""
 #endif
 #pragma unroll
             for (int j = 0; j < NF; ++j) {
+#if NHWC
+                const float* bp = sb + (wn * WN + j * 8 + g8) * B_LD + s * 8 + t4;
+                const float f0 = bp[0], f1 = bp[4];
+#else
                 const float* bp = sb + (s * 8 + t4) * B_LD + wn * WN + j * 8 + g8;
                 const float f0 = bp[0], f1 = bp[4 * B_LD];
+#endif
                 b[j][0] = to_tf32(f0);
                 b[j][1] = to_tf32(f1);
 #if MODE == 1
@@ -271,7 +323,7 @@ COMPUTE = r"""
 PIPELINE = r"""
     const int kbeg = (int)((long long)split * KTILES / SPLIT_K);
     const int nk = (int)((long long)(split + 1) * KTILES / SPLIT_K) - kbeg;
-#if HALF
+#if B_IN_REGISTERS
     // Two stages: A by cp.async, B (2-byte elements, below cp.async's 4-byte minimum) through
     // registers: loads for tile it+1 are issued before tile it's MMAs and stored after them.
     if (nk > 0) {

@@ -6,21 +6,28 @@ from functools import lru_cache
 
 import numpy as np
 
-from ...shapes import ConvShape
+from ...shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_last
 from ..base import blocks
 from ..tensorcore import round_tf32
 from .tiling import HALF_MATHS, Tiling, k_tiles, m_tiles
 
 # --- host-side operand preparation -------------------------------------------------------------
 
-def gemm_weights(weights: np.ndarray, shape: ConvShape, t: Tiling) -> np.ndarray:
+def gemm_weights(weights: np.ndarray, shape: ConvShape, t: Tiling,
+                 layout: str = NCHW) -> np.ndarray:
     """The filters as the kernel's A matrices, [G][MTILES*bm][KTILES*bk], zero-padded, with the
-    columns in the kernel's k order: (c, p, q) for "table"; for "tap" k = (chunk*KK + tap)*bk + j
-    holds channel chunk*bk + j at filter tap (p, q) = divmod(tap, K)."""
+    columns in the kernel's k order: for "tap" k = (chunk*KK + tap)*bk + j holds channel
+    chunk*bk + j at filter tap (p, q) = divmod(tap, K); for "table", (c, p, q) reading NCHW
+    and (p, q, c) reading NHWC. Filters with fewer channels per group than `shape` (a
+    channels-last kernel's padded channels) get zero filters for the rest."""
     G, Mg, Cg, kk = shape.groups, shape.Mg, shape.Cg, shape.K * shape.K
-    w = np.asarray(weights, dtype=np.float32).reshape(G, Mg, Cg, kk)
+    given = np.asarray(weights, dtype=np.float32).reshape(G, Mg, -1, kk)
+    w = np.zeros((G, Mg, Cg, kk), dtype=np.float32)
+    w[:, :, :given.shape[2]] = given
     a = np.zeros((G, m_tiles(shape, t) * t.bm, k_tiles(shape, t) * t.bk), dtype=np.float32)
-    if t.gather == "tap":
+    if t.gather == "table" and layout == NHWC:
+        a[:, :Mg, :Cg * kk] = w.transpose(0, 1, 3, 2).reshape(G, Mg, kk * Cg)
+    elif t.gather == "tap":
         chunks = blocks(Cg, t.bk)
         padded = np.zeros((G, Mg, chunks * t.bk, kk), dtype=np.float32)
         padded[:, :, :Cg] = w
@@ -64,10 +71,11 @@ def fragment_order(a: np.ndarray, t: Tiling, half: bool) -> np.ndarray:
     return np.ascontiguousarray(v).reshape(G, mt, kt, t.bm * t.bk)
 
 
-def pack_weights(weights: np.ndarray, shape: ConvShape, t: Tiling, maths: str) -> np.ndarray:
+def pack_weights(weights: np.ndarray, shape: ConvShape, t: Tiling, maths: str,
+                 layout: str = NCHW) -> np.ndarray:
     """What the kernel's `wpack` holds: per (group, m-tile, k-tile) the A parts in fragment
     order, TF32-rounded (tf32), split big + small (3xtf32), or as fp16 / bf16 bits."""
-    a = gemm_weights(weights, shape, t)
+    a = gemm_weights(weights, shape, t, layout)
     if maths == "tf32":
         parts = [round_tf32(a)]
     elif maths == "3xtf32":
@@ -80,7 +88,7 @@ def pack_weights(weights: np.ndarray, shape: ConvShape, t: Tiling, maths: str) -
     return np.ascontiguousarray(np.stack([fragment_order(p, t, half) for p in parts], axis=3))
 
 
-# --- staging fp16 / bf16 inputs (outside the timed region) -------------------------------------
+# --- staging inputs (outside the timed region, or into a buffer a CUDA graph replays) --------
 
 @lru_cache(maxsize=1)
 def _bf16_kernel():
@@ -93,13 +101,48 @@ def _bf16_kernel():
         "convlab_float_to_bf16")
 
 
-def stage_fp16(x):
+def _convert(x, out, maths: str):
+    """x (any strides) into out (same shape), as the maths reads it: fp16 rounded to nearest,
+    bf16 bits rounded to nearest even, float32 copied."""
     import cupy
 
-    return cupy.ascontiguousarray(x).astype(cupy.float16)
+    if maths == "bf16":
+        _bf16_kernel()(x.astype(cupy.float32, copy=False), out)
+    else:
+        cupy.copyto(out, x, casting="unsafe")
 
 
-def stage_bf16(x):
+def stage_dtype(maths: str):
+    # bf16 bit patterns: neither NumPy nor CuPy has a bfloat16 dtype
+    return {"fp16": np.float16, "bf16": np.uint16}.get(maths, np.float32)
+
+
+def stage_nchw(x, out, maths: str):
+    """The NCHW input as fp16 / bf16 (one conversion; `out`, if given, receives it)."""
     import cupy
 
-    return _bf16_kernel()(cupy.ascontiguousarray(x, dtype=cupy.float32))
+    if out is None or out.shape != x.shape:
+        out = cupy.empty(x.shape, dtype=stage_dtype(maths))
+    _convert(x, out, maths)
+    return out
+
+
+def stage_channels_last(x, out, shape: ConvShape, group_channels: int, maths: str):
+    """A logical (B, C, H, W) input, NCHW or channels-last, as the channels-last kernel reads
+    it: memory (B, H, W, G*group_channels) of the maths' element type, each group's channels
+    padded with zeros to `group_channels`. An input that is already that is used as it is;
+    otherwise `out` (allocated zeroed if None: the padding channels are never written)
+    receives it."""
+    import cupy
+
+    dtype = stage_dtype(maths)
+    if x.dtype == dtype and x.shape[1] == shape.groups * group_channels and is_channels_last(x):
+        return x
+    B, _, H, W = x.shape
+    G = shape.groups
+    if out is None:
+        out = channels_last(cupy.zeros((B, G * group_channels, H, W), dtype=dtype))
+    memory = out.transpose(0, 2, 3, 1).reshape(B, H, W, G, group_channels)
+    source = x.transpose(0, 2, 3, 1).reshape(B, H, W, G, shape.Cg)
+    _convert(source, memory[..., :shape.Cg], maths)
+    return out

@@ -4,7 +4,7 @@ layer splits into."""
 
 from dataclasses import dataclass, fields
 
-from ...shapes import ConvShape
+from ...shapes import NCHW, NHWC, ConvShape
 from ..base import Config, blocks
 
 MODES = {"tf32": 0, "3xtf32": 1, "fp16": 2, "bf16": 3}
@@ -20,6 +20,8 @@ MAX_ACC = {"tf32": 128, "3xtf32": 64, "fp16": 128, "bf16": 128}
 # fp16/bf16 B elements a thread carries in registers from one K-tile's loads to its stores:
 # beyond 32, a 64x64 warp tile's 128 accumulators no longer fit beside them (ptxas spills).
 MAX_IN_FLIGHT = 32
+# B rows a thread of a channels-last gather copies: each keeps a 64-bit offset and two ints.
+MAX_VECTOR_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -80,14 +82,31 @@ def element_bytes(maths: str) -> int:
     return 2 if maths in HALF_MATHS else 4
 
 
-def smem_bytes(t: Tiling, maths: str) -> int:
+def smem_bytes(t: Tiling, maths: str, layout: str = NCHW) -> int:
     """The pipeline's stages, or the epilogue's C tile that reuses them, whichever is larger."""
     e = element_bytes(maths)
-    stage = t.bm * t.bk * a_parts(maths) * e + t.bk * (t.bn + 8) * e
-    return max(t.stages * stage, t.bm * (t.bn + 8) * 4)
+    if layout == NHWC:
+        b_tile, c_tile = t.bn * (t.bk + 16 // e) * e, t.bn * (t.bm + 4) * 4
+    else:
+        b_tile, c_tile = t.bk * (t.bn + 8) * e, t.bm * (t.bn + 8) * 4
+    return max(t.stages * (t.bm * t.bk * a_parts(maths) * e + b_tile), c_tile)
 
 
-def tiling_problem(t: Tiling, maths: str) -> str:
+def padded_group_channels(cg: int, maths: str) -> int:
+    """The channels per group a channels-last kernel reads: as many as the layer has when they
+    fill 16-byte vectors, else rounded up to 8 bytes (AlexNet's 3-channel conv1: 4). The staged
+    input and the filters carry the extra channels as zeros."""
+    e = element_bytes(maths)
+    return cg if cg % (16 // e) == 0 else blocks(cg, 8 // e) * (8 // e)
+
+
+def channel_vector(cg: int, maths: str) -> int:
+    """Elements per cp.async of a channels-last gather: 16 bytes, else 8 (Cg padded to 8)."""
+    e = element_bytes(maths)
+    return 16 // e if cg % (16 // e) == 0 else 8 // e
+
+
+def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
     """Why `t` cannot be compiled for `maths`, or "" if it can (shape-independent rules)."""
     ints = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "gather"}
     bad = [n for n, v in ints.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
@@ -104,24 +123,34 @@ def tiling_problem(t: Tiling, maths: str) -> str:
         return f"bn={t.bn} must be a multiple of 32 and of {tile_n}*warps_n={tile_n * t.warps_n}"
     if t.bk % k_step(maths):
         return f"bk={t.bk} must be a multiple of the MMA's k={k_step(maths)}"
-    if t.bn % t.threads and t.threads % t.bn:
-        return f"bn={t.bn} and the {t.threads} threads must divide one another"
-    if t.bk % (t.threads // t.column_threads):
-        return f"bk={t.bk} must split evenly over {t.threads // t.column_threads} thread rows"
     if t.accumulators > MAX_ACC[maths]:
         return (f"a {t.wm}x{t.wn} warp tile needs {t.accumulators} accumulators per thread; "
                 f"{maths} allows {MAX_ACC[maths]}")
-    if maths in HALF_MATHS and t.stages != 2:
-        return f"{maths} stages B through registers into 2 buffers: stages must be 2"
-    in_flight = t.rows_per_thread * (t.bn // t.column_threads)
-    if maths in HALF_MATHS and in_flight > MAX_IN_FLIGHT:
-        return (f"each thread would hold {in_flight} B elements in registers between K-tiles; "
-                f"at most {MAX_IN_FLIGHT} (fewer bk*bn per thread)")
-    if t.stages > 6:
-        return "stages must be at most 6"
-    if smem_bytes(t, maths) > MAX_SMEM:
-        return f"needs {smem_bytes(t, maths)} bytes of shared memory; at most {MAX_SMEM}"
+    if t.stages < 2 or t.stages > 6:
+        return "stages must be 2 to 6"
+    if layout == NCHW:
+        if t.bn % t.threads and t.threads % t.bn:
+            return f"bn={t.bn} and the {t.threads} threads must divide one another"
+        if t.bk % (t.threads // t.column_threads):
+            return f"bk={t.bk} must split evenly over {t.threads // t.column_threads} thread rows"
+        if maths in HALF_MATHS and t.stages != 2:
+            return f"{maths} stages B through registers into 2 buffers: stages must be 2"
+        in_flight = t.rows_per_thread * (t.bn // t.column_threads)
+        if maths in HALF_MATHS and in_flight > MAX_IN_FLIGHT:
+            return (f"each thread would hold {in_flight} B elements in registers between "
+                    f"K-tiles; at most {MAX_IN_FLIGHT} (fewer bk*bn per thread)")
+    if smem_bytes(t, maths, layout) > MAX_SMEM:
+        return f"needs {smem_bytes(t, maths, layout)} bytes of shared memory; at most {MAX_SMEM}"
     return ""
+
+
+def vector_rows(t: Tiling, vec: int) -> int:
+    """B rows each thread of a channels-last gather copies (0: the copies do not split evenly
+    over the threads)."""
+    chunks = t.bk // vec
+    if t.bk % vec or t.threads % chunks or t.bn % (t.threads // chunks):
+        return 0
+    return t.bn // (t.threads // chunks)
 
 
 def k_tiles(shape: ConvShape, t: Tiling) -> int:
@@ -143,8 +172,16 @@ def output_tiles(shape: ConvShape, t: Tiling) -> int:
     return shape.groups * m_tiles(shape, t) * n_tiles(shape, t)
 
 
-def shape_problem(shape: ConvShape, t: Tiling) -> str:
-    """Why `t` cannot run `shape` (32-bit index limits, too many K-splits), or ""."""
+def shape_problem(shape: ConvShape, t: Tiling, layout: str = NCHW, maths: str = "tf32") -> str:
+    """Why `t` cannot run `shape` (32-bit index limits, too many K-splits, a channels-last
+    gather that does not split over the threads), or "". A channels-last `shape` is the one
+    the kernel runs: its group channels already padded (padded_group_channels)."""
+    if layout == NHWC:
+        vec = channel_vector(shape.Cg, maths)
+        rows = vector_rows(t, vec)
+        if not 1 <= rows <= MAX_VECTOR_ROWS:
+            return (f"{t.bk // vec} vectors per row of a {t.bn}x{t.bk} B tile do not split "
+                    f"into 1 to {MAX_VECTOR_ROWS} rows for each of {t.threads} threads")
     if shape.B * shape.Ho * shape.Wo + t.bn > INT32_MAX:
         return (f"B*Ho*Wo = {shape.B * shape.Ho * shape.Wo} pixels overflow the kernel's "
                 f"32-bit pixel index")

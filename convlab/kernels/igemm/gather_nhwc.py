@@ -1,0 +1,75 @@
+"""The im2col B operand gathered from a channels-last (NHWC) input: a pixel's channels are
+contiguous, so a B row (one pixel, BK reduction elements of one tap) is VEC-element cp.async
+copies, 16 bytes where the channel count allows, straight into a [n][k] shared tile. With
+GATHER_TAP a K-tile is BK channels of one tap (K order: channel chunk, tap, channel: the
+weights' order of the NCHW "tap" gather); otherwise K runs (tap, channel) through
+`gather_table`'s per-vector offsets, for layers with fewer channels than a K-tile."""
+
+import numpy as np
+
+from ...shapes import ConvShape
+from .tiling import INVALID_TAP, Tiling, k_tiles
+
+ROW_ORIGINS = r"""
+    // This thread copies vector kc of rows row0, row0 + ROW_STEP, ...: where each row's pixel
+    // window starts, and its offset at tap (0, 0) (plus, in tap order, its vector's channels:
+    // the table's offsets hold those). A row past the last pixel gets a row origin that fails
+    // every bounds test, so it gathers zeros.
+    const int kc = tid % KCHUNKS;
+    const int row0 = tid / KCHUNKS;
+    long long off[BN_ROWS];
+    int ih0[BN_ROWS], iw0[BN_ROWS];
+#pragma unroll
+    for (int i = 0; i < BN_ROWS; ++i) {
+        const int n = ntile * BN + row0 + i * ROW_STEP;
+        if (n < npix) {
+            const int b = n / HWO, r = n - b * HWO;
+            const int ho = r / WO, wo = r - ho * WO;
+            ih0[i] = ho * STRIDE - PAD;
+            iw0[i] = wo * STRIDE - PAD;
+            off[i] = (((long long)b * H + ih0[i]) * W + iw0[i]) * C + group * CG
+                     + (GATHER_TAP ? kc * VEC : 0);
+        } else {
+            ih0[i] = -(1 << 29);
+            iw0[i] = 0;
+            off[i] = 0;
+        }
+    }
+"""
+
+GATHER_B = r"""
+    auto load_tile = [&](int stage, int kt) {
+        load_a(stage, kt);
+        const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS)
+                            + (row0 * B_LD + kc * VEC) * ELEM_BYTES;
+#if GATHER_TAP
+        const int cc = kt / KK, tap = kt - cc * KK, p = tap / K, q = tap - p * K;
+        const int shift = (p * W + q) * C + cc * BK;
+        const bool used = CG % BK == 0 || cc * BK + kc * VEC < CG;
+#else
+        // {offset (p*W + q)*C + c, p, q, whether k lies inside the reduction} per vector
+        const int4 e = __ldg(table + kt * KCHUNKS + kc);
+        const int shift = e.x, p = e.y, q = e.z;
+        const bool used = e.w != 0;
+#endif
+#pragma unroll
+        for (int i = 0; i < BN_ROWS; ++i)
+            cp_async_vec(sb + i * (ROW_STEP * B_LD * ELEM_BYTES), x + (off[i] + shift),
+                         used && TAP_OK(i, p, q));
+    };
+"""
+
+
+def gather_table(shape: ConvShape, t: Tiling, vec: int) -> np.ndarray:
+    """The "table" gather's int4 per VEC-element vector of k = tap*Cg + c: ((p*W + q)*C + c,
+    p, q, 1); vectors past the reduction get (0, INVALID_TAP, 0, 0) and gather zeros."""
+    k = np.arange(0, k_tiles(shape, t) * t.bk, vec)
+    tap, c = k // shape.Cg, k % shape.Cg
+    p, q = tap // shape.K, tap % shape.K
+    valid = k < shape.Cg * shape.K * shape.K
+    table = np.zeros((k.size, 4), dtype=np.int32)
+    table[:, 0] = np.where(valid, (p * shape.W + q) * shape.C + c, 0)
+    table[:, 1] = np.where(valid, p, INVALID_TAP)
+    table[:, 2] = np.where(valid, q, 0)
+    table[:, 3] = valid
+    return table

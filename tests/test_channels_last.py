@@ -1,0 +1,207 @@
+"""The channels-last implicit GEMM without a GPU: its kernels compile for sm_90, its tiling
+rules and cost model, and a NumPy model of its gather (the kernel's thread -> vector map, the
+table, the padding) whose product with the packed filters is the convolution."""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from convlab.gpu.jit import compile_cubin
+from convlab.kernels import RELU, channels_last as CL
+from convlab.kernels.igemm import gather_nhwc, packing, tiling
+from convlab.models import get_model
+from convlab.net.network import flattened_columns
+from convlab.oracle.reference import conv2d_with_magnitude
+from convlab.shapes import NHWC, ConvShape, channels_last, is_channels_last, memory_view
+
+VARIANTS = [CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
+            CL.ChannelsLastBF16()]
+LAYERS = {**get_model("alexnet").conv_shapes(128),
+          "resnet": ConvShape(64, 64, 56, 56, 64, 3, pad=1)}
+ODD_SHAPES = [
+    ConvShape(3, 5, 17, 13, 7, 3, stride=2, pad=3),
+    ConvShape(1, 8, 9, 11, 12, 5, pad=2, groups=4, bias=True),
+    ConvShape(9, 1, 28, 28, 50, 5),
+    ConvShape(2, 6, 10, 8, 10, 1, groups=2, bias=True),
+    ConvShape(4, 12, 23, 19, 20, 7, stride=4, pad=1, groups=2),
+    ConvShape(1, 32, 8, 8, 32, 3, pad=1, groups=32),  # depthwise
+    ConvShape(2, 3, 30, 30, 16, 7, stride=2, pad=3),  # a 7x7 stem
+]
+
+
+def compile_all(jobs):
+    def one(job):
+        variant, shape, epilogue = job
+        return compile_cubin(variant.name, variant.source, variant.compile_options(shape, epilogue))
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(one, jobs))
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_configs_compile_for_sm90(variant, layer):
+    """The heuristic's tiling and two more for each layer (bf16: the heuristic's only)."""
+    shape = LAYERS[layer]
+    configs = variant.configs(shape, RELU)
+    assert configs, f"no tiling for {layer}"
+    configs = configs[:1] if isinstance(variant, CL.ChannelsLastBF16) else configs[:3]
+    cubins = compile_all([(variant.configured(c), shape, RELU) for c in configs])
+    assert all(c[:4] == b"\x7fELF" for c in cubins)
+
+
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: f"B{s.B}-{s.brief()}")
+def test_odd_shapes_compile_for_sm90(shape):
+    cubins = compile_all([(v, shape, e) for v in VARIANTS for e in (None, RELU)])
+    assert all(c[:4] == b"\x7fELF" for c in cubins)
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_configs_are_valid_and_the_heuristic_is_the_first(variant, layer):
+    shape = LAYERS[layer]
+    kernel_shape = variant.kernel_shape(shape)
+    configs = variant.configs(shape, RELU)
+    assert 1 <= len(configs) <= tiling.MAX_CONFIGS and len(set(configs)) == len(configs)
+    for t in configs:
+        assert tiling.tiling_problem(t, variant.maths, NHWC) == ""
+        assert tiling.shape_problem(kernel_shape, t, NHWC, variant.maths) == ""
+        assert tiling.smem_bytes(t, variant.maths, NHWC) <= tiling.MAX_SMEM
+        assert variant.configured(t).supports(shape)
+    assert variant.config_for(shape) == configs[0]
+
+
+def test_half_maths_pipeline_deeper_than_two_stages_over_nhwc():
+    """16-byte copies let fp16 B skip the registers: more than 2 stages are valid, and the
+    NCHW rule that forbids them still holds for pipelined-fp16."""
+    t = tiling.Tiling(128, 128, 32, 2, 4, 4, 1, "tap")
+    assert tiling.tiling_problem(t, "fp16", NHWC) == ""
+    assert "stages must be 2" in tiling.tiling_problem(t, "fp16")
+    with pytest.raises(ValueError, match="stages must be 2 to 6"):
+        CL.ChannelsLastFP16({**t.as_dict(), "stages": 7})
+
+
+@pytest.mark.parametrize("cg,maths,padded,vec", [
+    (3, "tf32", 4, 4), (3, "fp16", 4, 4), (256, "fp16", 256, 8), (48, "tf32", 48, 4),
+    (6, "tf32", 6, 2), (12, "fp16", 12, 4), (1, "bf16", 4, 4), (5, "3xtf32", 6, 2)])
+def test_channels_pad_to_whole_vectors(cg, maths, padded, vec):
+    assert tiling.padded_group_channels(cg, maths) == padded
+    assert tiling.channel_vector(padded, maths) == vec
+
+
+def test_conv1_runs_on_four_padded_channels():
+    variant = CL.ChannelsLastFP16()
+    conv1 = LAYERS["conv1"]
+    assert variant.kernel_shape(conv1).C == 4
+    assert variant.defines(conv1)["C"] == 4 and variant.defines(conv1)["VEC"] == 4
+    assert CL.ChannelsLast().kernel_shape(LAYERS["conv3"]) == LAYERS["conv3"]
+
+
+# --- the gather, modelled in NumPy ------------------------------------------------------------
+
+def gathered_rows(x_nhwc: np.ndarray, shape: ConvShape, t: tiling.Tiling, maths: str, g: int):
+    """B^T [pixels][KT*bk] for group g as the kernel's threads copy it: thread tid copies
+    vector kc = tid % KCHUNKS of rows tid // KCHUNKS + i*ROW_STEP, from offset off + shift
+    (off holds the vector's channels in tap order, the table's shift in table order), or zeros where the tap, the channel or k is out of range. Every element is written once."""
+    vec = tiling.channel_vector(shape.Cg, maths)
+    chunks = t.bk // vec
+    step = t.threads // chunks
+    rows = tiling.vector_rows(t, vec)
+    assert rows >= 1
+    H, W, C, K, kk = shape.H, shape.W, shape.C, shape.K, shape.K * shape.K
+    npix = shape.B * shape.Ho * shape.Wo
+    ntiles = -(-npix // t.bn)
+    kt_count = tiling.k_tiles(shape, t)
+    flat = x_nhwc.reshape(-1)
+    out = np.full((ntiles * t.bn, kt_count * t.bk), np.nan)
+    table = gather_nhwc.gather_table(shape, t, vec) if t.gather == "table" else None
+    for ntile in range(ntiles):
+        for tid in range(t.threads):
+            kc, row0 = tid % chunks, tid // chunks
+            for i in range(rows):
+                n = ntile * t.bn + row0 + i * step
+                if n < npix:
+                    b, r = divmod(n, shape.Ho * shape.Wo)
+                    ho, wo = divmod(r, shape.Wo)
+                    ih0, iw0 = ho * shape.stride - shape.pad, wo * shape.stride - shape.pad
+                    off = ((b * H + ih0) * W + iw0) * C + g * shape.Cg
+                    off += kc * vec if t.gather == "tap" else 0
+                else:
+                    ih0, iw0, off = -(1 << 29), 0, 0
+                for kt in range(kt_count):
+                    if t.gather == "tap":
+                        cc, tap = divmod(kt, kk)
+                        p, q = divmod(tap, K)
+                        shift = (p * W + q) * C + cc * t.bk
+                        used = cc * t.bk + kc * vec < shape.Cg
+                    else:
+                        shift, p, q, used = table[kt * chunks + kc]
+                    ok = used and 0 <= ih0 + p < H and 0 <= iw0 + q < W
+                    k0 = kt * t.bk + kc * vec
+                    assert np.isnan(out[n, k0:k0 + vec]).all()
+                    out[n, k0:k0 + vec] = flat[off + shift:off + shift + vec] if ok else 0.0
+    assert not np.isnan(out).any()
+    return out[:npix]
+
+
+GATHER_CASES = [
+    (ConvShape(2, 6, 9, 7, 20, 3, pad=1, groups=2, bias=True), "tf32",
+     tiling.Tiling(32, 32, 16, 2, 2, 3, 1, "table")),
+    (ConvShape(1, 3, 23, 23, 40, 11, stride=4), "fp16", tiling.Tiling(64, 32, 32, 2, 2, 3, 1, "table")),
+    (ConvShape(1, 40, 5, 5, 48, 3, pad=1, groups=2), "tf32", tiling.Tiling(96, 64, 16, 2, 2, 2, 1, "tap")),
+    (ConvShape(2, 48, 6, 5, 16, 3, pad=2, stride=2), "fp16", tiling.Tiling(32, 64, 32, 1, 4, 4, 1, "tap")),
+    (ConvShape(1, 8, 4, 4, 8, 3, pad=1, groups=8), "3xtf32", tiling.Tiling(32, 32, 8, 1, 4, 2, 1, "table")),
+]
+
+
+@pytest.mark.parametrize("shape,maths,t", GATHER_CASES, ids=lambda c: getattr(c, "brief", lambda: str(c))())
+def test_gathered_gemm_equals_the_convolution(shape, maths, t, rng):
+    """The packed filters' A times the gathered B is the convolution (float64, so only the
+    summation order differs), with C padded the way the staging pads it."""
+    x = rng.standard_normal(shape.input_shape)
+    w = rng.standard_normal(shape.weight_shape).astype(np.float32)
+    ref, magnitude = conv2d_with_magnitude(x, w, shape.stride, shape.pad, shape.groups)
+    cg = tiling.padded_group_channels(shape.Cg, maths)
+    k = ConvShape(shape.B, cg * shape.groups, shape.H, shape.W, shape.M, shape.K, shape.stride,
+                  shape.pad, shape.groups, shape.bias)
+    padded = np.zeros((shape.B, shape.groups, cg, shape.H, shape.W))
+    padded[:, :, :shape.Cg] = x.reshape(shape.B, shape.groups, shape.Cg, shape.H, shape.W)
+    x_nhwc = padded.reshape(shape.B, k.C, shape.H, shape.W).transpose(0, 2, 3, 1).copy()
+    a = packing.gemm_weights(w, k, t, NHWC).astype(np.float64)
+    y = np.empty_like(ref)
+    for g in range(shape.groups):
+        out = a[g, :shape.Mg] @ gathered_rows(x_nhwc, k, t, maths, g).T
+        y[:, g * shape.Mg:(g + 1) * shape.Mg] = (
+            out.reshape(shape.Mg, shape.B, shape.Ho, shape.Wo).transpose(1, 0, 2, 3))
+    assert (np.abs(y - ref) <= 1e-12 * magnitude + 1e-300).all()
+
+
+def test_gather_table_marks_vectors_past_the_reduction():
+    shape = ConvShape(1, 4, 6, 6, 8, 3)
+    t = tiling.Tiling(32, 32, 16, 1, 4, 2, 1, "table")
+    table = gather_nhwc.gather_table(shape, t, 4)
+    assert table.shape == (tiling.k_tiles(shape, t) * t.bk // 4, 4)
+    assert (table[:9, 3] == 1).all() and (table[9:, 3] == 0).all()
+    assert (table[9:, 1] == tiling.INVALID_TAP).all()
+    assert table[4].tolist() == [(1 * 6 + 1) * 4, 1, 1, 1]  # tap 4 = (1, 1), channel 0
+
+
+# --- memory formats --------------------------------------------------------------------------
+
+def test_channels_last_views_keep_the_logical_shape(rng):
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    buffer = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(x.shape)
+    view = channels_last(buffer)
+    assert view.shape == x.shape and np.array_equal(view, x)
+    assert is_channels_last(view) and not is_channels_last(x)
+    assert memory_view(view, NHWC).flags.c_contiguous
+
+
+def test_fc_columns_permute_to_a_channels_last_flatten(rng):
+    a = rng.standard_normal((3, 4, 5, 6))
+    w = rng.standard_normal((7, 4 * 5 * 6))
+    nchw = a.reshape(3, -1) @ w.T
+    nhwc = a.transpose(0, 2, 3, 1).reshape(3, -1) @ flattened_columns(w, a.shape).T
+    assert np.allclose(nchw, nhwc, rtol=1e-12, atol=1e-12)
