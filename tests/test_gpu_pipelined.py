@@ -187,6 +187,8 @@ def test_channels_last_staging_transposes_pads_and_passes_staged_input_through(r
     expected = x.transpose(0, 2, 3, 1).reshape(2, 5, 7, 2, 3).astype(np.float16)
     assert np.array_equal(memory[..., :3], expected) and (memory[..., 3] == 0).all()
     assert fp16.stage(staged) is staged
+    nhwc = channels_last(cupy.ascontiguousarray(xd.transpose(0, 2, 3, 1)).reshape(x.shape))
+    assert cupy.array_equal(fp16.stage(nhwc), staged)  # the same from channels-last float32
     y = cupy.empty(shape.output_shape, dtype=cupy.float32)
     with pytest.raises(ConvlabError, match="op.stage"):
         fp16(xd.astype(cupy.float16), y)

@@ -205,21 +205,21 @@ lrn_max_pool(const float* __restrict__ x, float* __restrict__ y, float scale, fl
 """
 
 NHWC_SOURCE = r"""
-// LRN over channels-last activations (NHWC: a pixel's C channels contiguous). One thread per
-// output element, consecutive threads on consecutive channels of a pixel, so loads and stores
+// LRN over channels-last activations (NHWC: a pixel's C channels contiguous). A thread per
+// output channel, consecutive threads on consecutive channels of a pixel, so loads and stores
 // are coalesced. Each thread loads its own channel once; the window's other channels come
 // from the lanes that loaded them (__shfl_sync), and only a window reaching past the warp's
 // 32 channels loads the rest. The sum runs channel c-BEFORE first, as the NCHW kernels' lrn_at
 // does, so both layouts give the same bits. Every lane of a warp takes part in the shuffles:
 // threads past the end compute on a clamped element and store nothing.
 // Compile-time: C, SIZE, BEFORE, BETA_THREE_QUARTERS, BLOCK, TOTAL (outputs); for the fused
-// pool also H, W, HO, WO, PS, PST.
+// pool also H, W, HO, WO, PS, PST, and for its tiled form TILED, TOH, TOW, TILES_W, IH, IW.
 """ + LRN_FACTOR + r"""
 __device__ __forceinline__ float lrn_nhwc_at(const float* __restrict__ px, int c, float scale,
                                              float k, float neg_beta)
 {
     const int lane = threadIdx.x & 31;
-    const float own = __ldg(px + c);
+    const float own = c < C ? __ldg(px + c) : 0.0f;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < SIZE; ++j) {
@@ -244,10 +244,47 @@ lrn_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float 
     const float v = lrn_nhwc_at(x + (e - c), c, scale, k, neg_beta);
     if (i < TOTAL) y[i] = v;
 }
+#elif defined(TILED)
+// LRN + max-pool, channels-last: a block owns a TOH x TOW tile of pooled outputs of one image
+// and 32 channels, a lane per channel. The warps first normalise every input pixel under the
+// tile once (IH x IW pixels, the halo shared with the next tile included) into shared memory,
+// [pixel][lane]: conflict-free both ways; then each pooled output is the max over its window
+// there. The LRN map never goes to memory, and a pixel under several windows (3x3/2: up to
+// four) is normalised once, not once per window.
+extern "C" __global__ void __launch_bounds__(BLOCK)
+lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
+                  float neg_beta)
+{
+    __shared__ float normalised[IH * IW * 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int oh0 = (blockIdx.x / TILES_W) * TOH, ow0 = (blockIdx.x % TILES_W) * TOW;
+    const int c = blockIdx.y * 32 + lane;
+    const long long image = blockIdx.z;
+    for (int p = warp; p < IH * IW; p += BLOCK / 32) {  // warp-uniform: every lane shuffles
+        const int h = oh0 * PST + p / IW, w = ow0 * PST + p % IW;
+        if (h < H && w < W)
+            normalised[p * 32 + lane] =
+                lrn_nhwc_at(x + ((image * H + h) * W + w) * C, c, scale, k, neg_beta);
+    }
+    __syncthreads();
+    if (c >= C) return;
+    for (int o = warp; o < TOH * TOW; o += BLOCK / 32) {
+        const int oh = oh0 + o / TOW, ow = ow0 + o % TOW;
+        if (oh >= HO || ow >= WO) continue;
+        const float* window = normalised + ((o / TOW) * PST * IW + (o % TOW) * PST) * 32 + lane;
+        float m = window[0];
+#pragma unroll
+        for (int r = 0; r < PS; ++r)
+#pragma unroll
+            for (int j = 0; j < PS; ++j)
+                if (r + j > 0) m = fmaxf(m, window[(r * IW + j) * 32]);
+        y[((image * HO + oh) * WO + ow) * C + c] = m;
+    }
+}
 #else
-// LRN + max-pool, channels-last: one thread per pooled output (b, oh, ow, c), the max over its
-// PS x PS window of the LRN values at channel c. The LRN map never goes to memory; a pixel
-// under two windows (3x3/2) is normalised by each.
+// LRN + max-pool, channels-last, for windows too large for the tiled kernel's shared memory:
+// one thread per pooled output (b, oh, ow, c), the max over its PS x PS window of the LRN
+// values at channel c, each normalised anew.
 extern "C" __global__ void __launch_bounds__(BLOCK)
 lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
                   float neg_beta)
@@ -301,6 +338,7 @@ FUSED_MIN_BLOCKS = 4
 MIN_CHANNELS_PER_BLOCK = 4
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 NHWC_BLOCK = 256
+NHWC_TILE_PIXELS = 384  # 48 KB of static shared memory at 32 channels of 4 bytes
 
 
 def _check_lrn(in_shape, size: int, alpha: float, beta: float, k: float) -> tuple[int, ...]:
@@ -344,6 +382,25 @@ def _lrn_defines(C: int, H: int, W: int, size: int, beta: float, cb: int, depth:
     return {"C": C, "H": H, "W": W, "SIZE": size, "BEFORE": (size - 1) // 2, "CB": cb,
             "DEPTH": depth, "BETA_THREE_QUARTERS": int(three_quarters(beta)), "BLOCK": block,
             "MIN_BLOCKS": min_blocks}
+
+
+def nhwc_pool_tile(ho: int, wo: int, pool_size: int, pool_stride: int) -> tuple[int, int] | None:
+    """(TOH, TOW) pooled outputs per block of the tiled channels-last LRN + max-pool: up to
+    8 x 8, shrunk until the input pixels under it (32 channels each) fit NHWC_TILE_PIXELS of
+    shared memory; None where not even one window fits (the untiled kernel runs instead)."""
+    toh, tow = min(ho, 8), min(wo, 8)
+
+    def pixels(th, tw):
+        return ((th - 1) * pool_stride + pool_size) * ((tw - 1) * pool_stride + pool_size)
+
+    while pixels(toh, tow) > NHWC_TILE_PIXELS and (toh > 1 or tow > 1):
+        if toh >= tow:
+            toh -= 1
+        else:
+            tow -= 1
+    if pixels(toh, tow) > NHWC_TILE_PIXELS:
+        return None
+    return ceil_div(ho, ceil_div(ho, toh)), ceil_div(wo, ceil_div(wo, tow))  # even tiles
 
 
 def _nhwc_defines(C: int, size: int, beta: float, total: int) -> dict[str, int]:
@@ -405,8 +462,17 @@ def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float
         total = B * C * ho * wo
         defines = _nhwc_defines(C, size, beta, total) | {
             "H": H, "W": W, "HO": ho, "WO": wo, "PS": pool_size, "PST": pool_stride}
+        tile = nhwc_pool_tile(ho, wo, pool_size, pool_stride)
+        if tile is None or B > 65535:
+            return spec("ops.lrn", "lrn_max_pool_nhwc", NHWC_SOURCE, defines,
+                        (ceil_div(total, NHWC_BLOCK),), NHWC_BLOCK)
+        toh, tow = tile
+        tiles_w = ceil_div(wo, tow)
+        defines |= {"TILED": 1, "TOH": toh, "TOW": tow, "TILES_W": tiles_w,
+                    "IH": (toh - 1) * pool_stride + pool_size,
+                    "IW": (tow - 1) * pool_stride + pool_size}
         return spec("ops.lrn", "lrn_max_pool_nhwc", NHWC_SOURCE, defines,
-                    (ceil_div(total, NHWC_BLOCK),), NHWC_BLOCK)
+                    (ceil_div(ho, toh) * tiles_w, ceil_div(C, 32), B), NHWC_BLOCK)
     if B > 65535:
         raise ValueError(f"LRN + max-pool launches one grid row per image; {B} images exceed "
                          f"65,535")
