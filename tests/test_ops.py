@@ -13,6 +13,7 @@ from convlab.models import LRN, MODELS, Dense, MaxPool, ReLU, Softmax, Tanh
 from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, softmax
 from convlab.oracle import reference
 from convlab.oracle.verify import LAMBDA, TINY, compare
+from convlab.shapes import LAYOUTS
 
 U = 2.0 ** -24
 ACTS = (None, "relu", "tanh")
@@ -30,13 +31,16 @@ def model_specs():
             for i, (layer, in_shape, _) in enumerate(trace):
                 nxt = trace[i + 1][0] if i + 1 < len(trace) else None
                 if isinstance(layer, MaxPool):
-                    yield from (pool.max_pool_kernel(in_shape, layer.size, layer.step, a)
-                                for a in ACTS)
+                    yield from (pool.max_pool_kernel(in_shape, layer.size, layer.step, a, lay)
+                                for a in ACTS for lay in LAYOUTS)
                 elif isinstance(layer, LRN):
-                    yield lrn.lrn_kernel(in_shape, layer.size, layer.alpha, layer.beta, layer.k)
-                    if isinstance(nxt, MaxPool):
-                        yield lrn.lrn_max_pool_kernel(in_shape, layer.size, layer.alpha,
-                                                      layer.beta, layer.k, nxt.size, nxt.step)
+                    for lay in LAYOUTS:
+                        yield lrn.lrn_kernel(in_shape, layer.size, layer.alpha, layer.beta,
+                                             layer.k, layout=lay)
+                        if isinstance(nxt, MaxPool):
+                            yield lrn.lrn_max_pool_kernel(in_shape, layer.size, layer.alpha,
+                                                          layer.beta, layer.k, nxt.size,
+                                                          nxt.step, layout=lay)
                 elif isinstance(layer, Dense):
                     act = {ReLU: "relu", Tanh: "tanh"}.get(type(nxt))
                     plan = dense.plan_dense(batch, layer.in_features, layer.out_features)
@@ -73,8 +77,10 @@ def structural_specs():
     for shape, size, ps, pst in (((2, 7, 5, 6), 5, 3, 2), ((1, 3, 7, 345), 4, 3, 2),
                                  ((1, 2, 70, 70), 1, 5, 1), ((1, 11, 6, 6), 7, 6, 1)):
         for beta in (0.75, 1.5):  # the rsqrt path and the exp2f(log2f) path
-            yield lrn.lrn_kernel(shape, size, 0.1, beta, 1.0, sms=1)
-            yield lrn.lrn_max_pool_kernel(shape, size, 0.1, beta, 1.0, ps, pst, sms=1)
+            for lay in LAYOUTS:
+                yield lrn.lrn_kernel(shape, size, 0.1, beta, 1.0, sms=1, layout=lay)
+                yield lrn.lrn_max_pool_kernel(shape, size, 0.1, beta, 1.0, ps, pst, sms=1,
+                                              layout=lay)
     yield softmax.softmax_kernel(3, 1)
     yield softmax.softmax_kernel(5, 2049)
 

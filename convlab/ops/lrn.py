@@ -250,7 +250,10 @@ lrn_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float 
 // tile once (IH x IW pixels, the halo shared with the next tile included) into shared memory,
 // [pixel][lane]: conflict-free both ways; then each pooled output is the max over its window
 // there. The LRN map never goes to memory, and a pixel under several windows (3x3/2: up to
-// four) is normalised once, not once per window.
+// four) is normalised once, not once per window. Each lane issues its loads for UNROLL pixels
+// before using any: its own channel, and for the lanes at either end of the warp one of the
+// window's channels past it (the halo), so the window sums are shuffles only.
+#define UNROLL 4
 extern "C" __global__ void __launch_bounds__(BLOCK)
 lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
                   float neg_beta)
@@ -258,13 +261,39 @@ lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scal
     __shared__ float normalised[IH * IW * 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int oh0 = (blockIdx.x / TILES_W) * TOH, ow0 = (blockIdx.x % TILES_W) * TOW;
-    const int c = blockIdx.y * 32 + lane;
+    const int c0 = blockIdx.y * 32, c = c0 + lane;
+    // Lane l < BEFORE holds channel c0 - BEFORE + l; lane 32 - AFTER + r holds c0 + 32 + r.
+    const int halo = lane < BEFORE ? c0 - BEFORE + lane
+                   : lane >= 32 - AFTER ? c0 + lane + AFTER : -1;
     const long long image = blockIdx.z;
-    for (int p = warp; p < IH * IW; p += BLOCK / 32) {  // warp-uniform: every lane shuffles
-        const int h = oh0 * PST + p / IW, w = ow0 * PST + p % IW;
-        if (h < H && w < W)
-            normalised[p * 32 + lane] =
-                lrn_nhwc_at(x + ((image * H + h) * W + w) * C, c, scale, k, neg_beta);
+    for (int p0 = warp; p0 < IH * IW; p0 += UNROLL * (BLOCK / 32)) {  // warp-uniform
+        float own[UNROLL], edge[UNROLL];
+        bool inside[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int p = p0 + u * (BLOCK / 32);
+            const int h = oh0 * PST + p / IW, w = ow0 * PST + p % IW;
+            inside[u] = p < IH * IW && h < H && w < W;
+            const float* px = x + ((image * H + (inside[u] ? h : 0)) * W + (inside[u] ? w : 0)) * C;
+            own[u] = inside[u] && c < C ? __ldg(px + c) : 0.0f;
+            edge[u] = inside[u] && halo >= 0 && halo < C ? __ldg(px + halo) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (!inside[u]) continue;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < SIZE; ++j) {
+                const int d = j - BEFORE, src = lane + d;
+                const float near = __shfl_sync(0xffffffffu, own[u], src & 31);
+                const float far = __shfl_sync(0xffffffffu, edge[u],
+                                              src < 0 ? src + BEFORE : (src - AFTER) & 31);
+                const float v = (src >= 0 && src < 32) ? near : far;
+                sum = fmaf(v, v, sum);
+            }
+            normalised[(p0 + u * (BLOCK / 32)) * 32 + lane] =
+                own[u] * lrn_factor(fmaf(scale, sum, k), neg_beta);
+        }
     }
     __syncthreads();
     if (c >= C) return;
@@ -463,7 +492,7 @@ def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float
         defines = _nhwc_defines(C, size, beta, total) | {
             "H": H, "W": W, "HO": ho, "WO": wo, "PS": pool_size, "PST": pool_stride}
         tile = nhwc_pool_tile(ho, wo, pool_size, pool_stride)
-        if tile is None or B > 65535:
+        if tile is None or B > 65535 or size > 33:  # a window past the halo lanes: untiled
             return spec("ops.lrn", "lrn_max_pool_nhwc", NHWC_SOURCE, defines,
                         (ceil_div(total, NHWC_BLOCK),), NHWC_BLOCK)
         toh, tow = tile
