@@ -120,7 +120,11 @@ def test_compiled_configurations_cover_every_choice():
     assert {vec for _, vec in gemv} == {0, 1}
     functions = {s.function for s in ALL_SPECS}
     assert functions == {"max_pool", "lrn", "lrn_max_pool", "dense_gemm", "dense_splitk_reduce",
-                         "dense_gemv", "bias_activation", "softmax_rows", "activation"}
+                         "dense_gemv", "bias_activation", "softmax_rows", "activation",
+                         "lrn_nhwc", "lrn_max_pool_nhwc"}
+    nhwc_pools = {"TILED" in dict(s.defines) for s in ALL_SPECS
+                  if s.function == "lrn_max_pool_nhwc"}
+    assert nhwc_pools == {True, False}  # the tiled kernel, and the one for larger windows
     powers = {(s.function, dict(s.defines)["BETA_THREE_QUARTERS"]) for s in ALL_SPECS
               if s.function in ("lrn", "lrn_max_pool")}
     assert powers == {(f, b) for f in ("lrn", "lrn_max_pool") for b in (0, 1)}
