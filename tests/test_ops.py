@@ -75,7 +75,8 @@ def structural_specs():
                                 ((1, 1, 5, 5), 5, 1)):
         yield from (pool.max_pool_kernel(shape, size, stride, a) for a in ACTS)
     for shape, size, ps, pst in (((2, 7, 5, 6), 5, 3, 2), ((1, 3, 7, 345), 4, 3, 2),
-                                 ((1, 2, 70, 70), 1, 5, 1), ((1, 11, 6, 6), 7, 6, 1)):
+                                 ((1, 2, 70, 70), 1, 5, 1), ((1, 11, 6, 6), 7, 6, 1),
+                                 ((1, 3, 25, 25), 3, 20, 1)):  # a window past the NHWC tile
         for beta in (0.75, 1.5):  # the rsqrt path and the exp2f(log2f) path
             for lay in LAYOUTS:
                 yield lrn.lrn_kernel(shape, size, 0.1, beta, 1.0, sms=1, layout=lay)
