@@ -279,11 +279,12 @@ def run_channels_last(op, x):
 NHWC_CASES = [pytest.param((2, 7, 5, 6), "alexnet", 3, 2, marks=pytest.mark.smoke),
               pytest.param((1, 40, 11, 13), "strong", 3, 2, marks=pytest.mark.smoke),
               ((2, 5, 9, 9), "even", 2, 2), ((3, 33, 6, 6), "one", 6, 1),
-              ((2, 96, 55, 55), "alexnet", 3, 2), ((2, 256, 27, 27), "alexnet", 3, 2)]
+              ((2, 96, 55, 55), "alexnet", 3, 2), ((2, 256, 27, 27), "alexnet", 3, 2),
+              ((1, 70, 25, 25), "strong", 20, 1)]  # a window too large for the NHWC tile
 
 
 @pytest.mark.parametrize("shape,params,ps,pst", NHWC_CASES,
-                         ids=["7c", "40c", "9x9-2s2", "6s1", "norm1+pool1", "norm2+pool2"])
+                         ids=["7c", "40c", "9x9-2s2", "6s1", "norm1+pool1", "norm2+pool2", "20s1"])
 def test_channels_last_pool_and_lrn_give_the_nchw_bits(rng, shape, params, ps, pst):
     """The NHWC kernels sum each LRN window in the NCHW kernels' order (and a max is exact):
     the same bits from either layout, so the NCHW kernels' bounds carry over; the references
