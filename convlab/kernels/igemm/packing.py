@@ -112,34 +112,6 @@ def _convert(x, out, maths: str):
         cupy.copyto(out, x, casting="unsafe")
 
 
-# NCHW float32 -> the channels-last memory a kernel reads, each group's channels padded with
-# zeros: one thread per output element (writes coalesced; a warp's reads are a few runs along
-# pixels of each channel plane). VALUE turns the float into the output element.
-# 32-bit index arithmetic (the caller checks the sizes): 64-bit divisions cost several times
-# more than the copy itself.
-_TRANSPOSE_BODY = r"""
-    int j = (int)i;
-    const int cp = j % cgp; j /= cgp;
-    const int g = j % groups; j /= groups;
-    const int pixel = j % hw, b = j / hw;
-    const float v = cp < cg ? x[(b * c + g * cg + cp) * hw + pixel] : 0.0f;
-    y = VALUE;
-"""
-
-
-@lru_cache(maxsize=3)
-def _transpose_kernel(maths: str):
-    import cupy
-
-    value = {"bf16": "(unsigned short)((__float_as_uint(v) + 0x7FFFu"
-                     " + ((__float_as_uint(v) >> 16) & 1u)) >> 16)",
-             "fp16": "(float16)v"}.get(maths, "v")
-    out = {"bf16": "uint16", "fp16": "float16"}.get(maths, "float32")
-    return cupy.ElementwiseKernel(
-        "raw float32 x, int32 c, int32 hw, int32 groups, int32 cg, int32 cgp", f"{out} y",
-        _TRANSPOSE_BODY.replace("VALUE", value), f"convlab_nchw_to_nhwc_{maths}")
-
-
 def stage_dtype(maths: str):
     # bf16 bit patterns: neither NumPy nor CuPy has a bfloat16 dtype
     return {"fp16": np.float16, "bf16": np.uint16}.get(maths, np.float32)
@@ -171,12 +143,7 @@ def stage_channels_last(x, out, shape: ConvShape, group_channels: int, maths: st
     if out is None:
         out = channels_last(cupy.zeros((B, G * group_channels, H, W), dtype=dtype))
     memory = out.transpose(0, 2, 3, 1)
-    if x.dtype == np.float32 and x.flags.c_contiguous and max(x.size, out.size) < 2**31:
-        # images entering the network
-        _transpose_kernel(maths)(x, np.int32(shape.C), np.int32(H * W), np.int32(G),
-                                 np.int32(shape.Cg), np.int32(group_channels),
-                                 memory.reshape(-1))
-    elif is_channels_last(x) and group_channels == shape.Cg:  # a conversion of the type only
+    if is_channels_last(x) and group_channels == shape.Cg:  # a conversion of the type only
         _convert(x.transpose(0, 2, 3, 1).reshape(-1), memory.reshape(-1), maths)
     else:
         source = x.transpose(0, 2, 3, 1).reshape(B, H, W, G, shape.Cg)
