@@ -11,10 +11,11 @@ import pytest
 from convlab.gpu.jit import compile_cubin
 from convlab.kernels import RELU, channels_last as CL
 from convlab.kernels.igemm import gather_nhwc, packing, tiling
-from convlab.models import get_model
-from convlab.net.network import flattened_columns
+from convlab.kernels.pipelined import PipelinedFP16
+from convlab.models import Conv, get_model
+from convlab.net.network import flattened_columns, fp16_next
 from convlab.oracle.reference import conv2d_with_magnitude
-from convlab.shapes import NHWC, ConvShape, channels_last, is_channels_last, memory_view
+from convlab.shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_last, memory_view
 
 VARIANTS = [CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
             CL.ChannelsLastBF16()]
@@ -71,6 +72,50 @@ def test_configs_are_valid_and_the_heuristic_is_the_first(variant, layer):
         assert tiling.smem_bytes(t, variant.maths, NHWC) <= tiling.MAX_SMEM
         assert variant.configured(t).supports(shape)
     assert variant.config_for(shape) == configs[0]
+
+
+@pytest.mark.parametrize("shape", [LAYERS["conv3"], ODD_SHAPES[0], ODD_SHAPES[1]],
+                         ids=lambda s: s.brief())
+def test_fp16_outputs_compile_for_sm90(shape):
+    """Every variant of the implicit GEMM can store fp16 for an fp16 conv after it (split-K
+    included: the odd grouped shape's tiling splits K)."""
+    jobs = [(v.writing(np.float16), shape, e) for v in VARIANTS + [PipelinedFP16()]
+            for e in (None, RELU)]
+    assert all(dict(v.defines(sh, e))["OUT_HALF"] == 1 for v, sh, e in jobs)
+    assert all(c[:4] == b"\x7fELF" for c in compile_all(jobs))
+
+
+def test_writing_keeps_the_tiling_and_refuses_other_types():
+    t = tiling.Tiling(64, 64, 32, 2, 2, 3, 1, "tap")
+    variant = CL.ChannelsLastFP16(t)
+    half = variant.writing(np.float16)
+    assert half.output_dtype == np.float16 and half.tiling == t and half.name == variant.name
+    assert half.writing(np.float32).output_dtype == np.float32
+    assert half.configured(t).output_dtype == np.float16
+    assert variant.writing(np.float32) is variant
+    with pytest.raises(ValueError, match="not float64"):
+        variant.writing(np.float64)
+
+
+def test_fp16_activations_run_from_an_op_to_the_fp16_conv_after_it():
+    """In alexnet, an activation is written as fp16 where the next conv is channels-last fp16
+    and only max-pools or ReLUs stand between: before pool1/pool2 (the LRN + pool steps write
+    it), after conv3 and conv4 (their ReLUs fused); never before an LRN or an FC, for a tf32
+    or bf16 conv, or in NCHW."""
+    layers = get_model("alexnet").layers
+
+    def fp16_at(variant, layout=NHWC):
+        return [j for j in range(1, len(layers) + 1)
+                if fp16_next(layers, j, layout, lambda conv: variant)]
+
+    conv = [j for j, layer in enumerate(layers) if isinstance(layer, Conv)]
+    assert fp16_at(CL.ChannelsLastFP16()) == [3, 4, 7, 8, 9, 10, 11, 12]
+    assert {conv[1], conv[2] + 2, conv[3] + 2} <= set(fp16_at(CL.ChannelsLastFP16()))
+    assert conv[0] + 2 not in fp16_at(CL.ChannelsLastFP16())  # conv1's output meets norm1
+    assert fp16_at(CL.ChannelsLast()) == []
+    assert fp16_at(CL.ChannelsLastBF16()) == []
+    assert fp16_at(PipelinedFP16()) == []
+    assert fp16_at(CL.ChannelsLastFP16(), layout=NCHW) == []
 
 
 def test_half_maths_pipeline_deeper_than_two_stages_over_nhwc():

@@ -10,6 +10,7 @@ from convlab.bench import lab
 from convlab.gpu import measure
 from convlab.kernels import TANH_POOL, VARIANTS
 from convlab.models import FASHION_MNIST, MODELS, load_weights
+from convlab.net import network as net
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
 
@@ -452,3 +453,24 @@ def test_the_checked_pass_poisons_on_the_pipelines_stream():
     conv = cupy.asnumpy(network.conv_steps[0].output)  # waits for the default stream too
     assert np.isfinite(conv).all()
     assert (predictions == load_weights("ece408").reference_predictions[:100]).all()
+
+
+@pytest.mark.smoke
+def test_fp16_activations_hand_over_without_changing_a_bit(rng, monkeypatch):
+    """channels-last-fp16 AlexNet: the steps before conv2-conv5 write fp16 (the LRN + pool
+    steps, conv3 and conv4) and those convs read it as it is, no staging; the probabilities are
+    the bits of the same network with every activation float32 and converted by the convs."""
+    import cupy
+
+    weights = load_weights("alexnet")
+    x = rng.random((8, *weights.spec.input_shape), dtype=np.float32)
+    handed = net.Network(weights, VARIANTS["channels-last-fp16"], 8)
+    written = {s.label: s.output.dtype for s in handed.steps}
+    assert [label for label, dtype in written.items() if dtype == np.float16] == [
+        "norm1+pool1", "norm2+pool2", "conv3+relu3", "conv4+relu4"]
+    probabilities = cupy.asnumpy(handed.forward(cupy.asarray(x)))
+    assert all(s.staged is s.input for s in handed.conv_steps[1:])
+    monkeypatch.setattr(net, "fp16_next", lambda *args: False)
+    staged = net.Network(weights, VARIANTS["channels-last-fp16"], 8)
+    assert all(s.output.dtype == np.float32 for s in staged.steps)
+    assert np.array_equal(probabilities, cupy.asnumpy(staged.forward(cupy.asarray(x))))

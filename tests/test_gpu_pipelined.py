@@ -202,3 +202,28 @@ def test_channels_last_staging_transposes_pads_and_passes_staged_input_through(r
     again = tf32.stage(cupy.asarray(rng.standard_normal(even.input_shape, dtype=np.float32)),
                        reuse=True)
     assert again is reused  # a network's passes convert into one buffer: a graph replays it
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-split", "split-k"])
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.smoke)
+                                     if isinstance(v, CL.ChannelsLastFP16) else v
+                                     for v in VARIANTS], ids=IDS)
+def test_an_fp16_output_is_the_float32_output_rounded(variant, split, rng):
+    """`writing(float16)` stores what the float32 epilogue computes (bias, ReLU), rounded to
+    nearest even: the bits the next fp16 conv's conversion would have made of it."""
+    import cupy
+
+    shape = ConvShape(2, 64, 9, 9, 32, 3, pad=1, bias=True)
+    config = next(c for c in variant.configs(shape, RELU) if c.split_k > 1)
+    single = variant.configured(config if split else dataclasses.replace(config, split_k=1))
+    half = single.writing(np.float16)
+    x, w, b = random_problem(shape, rng, signed=True)
+    outputs = []
+    for v in (single, half):
+        op = v.prepare(shape, w, RELU, b)
+        assert op.output_dtype == v.output_dtype
+        outputs.append(cupy.asnumpy(op.run_once(x, cupy)))
+    assert outputs[1].dtype == np.float16
+    assert np.array_equal(outputs[1], outputs[0].astype(np.float16))
+    result = compare(outputs[1], reference_output(x, w, shape, RELU, b), variant.precision)
+    assert result.passed, result.reason

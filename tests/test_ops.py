@@ -16,6 +16,8 @@ from convlab.oracle.verify import LAMBDA, TINY, compare
 from convlab.shapes import LAYOUTS
 
 U = 2.0 ** -24
+F16 = np.float16
+HALF_PAIRS = ((np.float32, F16), (F16, F16), (F16, np.float32))
 ACTS = (None, "relu", "tanh")
 MODEL_BATCHES = {"ece408-high": (1, 100, 10000), "ece408": (1, 100, 10000),
                  "alexnet": (1, 2, 8, 128, 1024)}
@@ -84,6 +86,16 @@ def structural_specs():
                                               layout=lay)
     yield softmax.softmax_kernel(3, 1)
     yield softmax.softmax_kernel(5, 2049)
+    # fp16 activations (for an fp16 conv after the op): every element type in and out.
+    for i, (src, dst) in enumerate(HALF_PAIRS):
+        for lay in LAYOUTS:
+            yield pool.max_pool_kernel((2, 3, 13, 11), 3, 2, ACTS[i % 3], lay, src, dst)
+        yield activation.activation_kernel((3, 5), "relu", src, dst)
+    for shape, ps in (((2, 7, 5, 6), 3), ((1, 3, 25, 25), 20)):
+        for lay in LAYOUTS:
+            yield lrn.lrn_kernel(shape, 5, 0.1, 0.75, 1.0, sms=1, layout=lay, out_dtype=F16)
+            yield lrn.lrn_max_pool_kernel(shape, 5, 0.1, 0.75, 1.0, ps, 1, sms=1, layout=lay,
+                                          out_dtype=F16)
 
 
 def unique_modules(specs):
@@ -129,6 +141,16 @@ def test_compiled_configurations_cover_every_choice():
     powers = {(s.function, dict(s.defines)["BETA_THREE_QUARTERS"]) for s in ALL_SPECS
               if s.function in ("lrn", "lrn_max_pool")}
     assert powers == {(f, b) for f in ("lrn", "lrn_max_pool") for b in (0, 1)}
+    elements = {(s.function, dict(s.defines)["IN_HALF"], dict(s.defines)["OUT_HALF"])
+                for s in ALL_SPECS if "OUT_HALF" in dict(s.defines)}
+    for function in ("max_pool", "activation"):
+        assert {(i, o) for f, i, o in elements if f == function} == {(0, 0), (0, 1), (1, 1),
+                                                                     (1, 0)}
+    for function in ("lrn", "lrn_max_pool", "lrn_nhwc", "lrn_max_pool_nhwc"):
+        assert {(i, o) for f, i, o in elements if f == function} == {(0, 0), (0, 1)}
+    tiled = {("TILED" in dict(s.defines), dict(s.defines)["OUT_HALF"]) for s in ALL_SPECS
+             if s.function == "lrn_max_pool_nhwc"}
+    assert tiled == {(t, o) for t in (True, False) for o in (0, 1)}
     acts = {(s.function, dict(s.defines).get("ACT")) for s in ALL_SPECS}
     for function in ("max_pool", "dense_gemm", "dense_gemv", "bias_activation"):
         assert {a for f, a in acts if f == function} == {0, 1, 2}
@@ -476,6 +498,10 @@ def test_names_and_bad_arguments():
         dense.dense_kernels(9, 16, 16, None, dense.gemv_plan())
     with pytest.raises(ValueError, match="bias"):
         dense.check_dense_weights(np.zeros((4, 3)), np.zeros(3))
+    with pytest.raises(ValueError, match="not float64"):
+        pool.max_pool_kernel((1, 1, 4, 4), 2, 2, out_dtype=np.float64)
+    with pytest.raises(ValueError, match="not int8"):
+        activation.activation_kernel((4,), "relu", in_dtype=np.int8)
 
 
 def test_dense_rejects_a_plan_made_for_other_inputs():

@@ -22,11 +22,12 @@ ALEXNET_LRN = (5, 1e-4, 0.75, 1.0)
 
 
 def run_op(op, x):
-    """The op's output for host input x, into a NaN-poisoned device buffer."""
+    """The op's output for host input x, into a NaN-poisoned device buffer of the op's output
+    type."""
     import cupy
 
     xd = cupy.asarray(x)
-    y = cupy.empty(op.output_shape, dtype=cupy.float32)
+    y = cupy.empty(op.output_shape, dtype=op.output_dtype)
     poison(y)
     op(xd, y)
     return cupy.asnumpy(y)
@@ -270,7 +271,7 @@ def run_channels_last(op, x):
     import cupy
 
     xd = cupy.ascontiguousarray(cupy.asarray(x).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    y = cupy.empty(op.output_shape, dtype=cupy.float32)
+    y = cupy.empty(op.output_shape, dtype=op.output_dtype)
     poison(y)
     op(xd, y)
     return cupy.asnumpy(channels_last(y))
@@ -304,3 +305,36 @@ def test_channels_last_pool_and_lrn_give_the_nchw_bits(rng, shape, params, ps, p
         got = run_channels_last(nhwc, x)
         assert_within_bound(got, ref)
         assert np.array_equal(got, run_op(nchw, x)), nhwc.name
+
+
+# --- fp16 activations (for an fp16 conv after the op) -------------------------------------------
+
+@pytest.mark.parametrize("shape,params,ps,pst", NHWC_CASES,
+                         ids=["7c", "40c", "9x9-2s2", "6s1", "norm1+pool1", "norm2+pool2", "20s1"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_fp16_outputs_are_the_float32_ones_rounded(rng, shape, params, ps, pst, layout):
+    """An op writing fp16 stores exactly what the float32 op computes, rounded to nearest even
+    (what the fp16 conv's own conversion would have given); a max-pool or ReLU reading fp16
+    computes on its values exactly."""
+    x = lrn_input(rng, shape, False)
+    x16 = x.astype(np.float16)
+    params = LRN_PARAMS[params]
+    run = run_channels_last if layout == "nhwc" else run_op
+    float_ops = [prepare_max_pool(shape, ps, pst, "relu", layout),
+                 prepare_lrn(shape, *params, layout),
+                 prepare_lrn_max_pool(shape, *params, ps, pst, layout),
+                 prepare_activation(shape, "relu", layout)]
+    half_ops = [prepare_max_pool(shape, ps, pst, "relu", layout, out_dtype=np.float16),
+                prepare_lrn(shape, *params, layout, out_dtype=np.float16),
+                prepare_lrn_max_pool(shape, *params, ps, pst, layout, out_dtype=np.float16),
+                prepare_activation(shape, "relu", layout, out_dtype=np.float16)]
+    for single, half in zip(float_ops, half_ops):
+        got = run(half, x)
+        assert got.dtype == np.float16, half.name
+        assert np.array_equal(got, run(single, x).astype(np.float16), equal_nan=True), half.name
+    exact = run(float_ops[0], x16.astype(np.float32))
+    for out in (np.float16, np.float32):
+        pool = prepare_max_pool(shape, ps, pst, "relu", layout, np.float16, out)
+        assert np.array_equal(run(pool, x16), exact.astype(out)), (pool.name, out)
+        act = prepare_activation(shape, "relu", layout, np.float16, out)
+        assert np.array_equal(run(act, x16), np.maximum(x16, 0).astype(out)), ("relu", out)

@@ -213,3 +213,17 @@ def test_random_problem_is_never_zero(rng):
     assert np.count_nonzero(x) > 0.99 * x.size and np.abs(w).min() > 0
     xs, _, none = random_problem(ConvShape(3, 2, 6, 6, 4, 3), rng, signed=True)
     assert none is None and xs.min() < 0 < xs.max()
+
+
+def test_an_fp16_output_is_allowed_its_last_rounding_and_no_more():
+    """An output stored as fp16 (an activation for the fp16 conv after it) may differ from
+    float64 by that rounding: within u = 2^-11 of |ref| on top of the computation's bound."""
+    values = np.array([1.0 + 3 * 2.0 ** -12, 1000.3, -0.1])
+    ref = Reference(values, np.zeros(3), 1)  # a max-pool's: exact in any precision
+    stored = values.astype(np.float16)
+    assert compare(stored, ref, "fp32").passed
+    assert "stored to u=2^-11" in compare(stored, ref, "fp32").rule
+    assert not compare(stored.astype(np.float32), ref, "fp32").passed
+    two_ulps = stored.copy()
+    two_ulps[1] = np.float16(1001.0)  # fp16 ulps are 0.5 at 1000
+    assert not compare(two_ulps, ref, "fp32").passed

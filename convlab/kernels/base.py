@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from .. import tuning
+from ..gpu.elements import FLOAT32
 from ..gpu.jit import build_options, load_module
 from ..shapes import FEATURES, NCHW, NHWC, ConvShape, channels_last
 
@@ -124,6 +125,7 @@ class Op:
     capturable: bool = True  # only kernel launches on the given buffers: a CUDA graph can hold it
     note: str = ""  # what the op chose when prepared, for the record (cuDNN's fused ReLU)
     layout: str = NCHW
+    output_dtype: np.dtype = FLOAT32  # what `launch` writes into y (Variant.writing)
     # Variants that cannot write into a caller's buffer (cuDNN through PyTorch) return their own.
     _result: object = None
     _staging: object = None
@@ -145,7 +147,7 @@ class Op:
         """Stage `x` (host or device; xp is NumPy or CuPy), launch once into a fresh NaN-filled
         output, so an element the kernel never writes cannot pass a check, and return the array
         holding the result (a GPU launch is not waited for)."""
-        y = xp.full(self.output_shape, xp.nan, dtype=xp.float32)
+        y = xp.full(self.output_shape, xp.nan, dtype=self.output_dtype)
         self(self.stage(xp.asarray(x)), y)
         return self.output(y)
 
@@ -168,9 +170,27 @@ class Variant:
     on_gpu: bool = True
     general: frozenset[str] = frozenset()  # which of shapes.FEATURES the source implements
     layout: str = NCHW  # the memory format its ops read and write (Op.layout)
+    output_dtypes: tuple[np.dtype, ...] = (FLOAT32,)  # what `writing` can make it write
+    output_dtype: np.dtype = FLOAT32
 
     def supports(self, shape: ConvShape) -> Support:
         return missing_features(shape, self.general)
+
+    def input_dtype(self) -> np.dtype:
+        """The element type its launch reads (Op.stage converts float32 input to it)."""
+        return FLOAT32
+
+    def writing(self, dtype) -> "Variant":
+        """This variant with its output stored as `dtype` (one of output_dtypes): fp16 for an
+        fp16 conv after it, which then reads it as it is."""
+        dtype = np.dtype(dtype)
+        if dtype not in self.output_dtypes:
+            raise ValueError(f"variant '{self.name}' writes "
+                             f"{' or '.join(map(str, self.output_dtypes))}, not {dtype}")
+        return self if dtype == self.output_dtype else self._writing(dtype)
+
+    def _writing(self, dtype: np.dtype) -> "Variant":
+        raise NotImplementedError
 
     def supports_epilogue(self, shape: ConvShape, epilogue: str) -> Support:
         if epilogue not in self.epilogues:

@@ -3,6 +3,7 @@ BF16. Same mainloop, split-K reduce and tiling space as `pipelined`; a different
 (igemm.gather_nhwc), epilogue (NHWC stores) and staging (the input transposed, converted and
 channel-padded once, where it enters)."""
 
+from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
 from .igemm import epilogue, gather_nhwc, mainloop, splitk
 
@@ -23,7 +24,8 @@ SOURCE = (r"""
 //
 // Compile-time: as pipelined, plus NHWC 1 and VEC (elements per copy).
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + mainloop.KERNEL_BEGIN
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + ELEMENT_SOURCE
+          + mainloop.KERNEL_BEGIN
           + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B + mainloop.COMPUTE
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC)
 

@@ -7,6 +7,7 @@ order) is a compile-time choice: `configs()` lists the ones worth trying for a s
 `configured()` fixes one, and without a fixed one a cost model (`igemm.cost.estimate`) picks it.
 """
 
+from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
 from .igemm import epilogue, gather, mainloop, splitk
 
@@ -29,15 +30,18 @@ SOURCE = (r"""
 // along pixels, adds the bias and applies ReLU.
 //
 // Compile-time: C H W M K STRIDE PAD G (shape), HAS_BIAS RELU, MODE, BM BN BK WARPS_M WARPS_N
-// STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the NHWC kernel).
+// STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the NHWC kernel),
+// IN_HALF 0 and OUT_HALF (the output as fp16, for an fp16 conv after it: `writing`).
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + mainloop.KERNEL_BEGIN
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + ELEMENT_SOURCE
+          + mainloop.KERNEL_BEGIN
           + gather.COLUMN_ORIGINS + mainloop.LOAD_A + gather.GATHER_B + mainloop.COMPUTE
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW)
 
 import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
+from ..gpu.elements import FLOAT16, FLOAT32, element_defines  # noqa: E402
 from ..shapes import FEATURES, ConvShape  # noqa: E402
 from .base import (RELU, Op, Support, Variant, check_inputs, device_weights,  # noqa: E402
                    split_tf32_arithmetic)
@@ -62,9 +66,12 @@ class Pipelined(Variant):
     epilogues = (RELU,)
 
     config_type = Tiling
+    output_dtypes = (FLOAT32, FLOAT16)
 
-    def __init__(self, config: Tiling | dict | None = None):
-        """Without a config, each shape gets the cost model's first choice (`estimate`)."""
+    def __init__(self, config: Tiling | dict | None = None, output_dtype=FLOAT32):
+        """Without a config, each shape gets the cost model's first choice (`estimate`);
+        `output_dtype`: float32, or float16 for an fp16 conv after it (`writing`)."""
+        self.output_dtype = np.dtype(output_dtype)
         self.tiling = None
         if config is not None:
             tiling = Tiling.of(config)
@@ -106,7 +113,10 @@ class Pipelined(Variant):
         return diverse(ranked(self.kernel_shape(shape), self.maths, self.layout), MAX_CONFIGS)
 
     def configured(self, config):
-        return type(self)(config)
+        return type(self)(config, self.output_dtype)
+
+    def _writing(self, dtype):
+        return type(self)(self.tiling, dtype)
 
     def defines(self, shape, epilogue=None):
         t = self.config_for(shape, epilogue)
@@ -118,13 +128,14 @@ class Pipelined(Variant):
                 "HAS_BIAS": int(k.bias), "RELU": int(epilogue == RELU),
                 "MODE": MODES[self.maths], "BM": t.bm, "BN": t.bn, "BK": t.bk,
                 "WARPS_M": t.warps_m, "WARPS_N": t.warps_n, "STAGES": t.stages,
-                "SPLIT_K": t.split_k, "GATHER_TAP": int(t.gather == "tap")}
+                "SPLIT_K": t.split_k, "GATHER_TAP": int(t.gather == "tap"),
+                **element_defines(FLOAT32, self.output_dtype)}
 
     def layout_defines(self, k: ConvShape) -> dict[str, int]:
         return {"NHWC": 0}
 
     def input_dtype(self):
-        return stage_dtype(self.maths)
+        return np.dtype(stage_dtype(self.maths))
 
     def gather_table(self, shape: ConvShape, t: Tiling) -> np.ndarray:
         return gather_table(shape, t)
@@ -179,7 +190,7 @@ class Pipelined(Variant):
             kernel(grid, block, (x, wpack, table, bias_d, y, ws, counters, batch), shared_mem=smem)
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stager(shape),
-                  layout=self.layout)
+                  layout=self.layout, output_dtype=self.output_dtype)
 
 
 class Pipelined3xTF32(Pipelined):

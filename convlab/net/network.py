@@ -3,7 +3,10 @@
 Every layer becomes a step that launches one prepared kernel: conv layers the chosen variant's
 Op, the others the lab's own kernels (convlab/ops). Buffers are allocated when the network is
 planned, never in a forward pass, so a pass only launches kernels: it can be timed step by step
-and captured into a CUDA graph whole. Where two layers fuse, they are one step: conv + ReLU or
+and captured into a CUDA graph whole. Activations are float32, except where the next thing done
+with them is an fp16 channels-last conv: then the step before writes them as fp16 and that conv
+reads them as they are (what its own conversion would have given, bit for bit: only max-pools
+and ReLUs may stand between, which commute with rounding). Where two layers fuse, they are one step: conv + ReLU or
 conv + tanh + 2x2 pool when the variant has that epilogue, an activation into the max-pool that
 follows it, LRN + max-pool, FC + activation. The cpu variant runs the same plan with NumPy.
 """
@@ -18,6 +21,7 @@ from typing import Callable, Protocol, runtime_checkable
 import numpy as np
 
 from .. import ops
+from ..gpu.elements import FLOAT16, FLOAT32
 from ..kernels import RELU, TANH_POOL, Variant
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 from ..oracle import reference
@@ -37,6 +41,7 @@ class StepOp(Protocol):
     compile_seconds: float
     capturable: bool  # only kernel launches on the given buffers: a CUDA graph can replay it
     layout: str  # the memory format (shapes.NCHW / NHWC) of its 4-D input and output
+    output_dtype: np.dtype  # what it writes: float32, or fp16 for an fp16 conv after it
 
     def __call__(self, x, y) -> None: ...
 
@@ -104,6 +109,7 @@ class HostOp:
     kernel: str = "numpy"
     capturable: bool = False
     layout: str = NCHW
+    output_dtype: np.dtype = FLOAT32
 
     def __call__(self, x, y):
         y[...] = self.fn(x)
@@ -134,6 +140,26 @@ def fusable(layers: tuple, i: int) -> bool:
     rest = layers[i + 1:i + 3]
     return (len(rest) == 2 and isinstance(rest[0], Tanh) and isinstance(rest[1], MaxPool)
             and rest[1].size == 2 and rest[1].step == 2)
+
+
+# Layers that give the same bits on fp16-rounded input as on float32 input rounded after them
+# (max and ReLU are monotonic and pick one of their inputs): an fp16 activation may pass them.
+ROUNDING_TRANSPARENT = (MaxPool, ReLU)
+
+
+def fp16_next(layers: tuple, j: int, layout: str, variant_for: Callable[[Conv], Variant]) -> bool:
+    """Whether an activation in `layout` that layers[j:] take next may be written as fp16: the
+    first conv it reaches, past rounding-transparent layers only, reads fp16 channels-last as
+    it is (`variant_for(conv)`: the variant that runs it)."""
+    if layout != NHWC:
+        return False
+    for layer in layers[j:]:
+        if isinstance(layer, Conv):
+            variant = variant_for(layer)
+            return variant.layout == NHWC and variant.input_dtype() == FLOAT16
+        if not isinstance(layer, ROUNDING_TRANSPARENT):
+            return False
+    return False
 
 
 def conv_epilogue(variant: Variant, layers: tuple, i: int, shape: ConvShape) -> tuple[str | None, int]:
@@ -178,6 +204,7 @@ class Network:
         number = ""
         view = flattened = None
         layout = NCHW
+        dtype = FLOAT32
         i = 0
         while i < len(layers):
             layer, in_shape, _ = trace[i]
@@ -193,22 +220,36 @@ class Network:
                 if step.op.stage_input is None and step.op.layout != layout:
                     step.convert_to = step.op.layout
             else:
-                step, used = self._layer_step(layers, i, in_shape, number, layout, flattened)
+                step, used = self._layer_step(layers, i, in_shape, number, layout, flattened,
+                                              dtype, fallback)
             step.in_view, step.in_layout = view, layout
             view = flattened = None
             if step.output is None:
-                step.output = self.xp.empty(step.op.output_shape, dtype=self.xp.float32)
+                step.output = self.xp.empty(step.op.output_shape, dtype=step.op.output_dtype)
             self.steps.append(step)
             layout = step.op.layout if step.op.layout in LAYOUTS else NCHW
+            dtype = step.op.output_dtype
             i += used
+
+    def _variant_for(self, shape: ConvShape, fallback: Variant | None) -> Variant:
+        if not self.variant.supports(shape) and fallback is not None:
+            return fallback
+        return self.variant
+
+    def _fp16_next(self, layers: tuple, j: int, layout: str, fallback: Variant | None) -> bool:
+        shapes = self.weights.spec.conv_shapes(self.batch)
+        return fp16_next(layers, j, layout, lambda conv: self._variant_for(shapes[conv.name],
+                                                                           fallback))
 
     def _conv_step(self, layers, i, shape, fallback) -> tuple[ConvStep, int]:
         layer = layers[i]
-        variant = self.variant
-        if not variant.supports(shape) and fallback is not None:
-            variant = fallback
+        variant = self._variant_for(shape, fallback)
+        if variant is not self.variant:
             self.fallback_layers.append(layer.name)
         epilogue, absorbed = conv_epilogue(variant, layers, i, shape)
+        if FLOAT16 in variant.output_dtypes and self._fp16_next(layers, i + 1 + absorbed,
+                                                                 variant.layout, fallback):
+            variant = variant.writing(FLOAT16)
         w = self.weights.arrays[f"{layer.name}.weight"]
         b = self.weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
         op = variant.prepare(shape, w, epilogue, b)
@@ -221,13 +262,15 @@ class Network:
                         op=op, layers=tuple(layers[i:i + 1 + absorbed]), shape=shape, weights=w,
                         bias=b, epilogue=epilogue, layer=layer), 1 + absorbed
 
-    def _layer_step(self, layers, i, in_shape, number, layout=NCHW,
-                    flattened=None) -> tuple[Step, int]:
+    def _layer_step(self, layers, i, in_shape, number, layout=NCHW, flattened=None,
+                    dtype=FLOAT32, fallback=None) -> tuple[Step, int]:
         layer = layers[i]
         nxt = layers[i + 1] if i + 1 < len(layers) else None
         if self.on_gpu:
             def make(category, label, group, shape):
-                return self._device_op(category, label, group, shape, layout, flattened)
+                half = self._fp16_next(layers, i + len(group), layout, fallback)
+                return self._device_op(category, label, group, shape, layout, flattened, dtype,
+                                       FLOAT16 if half else FLOAT32)
         else:
             make = self._host_op
         if type(layer) in ACTIVATIONS and isinstance(nxt, MaxPool):
@@ -249,9 +292,12 @@ class Network:
         return make(category, label, (layer,), in_shape), 1
 
     def _device_op(self, category: str, label: str, group: tuple, in_shape: tuple,
-                   layout: str = NCHW, flattened: tuple | None = None) -> Step:
+                   layout: str = NCHW, flattened: tuple | None = None, in_dtype=FLOAT32,
+                   out_dtype=FLOAT32) -> Step:
         """`layout`: the activations' memory format; `flattened`: the 4-D shape a flatten just
-        before this step read in that format."""
+        before this step read in that format; `in_dtype`, `out_dtype`: the element types of
+        its input and output (fp16 ones only for max-pools and activations, an fp16 output
+        only for those and LRN)."""
         first, last = group[0], group[-1]
         activation = next((ACTIVATIONS[type(g)] for g in group if type(g) in ACTIVATIONS), None)
         arrays = None
@@ -264,16 +310,18 @@ class Network:
             op = ops.prepare_dense(self.batch, w, b, activation)
         elif isinstance(first, LRN) and isinstance(last, MaxPool):
             op = ops.prepare_lrn_max_pool(in_shape, first.size, first.alpha, first.beta, first.k,
-                                          last.size, last.step, layout)
+                                          last.size, last.step, layout, out_dtype)
         elif isinstance(first, LRN):
-            op = ops.prepare_lrn(in_shape, first.size, first.alpha, first.beta, first.k, layout)
+            op = ops.prepare_lrn(in_shape, first.size, first.alpha, first.beta, first.k, layout,
+                                 out_dtype)
         elif isinstance(last, MaxPool):
-            op = ops.prepare_max_pool(in_shape, last.size, last.step, activation, layout)
+            op = ops.prepare_max_pool(in_shape, last.size, last.step, activation, layout,
+                                      in_dtype, out_dtype)
         elif isinstance(first, Softmax):
             op = ops.prepare_softmax(in_shape[0], int(np.prod(in_shape[1:])))
         else:
             op = ops.prepare_activation(in_shape, activation, layout if len(in_shape) == 4
-                                        else NCHW)
+                                        else NCHW, in_dtype, out_dtype)
         return Step(label=label, category=category, kernel_label=f"{op.name} {label}", op=op,
                     layers=group, arrays=arrays)
 
@@ -341,9 +389,10 @@ class Network:
                     on_step(step, "end")
             a = step.result()
             # cuDNN's rows return their own arrays, half or channels-last, from an op that
-            # declares NCHW: our layer kernels read float32 in the declared format.
-            if a.dtype != self.xp.float32 or (step.op.layout == NCHW and not a.flags.c_contiguous):
-                a = self.xp.ascontiguousarray(a, dtype=self.xp.float32)
+            # declares float32 NCHW: our layer kernels read what the op declares.
+            if a.dtype != step.output.dtype or (step.op.layout == NCHW
+                                                and not a.flags.c_contiguous):
+                a = self.xp.ascontiguousarray(a, dtype=step.output.dtype)
         return a
 
     def predict(self, images: np.ndarray) -> np.ndarray:

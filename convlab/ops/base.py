@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..gpu.elements import FLOAT32
 from ..gpu.jit import build_options, load_module
 from ..oracle.verify import LAMBDA
 from ..shapes import LAYOUTS, NCHW
@@ -70,6 +71,7 @@ class LayerOp:
     extra_kernels: tuple[str, ...] = ()
     capturable: bool = True  # launches on the given buffers only
     layout: str = NCHW  # the memory format of its 4-D input and output (shapes.NCHW / NHWC)
+    output_dtype: np.dtype = FLOAT32
 
     def __call__(self, x, y):
         self.launch(x, y)

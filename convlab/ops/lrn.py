@@ -1,5 +1,7 @@
 """LRN across channels (Caffe's definition), alone or fused with the max-pool that follows it."""
 
+from ..gpu.elements import ELEMENT_SOURCE, FLOAT32, element_defines
+
 # d^-beta, shared by the NCHW and the channels-last kernels.
 LRN_FACTOR = r"""
 #define AFTER (SIZE - 1 - BEFORE)
@@ -48,8 +50,8 @@ SOURCE = r"""
 // grow along the channels. Inputs are assumed to have squares that sum within float32.
 // Compile-time: C, H, W, SIZE, BEFORE, CB, DEPTH, BETA_THREE_QUARTERS, BLOCK, MIN_BLOCKS; for
 // lrn also COLUMNS; for the fused pool also HO, WO, PS, PST, TOH, TOW, IH, IW, NPIX, PPT, OPT,
-// TILES_W, CW, ROW.
-""" + LRN_FACTOR + r"""
+// TILES_W, CW, ROW; OUT_HALF (fp16 output, for an fp16 conv after it).
+""" + LRN_FACTOR + ELEMENT_SOURCE + r"""
 #define HW (H * W)
 constexpr int RING = SIZE + DEPTH;
 // A range shorter than the ring is unrolled whole (unrolling it RING times would leave only the
@@ -94,7 +96,7 @@ __device__ __forceinline__ void slide(float (&v)[RING], const float* __restrict_
 // Grid: x over blocks of BLOCK pixel columns counted across all images (column q is pixel
 // q % HW of image q / HW, so no block idles at the end of a plane), y over channel ranges of CB.
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
-lrn(const float* __restrict__ x, float* __restrict__ y, float scale, float k, float neg_beta)
+lrn(const float* __restrict__ x, out_t* __restrict__ y, float scale, float k, float neg_beta)
 {
     const long long q = (long long)blockIdx.x * BLOCK + threadIdx.x;
     if (q >= COLUMNS) return;
@@ -104,12 +106,12 @@ lrn(const float* __restrict__ x, float* __restrict__ y, float scale, float k, fl
     const long long image = q / HW;
     const long long offset = image * (C * HW) + (q - image * HW);
     const float* __restrict__ px = x + offset;
-    float* __restrict__ py = y + offset;
+    out_t* __restrict__ py = y + offset;
     float v[RING];
     fill(v, px, c0, limit);
 #pragma unroll UNROLL
     for (int c = c0; c < c1; ++c) {
-        py[c * HW] = lrn_at(v, scale, k, neg_beta);
+        py[c * HW] = to_out(lrn_at(v, scale, k, neg_beta));
         slide(v, px, c + RING - BEFORE, limit);
     }
 }
@@ -134,7 +136,7 @@ lrn(const float* __restrict__ x, float* __restrict__ y, float scale, float k, fl
 // suffices (a plane is written again two channels later, after every thread passed the barrier
 // that follows its last reads). Every thread runs every channel step: no early exit.
 extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
-lrn_max_pool(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
+lrn_max_pool(const float* __restrict__ x, out_t* __restrict__ y, float scale, float k,
              float neg_beta)
 {
     __shared__ float plane[2][IH * ROW];
@@ -145,7 +147,7 @@ lrn_max_pool(const float* __restrict__ x, float* __restrict__ y, float scale, fl
     const int limit = min(C, c1 + AFTER);
     const long long b = blockIdx.z;
     const float* __restrict__ xb = x + b * (C * HW);
-    float* __restrict__ yb = y + b * (C * HO * WO);
+    out_t* __restrict__ yb = y + b * (C * HO * WO);
     const float* px[PPT];
     int lim[PPT];
     int slot[PPT];
@@ -196,7 +198,7 @@ lrn_max_pool(const float* __restrict__ x, float* __restrict__ y, float scale, fl
 #pragma unroll
                     for (int j = 0; j < PS; ++j)
                         if (r + j > 0) m = fmaxf(m, window[r * ROW + (j % PST) * CW + j / PST]);
-                yb[c * (HO * WO) + dst[i]] = m;
+                yb[c * (HO * WO) + dst[i]] = to_out(m);
             }
         }
     }
@@ -213,8 +215,9 @@ NHWC_SOURCE = r"""
 // does, so both layouts give the same bits. Every lane of a warp takes part in the shuffles:
 // threads past the end compute on a clamped element and store nothing.
 // Compile-time: C, SIZE, BEFORE, BETA_THREE_QUARTERS, BLOCK, TOTAL (outputs); for the fused
-// pool also H, W, HO, WO, PS, PST, and for its tiled form TILED, TOH, TOW, TILES_W, IH, IW.
-""" + LRN_FACTOR + r"""
+// pool also H, W, HO, WO, PS, PST, and for its tiled form TILED, TOH, TOW, TILES_W, IH, IW;
+// OUT_HALF (fp16 output, for an fp16 conv after it).
+""" + LRN_FACTOR + ELEMENT_SOURCE + r"""
 __device__ __forceinline__ float lrn_nhwc_at(const float* __restrict__ px, int c, float scale,
                                              float k, float neg_beta)
 {
@@ -235,14 +238,14 @@ __device__ __forceinline__ float lrn_nhwc_at(const float* __restrict__ px, int c
 
 #ifndef PS
 extern "C" __global__ void __launch_bounds__(BLOCK)
-lrn_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
+lrn_nhwc(const float* __restrict__ x, out_t* __restrict__ y, float scale, float k,
          float neg_beta)
 {
     const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
     const long long e = i < TOTAL ? i : TOTAL - 1;
     const int c = (int)(e % C);
     const float v = lrn_nhwc_at(x + (e - c), c, scale, k, neg_beta);
-    if (i < TOTAL) y[i] = v;
+    if (i < TOTAL) y[i] = to_out(v);
 }
 #elif defined(TILED)
 // LRN + max-pool, channels-last: a block owns a TOH x TOW tile of pooled outputs of one image
@@ -255,7 +258,7 @@ lrn_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float 
 // window's channels past it (the halo), so the window sums are shuffles only.
 #define UNROLL 4
 extern "C" __global__ void __launch_bounds__(BLOCK)
-lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
+lrn_max_pool_nhwc(const float* __restrict__ x, out_t* __restrict__ y, float scale, float k,
                   float neg_beta)
 {
     __shared__ float normalised[IH * IW * 32];
@@ -307,7 +310,7 @@ lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scal
 #pragma unroll
             for (int j = 0; j < PS; ++j)
                 if (r + j > 0) m = fmaxf(m, window[(r * IW + j) * 32]);
-        y[((image * HO + oh) * WO + ow) * C + c] = m;
+        y[((image * HO + oh) * WO + ow) * C + c] = to_out(m);
     }
 }
 #else
@@ -315,7 +318,7 @@ lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scal
 // one thread per pooled output (b, oh, ow, c), the max over its PS x PS window of the LRN
 // values at channel c, each normalised anew.
 extern "C" __global__ void __launch_bounds__(BLOCK)
-lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scale, float k,
+lrn_max_pool_nhwc(const float* __restrict__ x, out_t* __restrict__ y, float scale, float k,
                   float neg_beta)
 {
     const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
@@ -333,7 +336,7 @@ lrn_max_pool_nhwc(const float* __restrict__ x, float* __restrict__ y, float scal
 #pragma unroll
         for (int q = 0; q < PS; ++q)
             if (p + q > 0) m = fmaxf(m, lrn_nhwc_at(window + (p * W + q) * C, c, scale, k, neg_beta));
-    if (i < TOTAL) y[i] = m;
+    if (i < TOTAL) y[i] = to_out(m);
 }
 #endif
 """
@@ -439,12 +442,14 @@ def _nhwc_defines(C: int, size: int, beta: float, total: int) -> dict[str, int]:
 
 
 def lrn_kernel(in_shape, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0,
-               sms: int = H100.sms, layout: str = NCHW) -> KernelSpec:
+               sms: int = H100.sms, layout: str = NCHW, out_dtype=FLOAT32) -> KernelSpec:
     """The kernel prepare_lrn launches for this input shape in `layout`."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
+    elements = element_defines(FLOAT32, out_dtype)
     if check_layout(layout) == NHWC:
         total = B * C * H * W
-        return spec("ops.lrn", "lrn_nhwc", NHWC_SOURCE, _nhwc_defines(C, size, beta, total),
+        return spec("ops.lrn", "lrn_nhwc", NHWC_SOURCE,
+                    _nhwc_defines(C, size, beta, total) | elements,
                     (ceil_div(total, NHWC_BLOCK),), NHWC_BLOCK)
     columns = B * H * W
     column_blocks = ceil_div(columns, LRN_BLOCK)
@@ -453,7 +458,7 @@ def lrn_kernel(in_shape, size: int, alpha: float = 1e-4, beta: float = 0.75, k: 
     min_blocks = LRN_MIN_BLOCKS if three_quarters(beta) else LRN_MIN_BLOCKS_GENERAL
     cb = channels_per_block(column_blocks, C, size, min_blocks * sms)
     defines = _lrn_defines(C, H, W, size, beta, cb, LRN_DEPTH, LRN_BLOCK, min_blocks) | {
-        "COLUMNS": columns}
+        "COLUMNS": columns} | elements
     return spec("ops.lrn", "lrn", SOURCE, defines, (column_blocks, ceil_div(C, cb)), LRN_BLOCK)
 
 
@@ -480,16 +485,17 @@ def pool_tile(H: int, W: int, pool_size: int, pool_stride: int) -> tuple[int, in
 
 def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float,
                         pool_size: int, pool_stride: int, sms: int = H100.sms,
-                        layout: str = NCHW) -> KernelSpec:
+                        layout: str = NCHW, out_dtype=FLOAT32) -> KernelSpec:
     """The kernel prepare_lrn_max_pool launches for this input shape in `layout`."""
     B, C, H, W = _check_lrn(in_shape, size, alpha, beta, k)
+    elements = element_defines(FLOAT32, out_dtype)
     if check_layout(layout) == NHWC:
         if pool_size < 1 or pool_stride < 1 or pool_size > min(H, W):
             raise ValueError(f"a {pool_size}x{pool_size}/{pool_stride} pool does not fit "
                              f"{H}x{W}")
         ho, wo = pooled_size(H, pool_size, pool_stride), pooled_size(W, pool_size, pool_stride)
         total = B * C * ho * wo
-        defines = _nhwc_defines(C, size, beta, total) | {
+        defines = _nhwc_defines(C, size, beta, total) | elements | {
             "H": H, "W": W, "HO": ho, "WO": wo, "PS": pool_size, "PST": pool_stride}
         tile = nhwc_pool_tile(ho, wo, pool_size, pool_stride)
         if tile is None or B > 65535 or size > 33:  # a window past the halo lanes: untiled
@@ -522,7 +528,7 @@ def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float
     defines = _lrn_defines(C, H, W, size, beta, cb, FUSED_DEPTH, block, FUSED_MIN_BLOCKS) | {
         "HO": ho, "WO": wo, "PS": pool_size, "PST": pool_stride, "TOH": toh, "TOW": tow,
         "IH": ih, "IW": iw, "NPIX": npix, "PPT": ppt, "OPT": ceil_div(toh * tow, block),
-        "TILES_W": ceil_div(wo, tow), "CW": cw, "ROW": pool_stride * cw}
+        "TILES_W": ceil_div(wo, tow), "CW": cw, "ROW": pool_stride * cw} | elements
     return spec("ops.lrn", "lrn_max_pool", SOURCE, defines, (tiles, ceil_div(C, cb), B), block)
 
 
@@ -532,10 +538,11 @@ def _scalars(size: int, alpha: float, beta: float, k: float) -> tuple:
 
 
 def prepare_lrn(in_shape, size: int, alpha: float, beta: float, k: float,
-                layout: str = NCHW) -> LayerOp:
-    """Caffe's LRN across channels, x (B, C, H, W) -> y of the same shape (not in place),
-    both in `layout`."""
-    kernel_spec = lrn_kernel(in_shape, size, alpha, beta, k, hardware.current().sms, layout)
+                layout: str = NCHW, out_dtype=FLOAT32) -> LayerOp:
+    """Caffe's LRN across channels, x (B, C, H, W) float32 -> y of the same shape (not in
+    place) of `out_dtype` (float32 or float16), both in `layout`."""
+    kernel_spec = lrn_kernel(in_shape, size, alpha, beta, k, hardware.current().sms, layout,
+                             out_dtype)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     scalars = _scalars(size, alpha, beta, k)
@@ -544,13 +551,15 @@ def prepare_lrn(in_shape, size: int, alpha: float, beta: float, k: float,
         kernel(kernel_spec.grid, kernel_spec.block, (x, y) + scalars)
 
     return LayerOp(f"LRN {size}", "lrn", kernel_spec.function, launch, tuple(in_shape),
-                   compiled.seconds, layout=layout)
+                   compiled.seconds, layout=layout, output_dtype=np.dtype(out_dtype))
 
 
 def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: float,
-                         pool_size: int, pool_stride: int, layout: str = NCHW) -> LayerOp:
+                         pool_size: int, pool_stride: int, layout: str = NCHW,
+                         out_dtype=FLOAT32) -> LayerOp:
     """LRN, then a pool_size x pool_size / pool_stride max-pool, in one kernel that reads the
-    input once and writes only the pooled map (input and output in `layout`).
+    input once and writes only the pooled map (input and output in `layout`; the input
+    float32, the output `out_dtype`).
 
     Bytes through device memory, with N input elements and P pooled outputs: unfused, LRN reads
     N and writes N, and the pool reads those N again and writes P: 12N + 4P bytes. Fused: 4N +
@@ -559,7 +568,7 @@ def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: floa
     191 MB at batch 128 - against the 1.44 MB and 0.92 MB per image the fused kernels move.
     """
     kernel_spec = lrn_max_pool_kernel(in_shape, size, alpha, beta, k, pool_size, pool_stride,
-                                      hardware.current().sms, layout)
+                                      hardware.current().sms, layout, out_dtype)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     scalars = _scalars(size, alpha, beta, k)
@@ -571,7 +580,8 @@ def prepare_lrn_max_pool(in_shape, size: int, alpha: float, beta: float, k: floa
         kernel(kernel_spec.grid, kernel_spec.block, (x, y) + scalars)
 
     return LayerOp(f"LRN {size} + {max_pool_name(pool_size, pool_stride)}", "lrn",
-                   kernel_spec.function, launch, out_shape, compiled.seconds, layout=layout)
+                   kernel_spec.function, launch, out_shape, compiled.seconds, layout=layout,
+                   output_dtype=np.dtype(out_dtype))
 
 
 def window_sums(x64: np.ndarray, size: int) -> np.ndarray:

@@ -1,5 +1,6 @@
 """max-pool: any window and stride, floor mode, an optional activation applied to the result."""
 
+from ..gpu.elements import ELEMENT_SOURCE, FLOAT32, element_defines
 from .base import ACTIVATION_SOURCE
 
 SOURCE = r"""
@@ -14,10 +15,13 @@ SOURCE = r"""
 // (one tanh per output rather than per input; the input is read once either way).
 // With NHWC (channels-last, C channels), consecutive threads take consecutive channels of one
 // output pixel instead, which are adjacent in memory there, and a window step is C floats.
-// Compile-time: H, W, HO, WO, SIZE, STRIDE, ACT, BLOCK, NHWC, C. The flat output index is 64-bit.
-""" + ACTIVATION_SOURCE + r"""
+// fp16 in or out (IN_HALF, OUT_HALF): the max of fp16 values is one of them, so a pool between
+// two fp16 convs gives the bits it gives in float32.
+// Compile-time: H, W, HO, WO, SIZE, STRIDE, ACT, BLOCK, NHWC, C, IN_HALF, OUT_HALF. The flat
+// output index is 64-bit.
+""" + ACTIVATION_SOURCE + ELEMENT_SOURCE + r"""
 extern "C" __global__ void __launch_bounds__(BLOCK)
-max_pool(const float* __restrict__ x, float* __restrict__ y, long long total)
+max_pool(const in_t* __restrict__ x, out_t* __restrict__ y, long long total)
 {
     const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
     if (i >= total) return;
@@ -28,7 +32,7 @@ max_pool(const float* __restrict__ x, float* __restrict__ y, long long total)
     const long long rows = pixel / WO;
     const int oh = (int)(rows % HO);
     const long long image = rows / HO;
-    const float* __restrict__ window =
+    const in_t* __restrict__ window =
         x + ((image * H + oh * STRIDE) * W + ow * STRIDE) * C + c;
 #define STEP C
 #else
@@ -36,16 +40,16 @@ max_pool(const float* __restrict__ x, float* __restrict__ y, long long total)
     const long long rows = i / WO;
     const int oh = (int)(rows % HO);
     const long long plane = rows / HO;
-    const float* __restrict__ window = x + plane * (H * W) + (oh * STRIDE) * W + ow * STRIDE;
+    const in_t* __restrict__ window = x + plane * (H * W) + (oh * STRIDE) * W + ow * STRIDE;
 #define STEP 1
 #endif
-    float v = __ldg(window);
+    float v = load_in(window);
 #pragma unroll
     for (int p = 0; p < SIZE; ++p)
 #pragma unroll
         for (int q = 0; q < SIZE; ++q)
-            v = fmaxf(v, __ldg(window + (p * W + q) * STEP));
-    y[i] = activate(v);
+            v = fmaxf(v, load_in(window + (p * W + q) * STEP));
+    y[i] = to_out(activate(v));
 }
 """
 
@@ -66,7 +70,7 @@ def pooled_size(n: int, size: int, stride: int) -> int:
 
 
 def max_pool_kernel(in_shape, size: int, stride: int, activation: str | None = None,
-                    layout: str = NCHW) -> KernelSpec:
+                    layout: str = NCHW, in_dtype=FLOAT32, out_dtype=FLOAT32) -> KernelSpec:
     """The kernel prepare_max_pool launches for this input shape (B, C, H, W) in `layout`."""
     B, C, H, W = check_shape(in_shape, 4, "max-pool")
     if size < 1 or stride < 1:
@@ -78,7 +82,8 @@ def max_pool_kernel(in_shape, size: int, stride: int, activation: str | None = N
     total = B * C * ho * wo
     defines = {"H": H, "W": W, "HO": ho, "WO": wo, "SIZE": size, "STRIDE": stride,
                "ACT": check_activation(activation), "BLOCK": BLOCK,
-               "NHWC": int(check_layout(layout) == NHWC), "C": C}
+               "NHWC": int(check_layout(layout) == NHWC), "C": C,
+               **element_defines(in_dtype, out_dtype)}
     return spec("ops.pool", "max_pool", SOURCE, defines, (ceil_div(total, BLOCK),), BLOCK)
 
 
@@ -88,10 +93,11 @@ def max_pool_name(size: int, stride: int, activation: str | None = None) -> str:
 
 
 def prepare_max_pool(in_shape, size: int, stride: int, activation: str | None = None,
-                     layout: str = NCHW) -> LayerOp:
+                     layout: str = NCHW, in_dtype=FLOAT32, out_dtype=FLOAT32) -> LayerOp:
     """y = activation(max-pool(x)): x (B, C, H, W) -> (B, C, (H-size)//stride+1, ...), both in
-    `layout` (NCHW or NHWC memory)."""
-    kernel_spec = max_pool_kernel(in_shape, size, stride, activation, layout)
+    `layout` (NCHW or NHWC memory), x of `in_dtype` and y of `out_dtype` (float32 or float16)."""
+    kernel_spec = max_pool_kernel(in_shape, size, stride, activation, layout, in_dtype,
+                                  out_dtype)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
     B, C, H, W = in_shape
@@ -102,7 +108,7 @@ def prepare_max_pool(in_shape, size: int, stride: int, activation: str | None = 
         kernel(kernel_spec.grid, kernel_spec.block, (x, y, total))
 
     return LayerOp(max_pool_name(size, stride, activation), "pool", "max_pool", launch,
-                   out_shape, compiled.seconds, layout=layout)
+                   out_shape, compiled.seconds, layout=layout, output_dtype=np.dtype(out_dtype))
 
 
 def reference_max_pool(x: np.ndarray, size: int, stride: int,

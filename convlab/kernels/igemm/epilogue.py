@@ -1,5 +1,6 @@
 """The epilogue: the accumulators through shared memory so stores are coalesced, then bias and
-ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE). NCHW stores: a warp per
+ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE), stored as float32 or fp16
+(gpu.elements' `to_out`, OUT_HALF). NCHW stores: a warp per
 output channel row, lanes along consecutive pixels; NHWC stores: a warp per pixel, lanes along
 consecutive output channels."""
 
@@ -37,7 +38,7 @@ STORE_NCHW = r"""
         for (int i = 0; i < BN / 32; ++i) {
             if (yoff[i] < 0) continue;
             y[yoff[i] + (long long)mg * HWO] =
-                finish_output(cs[m * C_LD + lane + 32 * i], bias, group * MG + mg);
+                to_out(finish_output(cs[m * C_LD + lane + 32 * i], bias, group * MG + mg));
         }
     }
 }
@@ -63,11 +64,11 @@ STORE_NHWC = r"""
     for (int n = warp; n < BN; n += NWARPS) {
         const int pix = ntile * BN + n;
         if (pix >= npix) break;
-        float* yrow = y + (long long)pix * M + group * MG;
+        out_t* yrow = y + (long long)pix * M + group * MG;
 #pragma unroll
         for (int m = lane; m < BM; m += 32) {
             const int mg = mtile * BM + m;
-            if (mg < MG) yrow[mg] = finish_output(cs[n * C_LD + m], bias, group * MG + mg);
+            if (mg < MG) yrow[mg] = to_out(finish_output(cs[n * C_LD + m], bias, group * MG + mg));
         }
     }
 }

@@ -178,7 +178,7 @@ KERNEL_BEGIN = r"""
 extern "C" __global__ void __launch_bounds__(THREADS)
 conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const int4* __restrict__ table, const float* __restrict__ bias,
-             float* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
+             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
 {
     extern __shared__ __align__(16) float smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

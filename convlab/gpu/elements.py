@@ -1,0 +1,63 @@
+"""The element types kernels read and write between the network's layers, as CUDA C.
+
+Activations are float32, or fp16 where the next consumer is an fp16 convolution that reads them
+as they are: the op (or conv) before it writes fp16 and no conversion pass runs between them.
+"""
+
+import numpy as np
+
+# What a kernel reads and writes, as its IN_HALF / OUT_HALF compile-time switches.
+FLOAT32, FLOAT16 = np.dtype(np.float32), np.dtype(np.float16)
+ELEMENT_TYPES = (FLOAT32, FLOAT16)
+
+# The fragment every op and the implicit-GEMM epilogue include. The arithmetic stays float32;
+# PTX cvt converts (no header needed), rounding to nearest even as NumPy's and CuPy's astype do.
+ELEMENT_SOURCE = r"""
+#if IN_HALF
+typedef unsigned short in_t;  // IEEE fp16 bits
+#else
+typedef float in_t;
+#endif
+#if OUT_HALF
+typedef unsigned short out_t;
+#else
+typedef float out_t;
+#endif
+
+__device__ __forceinline__ float to_float(in_t e)
+{
+#if IN_HALF
+    float v;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(e));
+    return v;
+#else
+    return e;
+#endif
+}
+
+__device__ __forceinline__ float load_in(const in_t* __restrict__ p)
+{
+    return to_float(__ldg(p));
+}
+
+__device__ __forceinline__ out_t to_out(float v)
+{
+#if OUT_HALF
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+#else
+    return v;
+#endif
+}
+"""
+
+
+def element_defines(in_dtype=FLOAT32, out_dtype=FLOAT32) -> dict[str, int]:
+    """IN_HALF / OUT_HALF for a kernel reading `in_dtype` and writing `out_dtype`."""
+    for dtype in (in_dtype, out_dtype):
+        if np.dtype(dtype) not in ELEMENT_TYPES:
+            raise ValueError(f"kernels read and write {' or '.join(map(str, ELEMENT_TYPES))}, "
+                             f"not {np.dtype(dtype)}")
+    return {"IN_HALF": int(np.dtype(in_dtype) == FLOAT16),
+            "OUT_HALF": int(np.dtype(out_dtype) == FLOAT16)}
