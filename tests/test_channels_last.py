@@ -20,7 +20,8 @@ from convlab.shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_las
 VARIANTS = [CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
             CL.ChannelsLastBF16()]
 LAYERS = {**get_model("alexnet").conv_shapes(128),
-          "resnet": ConvShape(64, 64, 56, 56, 64, 3, pad=1)}
+          "resnet": ConvShape(64, 64, 56, 56, 64, 3, pad=1),
+          "fc6": ConvShape(128, 9216, 1, 1, 4096, 1, bias=True)}  # an FC layer as a 1x1 conv
 ODD_SHAPES = [
     ConvShape(3, 5, 17, 13, 7, 3, stride=2, pad=3),
     ConvShape(1, 8, 9, 11, 12, 5, pad=2, groups=4, bias=True),
@@ -98,24 +99,38 @@ def test_writing_keeps_the_tiling_and_refuses_other_types():
 
 
 def test_fp16_activations_run_from_an_op_to_the_fp16_conv_after_it():
-    """In alexnet, an activation is written as fp16 where the next conv is channels-last fp16
-    and only max-pools or ReLUs stand between: before pool1/pool2 (the LRN + pool steps write
-    it), after conv3 and conv4 (their ReLUs fused); never before an LRN or an FC, for a tf32
-    or bf16 conv, or in NCHW."""
+    """In alexnet, an activation is written as fp16 where the next conv (or FC layer the
+    variant runs) reads fp16 channels-last and only max-pools, ReLUs or a flatten stand
+    between: before pool1/pool2 (the LRN + pool steps write it), after conv3 and conv4 (their
+    ReLUs fused), and with the FC layers run by the variant after conv5, pool5, fc6 and fc7;
+    never before an LRN or the softmax, for our own FC kernels, a tf32 or bf16 conv, or in
+    NCHW."""
     layers = get_model("alexnet").layers
 
-    def fp16_at(variant, layout=NHWC):
-        return [j for j in range(1, len(layers) + 1)
-                if fp16_next(layers, j, layout, lambda conv: variant)]
+    def fp16_at(variant, layout=NHWC, dense=True):
+        def variant_for(layer):
+            return variant if dense or isinstance(layer, Conv) else None
 
-    conv = [j for j, layer in enumerate(layers) if isinstance(layer, Conv)]
-    assert fp16_at(CL.ChannelsLastFP16()) == [3, 4, 7, 8, 9, 10, 11, 12]
-    assert {conv[1], conv[2] + 2, conv[3] + 2} <= set(fp16_at(CL.ChannelsLastFP16()))
-    assert conv[0] + 2 not in fp16_at(CL.ChannelsLastFP16())  # conv1's output meets norm1
+        return [j for j in range(1, len(layers) + 1)
+                if fp16_next(layers, j, layout, variant_for)]
+
+    index = {getattr(layer, "name", None): j for j, layer in enumerate(layers)}
+    assert fp16_at(CL.ChannelsLastFP16(), dense=False) == [3, 4, 7, 8, 9, 10, 11, 12]
+    with_dense = fp16_at(CL.ChannelsLastFP16())
+    assert with_dense == [3, 4, 7, 8, 9, 10, 11, 12] + list(range(13, index["fc8"] + 1))
+    assert index["conv1"] + 2 not in with_dense  # conv1's output meets norm1
+    assert index["fc8"] + 1 not in with_dense  # fc8's output meets the softmax
     assert fp16_at(CL.ChannelsLast()) == []
     assert fp16_at(CL.ChannelsLastBF16()) == []
     assert fp16_at(PipelinedFP16()) == []
     assert fp16_at(CL.ChannelsLastFP16(), layout=NCHW) == []
+
+
+def test_channels_last_variants_run_fc_layers_as_1x1_convolutions():
+    fc6 = ConvShape(128, 9216, 1, 1, 4096, 1, bias=True)
+    for variant in VARIANTS:
+        assert variant.runs_dense and variant.supports(fc6)
+    assert not PipelinedFP16().runs_dense
 
 
 def test_half_maths_pipeline_deeper_than_two_stages_over_nhwc():

@@ -457,9 +457,10 @@ def test_the_checked_pass_poisons_on_the_pipelines_stream():
 
 @pytest.mark.smoke
 def test_fp16_activations_hand_over_without_changing_a_bit(rng, monkeypatch):
-    """channels-last-fp16 AlexNet: the steps before conv2-conv5 write fp16 (the LRN + pool
-    steps, conv3 and conv4) and those convs read it as it is, no staging; the probabilities are
-    the bits of the same network with every activation float32 and converted by the convs."""
+    """channels-last-fp16 AlexNet: the steps before conv2-conv5 and the FC layers the variant
+    runs write fp16 (the LRN + pool steps, conv3-conv5, pool5, fc6, fc7) and those read it as
+    it is, no staging; the probabilities are the bits of the same network with every
+    activation float32 and converted by the variant."""
     import cupy
 
     weights = load_weights("alexnet")
@@ -467,7 +468,10 @@ def test_fp16_activations_hand_over_without_changing_a_bit(rng, monkeypatch):
     handed = net.Network(weights, VARIANTS["channels-last-fp16"], 8)
     written = {s.label: s.output.dtype for s in handed.steps}
     assert [label for label, dtype in written.items() if dtype == np.float16] == [
-        "norm1+pool1", "norm2+pool2", "conv3+relu3", "conv4+relu4"]
+        "norm1+pool1", "norm2+pool2", "conv3+relu3", "conv4+relu4", "conv5+relu5", "pool5",
+        "fc6+relu6", "fc7+relu7"]
+    assert [s.label for s in handed.conv_steps if s.category == "fc"] == [
+        "fc6+relu6", "fc7+relu7", "fc8"]
     probabilities = cupy.asnumpy(handed.forward(cupy.asarray(x)))
     assert all(s.staged is s.input for s in handed.conv_steps[1:])
     monkeypatch.setattr(net, "fp16_next", lambda *args: False)

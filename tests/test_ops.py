@@ -77,6 +77,7 @@ def structural_specs():
                                 ((1, 1, 5, 5), 5, 1)):
         yield from (pool.max_pool_kernel(shape, size, stride, a) for a in ACTS)
     for shape, size, ps, pst in (((2, 7, 5, 6), 5, 3, 2), ((1, 3, 7, 345), 4, 3, 2),
+                                 ((1, 4, 9, 9), 9, 3, 2), ((2, 200, 8, 8), 2, 2, 2),  # quads
                                  ((1, 2, 70, 70), 1, 5, 1), ((1, 11, 6, 6), 7, 6, 1),
                                  ((1, 3, 25, 25), 3, 20, 1)):  # a window past the NHWC tile
         for beta in (0.75, 1.5):  # the rsqrt path and the exp2f(log2f) path
@@ -91,7 +92,7 @@ def structural_specs():
         for lay in LAYOUTS:
             yield pool.max_pool_kernel((2, 3, 13, 11), 3, 2, ACTS[i % 3], lay, src, dst)
         yield activation.activation_kernel((3, 5), "relu", src, dst)
-    for shape, ps in (((2, 7, 5, 6), 3), ((1, 3, 25, 25), 20)):
+    for shape, ps in (((2, 7, 5, 6), 3), ((1, 3, 25, 25), 20), ((2, 8, 9, 9), 3)):
         for lay in LAYOUTS:
             yield lrn.lrn_kernel(shape, 5, 0.1, 0.75, 1.0, sms=1, layout=lay, out_dtype=F16)
             yield lrn.lrn_max_pool_kernel(shape, 5, 0.1, 0.75, 1.0, ps, 1, sms=1, layout=lay,
@@ -135,9 +136,6 @@ def test_compiled_configurations_cover_every_choice():
     assert functions == {"max_pool", "lrn", "lrn_max_pool", "dense_gemm", "dense_splitk_reduce",
                          "dense_gemv", "bias_activation", "softmax_rows", "activation",
                          "lrn_nhwc", "lrn_max_pool_nhwc"}
-    nhwc_pools = {"TILED" in dict(s.defines) for s in ALL_SPECS
-                  if s.function == "lrn_max_pool_nhwc"}
-    assert nhwc_pools == {True, False}  # the tiled kernel, and the one for larger windows
     powers = {(s.function, dict(s.defines)["BETA_THREE_QUARTERS"]) for s in ALL_SPECS
               if s.function in ("lrn", "lrn_max_pool")}
     assert powers == {(f, b) for f in ("lrn", "lrn_max_pool") for b in (0, 1)}
@@ -148,9 +146,11 @@ def test_compiled_configurations_cover_every_choice():
                                                                      (1, 0)}
     for function in ("lrn", "lrn_max_pool", "lrn_nhwc", "lrn_max_pool_nhwc"):
         assert {(i, o) for f, i, o in elements if f == function} == {(0, 0), (0, 1)}
-    tiled = {("TILED" in dict(s.defines), dict(s.defines)["OUT_HALF"]) for s in ALL_SPECS
-             if s.function == "lrn_max_pool_nhwc"}
-    assert tiled == {(t, o) for t in (True, False) for o in (0, 1)}
+    forms = {(next((f for f in ("QUADS", "TILED") if f in dict(s.defines)), "untiled"),
+              dict(s.defines)["OUT_HALF"]) for s in ALL_SPECS if s.function == "lrn_max_pool_nhwc"}
+    assert forms == {(f, o) for f in ("QUADS", "TILED", "untiled") for o in (0, 1)}
+    lanes = {dict(s.defines)["QG"] for s in ALL_SPECS if "QUADS" in dict(s.defines)}
+    assert {1, 2, 24, 32} <= lanes  # one lane (both ends), 24 (AlexNet's 96), a full warp
     acts = {(s.function, dict(s.defines).get("ACT")) for s in ALL_SPECS}
     for function in ("max_pool", "dense_gemm", "dense_gemv", "bias_activation"):
         assert {a for f, a in acts if f == function} == {0, 1, 2}

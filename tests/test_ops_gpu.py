@@ -71,7 +71,7 @@ def test_max_pool_matches_float64(rng, shape, size, stride, act):
 # --- LRN, alone and fused with the max-pool after it --------------------------------------------
 
 LRN_PARAMS = {"alexnet": ALEXNET_LRN, "strong": (3, 1.0, 0.75, 2.0), "even": (4, 0.1, 1.5, 1.0),
-              "one": (1, 0.5, 0.5, 1.5)}
+              "one": (1, 0.5, 0.5, 1.5), "nine": (9, 2.0, 0.75, 1.0)}
 
 
 def lrn_input(rng, shape, positive):
@@ -281,11 +281,18 @@ NHWC_CASES = [pytest.param((2, 7, 5, 6), "alexnet", 3, 2, marks=pytest.mark.smok
               pytest.param((1, 40, 11, 13), "strong", 3, 2, marks=pytest.mark.smoke),
               ((2, 5, 9, 9), "even", 2, 2), ((3, 33, 6, 6), "one", 6, 1),
               ((2, 96, 55, 55), "alexnet", 3, 2), ((2, 256, 27, 27), "alexnet", 3, 2),
-              ((1, 70, 25, 25), "strong", 20, 1)]  # a window too large for the NHWC tile
+              ((1, 70, 25, 25), "strong", 20, 1),  # a window too large for the NHWC tile
+              # the quad kernel: one lane, a 9-channel window, a partial last channel block
+              pytest.param((2, 4, 9, 9), "nine", 3, 2, marks=pytest.mark.smoke),
+              ((3, 200, 8, 8), "even", 2, 2), ((2, 40, 10, 10), "nine", 3, 1)]
+
+
+NHWC_IDS = ["7c", "40c", "9x9-2s2", "6s1", "norm1+pool1", "norm2+pool2", "20s1", "4c-size9",
+            "200c", "40c-size9"]
 
 
 @pytest.mark.parametrize("shape,params,ps,pst", NHWC_CASES,
-                         ids=["7c", "40c", "9x9-2s2", "6s1", "norm1+pool1", "norm2+pool2", "20s1"])
+                         ids=NHWC_IDS)
 def test_channels_last_pool_and_lrn_give_the_nchw_bits(rng, shape, params, ps, pst):
     """The NHWC kernels sum each LRN window in the NCHW kernels' order (and a max is exact):
     the same bits from either layout, so the NCHW kernels' bounds carry over; the references
@@ -310,7 +317,7 @@ def test_channels_last_pool_and_lrn_give_the_nchw_bits(rng, shape, params, ps, p
 # --- fp16 activations (for an fp16 conv after the op) -------------------------------------------
 
 @pytest.mark.parametrize("shape,params,ps,pst", NHWC_CASES,
-                         ids=["7c", "40c", "9x9-2s2", "6s1", "norm1+pool1", "norm2+pool2", "20s1"])
+                         ids=NHWC_IDS)
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_fp16_outputs_are_the_float32_ones_rounded(rng, shape, params, ps, pst, layout):
     """An op writing fp16 stores exactly what the float32 op computes, rounded to nearest even

@@ -172,6 +172,7 @@ class Variant:
     layout: str = NCHW  # the memory format its ops read and write (Op.layout)
     output_dtypes: tuple[np.dtype, ...] = (FLOAT32,)  # what `writing` can make it write
     output_dtype: np.dtype = FLOAT32
+    runs_dense: bool = False  # a network hands it its FC layers too, as 1x1 convolutions
 
     def supports(self, shape: ConvShape) -> Support:
         return missing_features(shape, self.general)

@@ -45,6 +45,10 @@ class ChannelsLast(Pipelined):
     maths = "tf32"
     source = SOURCE
     layout = NHWC
+    # An FC layer is a 1x1 convolution of a batch of 1x1 images, whose input a flatten of NHWC
+    # activations lays out as this kernel reads it: the same GEMM on tensor cores, in the
+    # variant's precision (as PyTorch's TF32 and fp16 networks run their FC layers).
+    runs_dense = True
 
     def kernel_shape(self, shape: ConvShape) -> ConvShape:
         cg = padded_group_channels(shape.Cg, self.maths)

@@ -1,14 +1,16 @@
 """A model's forward pass as a list of steps over fixed buffers, planned once per batch size.
 
 Every layer becomes a step that launches one prepared kernel: conv layers the chosen variant's
-Op, the others the lab's own kernels (convlab/ops). Buffers are allocated when the network is
-planned, never in a forward pass, so a pass only launches kernels: it can be timed step by step
-and captured into a CUDA graph whole. Activations are float32, except where the next thing done
-with them is an fp16 channels-last conv: then the step before writes them as fp16 and that conv
-reads them as they are (what its own conversion would have given, bit for bit: only max-pools
-and ReLUs may stand between, which commute with rounding). Where two layers fuse, they are one step: conv + ReLU or
-conv + tanh + 2x2 pool when the variant has that epilogue, an activation into the max-pool that
-follows it, LRN + max-pool, FC + activation. The cpu variant runs the same plan with NumPy.
+Op, the others the lab's own kernels (convlab/ops). A variant that runs FC layers (`runs_dense`)
+gets those too, as 1x1 convolutions. Buffers are allocated when the network is planned, never
+in a forward pass, so a pass only launches kernels: it can be timed step by step and captured
+into a CUDA graph whole. Where two layers fuse, they are one step: conv + ReLU or conv + tanh +
+2x2 pool when the variant has that epilogue, an activation into the max-pool that follows it,
+LRN + max-pool, FC + activation. Activations are float32, except where the next thing done with
+them is a variant reading fp16 channels-last: then the step before writes them as fp16 and the
+variant reads them as they are (what its own conversion would have given, bit for bit: only
+max-pools, ReLUs and flattens may stand between, which commute with rounding). The cpu variant
+runs the same plan with NumPy.
 """
 
 from __future__ import annotations
@@ -87,8 +89,13 @@ class ConvStep(Step):
     weights: np.ndarray | None = None
     bias: np.ndarray | None = None
     epilogue: str | None = None
-    layer: Conv | None = None
+    layer: Conv | Dense | None = None
     staged: object = None  # the input as the op reads it (Op.stage: fp16 variants convert it)
+
+    @property
+    def is_conv(self) -> bool:
+        """A conv layer's step, or an FC layer's that the conv variant runs (category fc)."""
+        return True
 
     def result(self):
         return self.op.output(self.output)
@@ -143,20 +150,24 @@ def fusable(layers: tuple, i: int) -> bool:
 
 
 # Layers that give the same bits on fp16-rounded input as on float32 input rounded after them
-# (max and ReLU are monotonic and pick one of their inputs): an fp16 activation may pass them.
-ROUNDING_TRANSPARENT = (MaxPool, ReLU)
+# (max and ReLU are monotonic and pick one of their inputs; a flatten is a view): an fp16
+# activation may pass them.
+ROUNDING_TRANSPARENT = (MaxPool, ReLU, Flatten)
 
 
-def fp16_next(layers: tuple, j: int, layout: str, variant_for: Callable[[Conv], Variant]) -> bool:
+def fp16_next(layers: tuple, j: int, layout: str,
+              variant_for: Callable[[Conv | Dense], Variant | None]) -> bool:
     """Whether an activation in `layout` that layers[j:] take next may be written as fp16: the
-    first conv it reaches, past rounding-transparent layers only, reads fp16 channels-last as
-    it is (`variant_for(conv)`: the variant that runs it)."""
+    first conv or FC layer it reaches, past rounding-transparent layers only, is run by a
+    variant that reads fp16 channels-last as it is (`variant_for(layer)`: that variant; None
+    for an FC layer our FC kernels run, which read float32)."""
     if layout != NHWC:
         return False
     for layer in layers[j:]:
-        if isinstance(layer, Conv):
+        if isinstance(layer, (Conv, Dense)):
             variant = variant_for(layer)
-            return variant.layout == NHWC and variant.input_dtype() == FLOAT16
+            return (variant is not None and variant.layout == NHWC
+                    and variant.input_dtype() == FLOAT16)
         if not isinstance(layer, ROUNDING_TRANSPARENT):
             return False
     return False
@@ -214,16 +225,23 @@ class Network:
                 continue
             if isinstance(layer, (Conv, Dense)):
                 number = _suffix(layer.name)
+            dense = isinstance(layer, Dense) and self._dense_variant(layer) is not None
             if isinstance(layer, Conv):
                 step, used = self._conv_step(layers, i, shapes[layer.name], fallback)
                 # A conv that stages its input converts any format itself.
                 if step.op.stage_input is None and step.op.layout != layout:
                     step.convert_to = step.op.layout
+            elif dense:
+                step, used = self._dense_step(layers, i, layout, flattened, fallback)
             else:
                 step, used = self._layer_step(layers, i, in_shape, number, layout, flattened,
                                               dtype, fallback)
-            step.in_view, step.in_layout = view, layout
-            view = flattened = None
+            # An FC layer the conv variant runs reads its input as a batch of 1x1 images of
+            # in_features channels, and what follows reads its output as (batch, out_features).
+            step.in_view = (self.batch, layer.in_features, 1, 1) if dense else view
+            step.in_layout = layout
+            view = (self.batch, layer.out_features) if dense else None
+            flattened = None
             if step.output is None:
                 step.output = self.xp.empty(step.op.output_shape, dtype=step.op.output_dtype)
             self.steps.append(step)
@@ -238,27 +256,58 @@ class Network:
 
     def _fp16_next(self, layers: tuple, j: int, layout: str, fallback: Variant | None) -> bool:
         shapes = self.weights.spec.conv_shapes(self.batch)
-        return fp16_next(layers, j, layout, lambda conv: self._variant_for(shapes[conv.name],
-                                                                           fallback))
+
+        def variant_for(layer):
+            if isinstance(layer, Dense):
+                return self._dense_variant(layer)
+            return self._variant_for(shapes[layer.name], fallback)
+
+        return fp16_next(layers, j, layout, variant_for)
+
+    def _dense_variant(self, layer: Dense) -> Variant | None:
+        """The conv variant, where it runs FC layers (as 1x1 convolutions) and this one."""
+        if self.variant.runs_dense and self.variant.supports(self._dense_shape(layer)):
+            return self.variant
+        return None
+
+    def _dense_shape(self, layer: Dense) -> ConvShape:
+        return ConvShape(self.batch, layer.in_features, 1, 1, layer.out_features, 1, bias=True)
 
     def _conv_step(self, layers, i, shape, fallback) -> tuple[ConvStep, int]:
         layer = layers[i]
         variant = self._variant_for(shape, fallback)
         if variant is not self.variant:
             self.fallback_layers.append(layer.name)
+        w = self.weights.arrays[f"{layer.name}.weight"]
+        b = self.weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
+        return self._gemm_step(layers, i, shape, w, b, variant, CATEGORY_CONV, fallback)
+
+    def _dense_step(self, layers, i, layout, flattened, fallback) -> tuple[ConvStep, int]:
+        """An FC layer as the conv variant's 1x1 convolution over a batch of 1x1 images, its
+        weight columns permuted where a flatten of channels-last activations feeds it."""
+        layer = layers[i]
+        w = self.weights.arrays[f"{layer.name}.weight"]
+        if flattened is not None and layout == NHWC:
+            w = flattened_columns(w, flattened)
+        w = w.reshape(layer.out_features, layer.in_features, 1, 1)
+        b = self.weights.arrays[f"{layer.name}.bias"]
+        return self._gemm_step(layers, i, self._dense_shape(layer), w, b, self.variant, "fc",
+                               fallback)
+
+    def _gemm_step(self, layers, i, shape, w, b, variant, category,
+                   fallback) -> tuple[ConvStep, int]:
+        layer = layers[i]
         epilogue, absorbed = conv_epilogue(variant, layers, i, shape)
         if FLOAT16 in variant.output_dtypes and self._fp16_next(layers, i + 1 + absorbed,
                                                                  variant.layout, fallback):
             variant = variant.writing(FLOAT16)
-        w = self.weights.arrays[f"{layer.name}.weight"]
-        b = self.weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
         op = variant.prepare(shape, w, epilogue, b)
         label = layer.name
         if epilogue == RELU:
             label += f"+relu{_suffix(layer.name)}"
         elif epilogue == TANH_POOL:
             label += "+tanh+pool"
-        return ConvStep(label=label, category=CATEGORY_CONV, kernel_label=f"{variant.name} {label}",
+        return ConvStep(label=label, category=category, kernel_label=f"{variant.name} {label}",
                         op=op, layers=tuple(layers[i:i + 1 + absorbed]), shape=shape, weights=w,
                         bias=b, epilogue=epilogue, layer=layer), 1 + absorbed
 

@@ -215,8 +215,8 @@ NHWC_SOURCE = r"""
 // does, so both layouts give the same bits. Every lane of a warp takes part in the shuffles:
 // threads past the end compute on a clamped element and store nothing.
 // Compile-time: C, SIZE, BEFORE, BETA_THREE_QUARTERS, BLOCK, TOTAL (outputs); for the fused
-// pool also H, W, HO, WO, PS, PST, and for its tiled form TILED, TOH, TOW, TILES_W, IH, IW;
-// OUT_HALF (fp16 output, for an fp16 conv after it).
+// pool also H, W, HO, WO, PS, PST, and for its tiled forms TOH, TOW, TILES_W, IH, IW and
+// QUADS, QG (lanes of 4 channels) or TILED; OUT_HALF (fp16 output, for an fp16 conv after it).
 """ + LRN_FACTOR + ELEMENT_SOURCE + r"""
 __device__ __forceinline__ float lrn_nhwc_at(const float* __restrict__ px, int c, float scale,
                                              float k, float neg_beta)
@@ -246,6 +246,118 @@ lrn_nhwc(const float* __restrict__ x, out_t* __restrict__ y, float scale, float 
     const int c = (int)(e % C);
     const float v = lrn_nhwc_at(x + (e - c), c, scale, k, neg_beta);
     if (i < TOTAL) y[i] = to_out(v);
+}
+#elif defined(QUADS)
+// LRN + max-pool, channels-last, C a multiple of 4 and windows of up to 9 channels: changes
+// from the tiled kernel below, which spent 10 shuffles and a 4-byte load per output (bound by
+// issuing them: about three times the time its bytes take). Here a lane owns a quad of 4
+// channels, loaded as one float4; the window's channels past the quad are the neighbour
+// lanes' quads (2 of them shuffled each side for a 5-channel window: one shuffle per output),
+// and the lanes at either end of the block's QG quads load the quad past them. Tile rows in
+// shared memory are [pixel][QG quads] float4s, the pooled outputs are float4 (or 4 fp16)
+// stores. Each output's window is summed in the order lrn_at sums it: the NCHW bits.
+#define UNROLL 4
+#define WARPS (BLOCK / 32)
+#define QUADS_C (C / 4)
+
+__device__ __forceinline__ float4 load_quad(const float* __restrict__ px, int quad, bool valid)
+{
+    return valid && quad >= 0 && quad < QUADS_C
+        ? __ldg(reinterpret_cast<const float4*>(px) + quad) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+__device__ __forceinline__ float part(const float4& v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ void store_quad(out_t* __restrict__ p, float4 v)
+{
+#if OUT_HALF
+    const unsigned int lo = to_out(v.x) | ((unsigned int)to_out(v.y) << 16);
+    const unsigned int hi = to_out(v.z) | ((unsigned int)to_out(v.w) << 16);
+    *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+#else
+    *reinterpret_cast<float4*>(p) = v;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+lrn_max_pool_nhwc(const float* __restrict__ x, out_t* __restrict__ y, float scale, float k,
+                  float neg_beta)
+{
+    __shared__ float4 normalised[IH * IW * QG];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int oh0 = (blockIdx.x / TILES_W) * TOH, ow0 = (blockIdx.x % TILES_W) * TOW;
+    const int q = blockIdx.y * QG + lane;
+    const bool mine = lane < QG && q < QUADS_C;
+    const long long image = blockIdx.z;
+    for (int p0 = warp; p0 < IH * IW; p0 += UNROLL * WARPS) {  // warp-uniform
+        float4 own[UNROLL], before[UNROLL], after[UNROLL];
+        bool inside[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int p = p0 + u * WARPS;
+            const int h = oh0 * PST + p / IW, w = ow0 * PST + p % IW;
+            inside[u] = p < IH * IW && h < H && w < W;
+            const float* px = x + ((image * H + (inside[u] ? h : 0)) * W + (inside[u] ? w : 0)) * C;
+            own[u] = load_quad(px, q, inside[u] && mine);
+            before[u] = load_quad(px, q - 1, inside[u] && lane == 0);
+            after[u] = load_quad(px, q + 1, inside[u] && lane == QG - 1);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            // v[4 + i] is channel 4q + i: the quad before, this one, the quad after.
+            float v[12];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                v[i] = i < 4 - BEFORE ? 0.0f : part(before[u], i);
+                v[4 + i] = part(own[u], i);
+                v[8 + i] = i < AFTER ? part(after[u], i) : 0.0f;
+            }
+#pragma unroll
+            for (int i = 4 - BEFORE; i < 4; ++i) {
+                const float shuffled = __shfl_up_sync(0xffffffffu, v[4 + i], 1);
+                if (lane > 0) v[i] = shuffled;
+            }
+#pragma unroll
+            for (int i = 0; i < AFTER; ++i) {
+                const float shuffled = __shfl_down_sync(0xffffffffu, v[4 + i], 1);
+                if (lane < QG - 1) v[8 + i] = shuffled;
+            }
+            if (!inside[u] || !mine) continue;
+            float r[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < SIZE; ++j) {
+                    const float e = v[4 + i - BEFORE + j];
+                    sum = fmaf(e, e, sum);
+                }
+                r[i] = v[4 + i] * lrn_factor(fmaf(scale, sum, k), neg_beta);
+            }
+            normalised[(p0 + u * WARPS) * QG + lane] = make_float4(r[0], r[1], r[2], r[3]);
+        }
+    }
+    __syncthreads();
+    if (!mine) return;
+    for (int o = warp; o < TOH * TOW; o += WARPS) {
+        const int oh = oh0 + o / TOW, ow = ow0 + o % TOW;
+        if (oh >= HO || ow >= WO) continue;
+        const float4* window = normalised + ((o / TOW) * PST * IW + (o % TOW) * PST) * QG + lane;
+        float4 m = window[0];
+#pragma unroll
+        for (int r = 0; r < PS; ++r)
+#pragma unroll
+            for (int j = 0; j < PS; ++j)
+                if (r + j > 0) {
+                    const float4 e = window[(r * IW + j) * QG];
+                    m = make_float4(fmaxf(m.x, e.x), fmaxf(m.y, e.y), fmaxf(m.z, e.z),
+                                    fmaxf(m.w, e.w));
+                }
+        store_quad(y + ((image * HO + oh) * WO + ow) * C + 4 * q, m);
+    }
 }
 #elif defined(TILED)
 // LRN + max-pool, channels-last: a block owns a TOH x TOW tile of pooled outputs of one image
@@ -370,7 +482,12 @@ FUSED_MIN_BLOCKS = 4
 MIN_CHANNELS_PER_BLOCK = 4
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 NHWC_BLOCK = 256
-NHWC_TILE_PIXELS = 384  # 48 KB of static shared memory at 32 channels of 4 bytes
+NHWC_TILE_BYTES = 48 * 1024  # static shared memory per block of the tiled NHWC kernels
+NHWC_TILE_PIXELS = NHWC_TILE_BYTES // (32 * 4)  # 32 channels of 4 bytes a pixel
+# The quad kernel: a lane's 4 channels, up to 32 lanes, and the window's channels past the quad
+# from one neighbour lane each side: up to 4 before and 4 after.
+QUAD_MAX_LANES = 32
+QUAD_MAX_SIZE = 9
 
 
 def _check_lrn(in_shape, size: int, alpha: float, beta: float, k: float) -> tuple[int, ...]:
@@ -416,21 +533,22 @@ def _lrn_defines(C: int, H: int, W: int, size: int, beta: float, cb: int, depth:
             "MIN_BLOCKS": min_blocks}
 
 
-def nhwc_pool_tile(ho: int, wo: int, pool_size: int, pool_stride: int) -> tuple[int, int] | None:
+def nhwc_pool_tile(ho: int, wo: int, pool_size: int, pool_stride: int,
+                   limit: int = NHWC_TILE_PIXELS) -> tuple[int, int] | None:
     """(TOH, TOW) pooled outputs per block of the tiled channels-last LRN + max-pool: up to
-    8 x 8, shrunk until the input pixels under it (32 channels each) fit NHWC_TILE_PIXELS of
-    shared memory; None where not even one window fits (the untiled kernel runs instead)."""
+    8 x 8, shrunk until the input pixels under it fit the `limit` pixels a block's shared
+    memory holds; None where not even one window fits (the untiled kernel runs instead)."""
     toh, tow = min(ho, 8), min(wo, 8)
 
     def pixels(th, tw):
         return ((th - 1) * pool_stride + pool_size) * ((tw - 1) * pool_stride + pool_size)
 
-    while pixels(toh, tow) > NHWC_TILE_PIXELS and (toh > 1 or tow > 1):
+    while pixels(toh, tow) > limit and (toh > 1 or tow > 1):
         if toh >= tow:
             toh -= 1
         else:
             tow -= 1
-    if pixels(toh, tow) > NHWC_TILE_PIXELS:
+    if pixels(toh, tow) > limit:
         return None
     return ceil_div(ho, ceil_div(ho, toh)), ceil_div(wo, ceil_div(wo, tow))  # even tiles
 
@@ -497,17 +615,26 @@ def lrn_max_pool_kernel(in_shape, size: int, alpha: float, beta: float, k: float
         total = B * C * ho * wo
         defines = _nhwc_defines(C, size, beta, total) | elements | {
             "H": H, "W": W, "HO": ho, "WO": wo, "PS": pool_size, "PST": pool_stride}
-        tile = nhwc_pool_tile(ho, wo, pool_size, pool_stride)
+        quad_lanes = min(QUAD_MAX_LANES, C // 4)
+        quads = C % 4 == 0 and size <= QUAD_MAX_SIZE
+        tile = nhwc_pool_tile(ho, wo, pool_size, pool_stride,
+                              NHWC_TILE_BYTES // (16 * quad_lanes) if quads else NHWC_TILE_PIXELS)
         if tile is None or B > 65535 or size > 33:  # a window past the halo lanes: untiled
             return spec("ops.lrn", "lrn_max_pool_nhwc", NHWC_SOURCE, defines,
                         (ceil_div(total, NHWC_BLOCK),), NHWC_BLOCK)
         toh, tow = tile
         tiles_w = ceil_div(wo, tow)
-        defines |= {"TILED": 1, "TOH": toh, "TOW": tow, "TILES_W": tiles_w,
+        defines |= {"TOH": toh, "TOW": tow, "TILES_W": tiles_w,
                     "IH": (toh - 1) * pool_stride + pool_size,
                     "IW": (tow - 1) * pool_stride + pool_size}
+        if quads:
+            defines |= {"QUADS": 1, "QG": quad_lanes}
+            channel_blocks = ceil_div(C // 4, quad_lanes)
+        else:
+            defines |= {"TILED": 1}
+            channel_blocks = ceil_div(C, 32)
         return spec("ops.lrn", "lrn_max_pool_nhwc", NHWC_SOURCE, defines,
-                    (ceil_div(ho, toh) * tiles_w, ceil_div(C, 32), B), NHWC_BLOCK)
+                    (ceil_div(ho, toh) * tiles_w, channel_blocks, B), NHWC_BLOCK)
     if B > 65535:
         raise ValueError(f"LRN + max-pool launches one grid row per image; {B} images exceed "
                          f"65,535")
