@@ -67,8 +67,7 @@ for step in "${steps[@]}"; do
           --durations=5 ${expr:+-k "$expr"} "$file" > "$work/logs/$name.log" 2>&1
       }
       index=0
-      for spec in ${TEST_FILES-tests/test_gpu.py@network_reproduces+or+alexnet \
-          tests/test_gpu.py@not+network_reproduces+and+not+alexnet+and+not+compare \
+      for spec in ${TEST_FILES-tests/test_gpu.py@not+network_reproduces+and+not+alexnet+and+not+compare \
           tests/test_gpu_general.py \
           tests/test_gpu_pipelined.py tests/test_gpu_winograd.py tests/test_gpu_tuning.py \
           tests/test_ops_gpu.py \
@@ -79,7 +78,9 @@ for step in "${steps[@]}"; do
         while [[ $(jobs -r | wc -l) -ge ${TEST_JOBS:-4} ]]; do sleep 1; done
       done
       wait
-      for spec in ${TEST_SEQUENTIAL-tests/test_gpu.py@compare tests/test_userkernel_gpu.py \
+      # Whole-network runs go through the lab's timer defences too (lab.run).
+      for spec in ${TEST_SEQUENTIAL-tests/test_gpu.py@compare \
+          tests/test_gpu.py@network_reproduces+or+alexnet tests/test_userkernel_gpu.py \
           tests/test_kernelfile_runs_gpu.py}; do
         index=$((index + 1))
         run_test "${spec//+/ }" "$index"
