@@ -557,9 +557,12 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
               help="Seconds of timing per configuration at most, once 10 runs are in.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a PNG: Op Time of every configuration tried.")
+@click.option("--jobs", type=click.IntRange(1), default=tune.default_jobs(), show_default=True,
+              help="Compile the candidates on this many processes first (1: each as it is "
+                   "timed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON instead of a table.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
-def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
+def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, jobs, as_json, wide):
     """Try every tiling of a variant on one layer (compiled, verified, timed) and keep the
     fastest verified one for this GPU, where run and compare find it."""
 
@@ -575,7 +578,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, as_json, wide):
             what = tune.config_text(config) if config is not None else "done"
             progress.update(task, description=what, completed=done, total=total)
 
-        result = tune.tune(shape, kernel, epilogue, policy, on_step)
+        result = tune.tune(shape, kernel, epilogue, policy, on_step, jobs=jobs)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=1))
     else:

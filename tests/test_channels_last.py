@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from convlab.gpu.jit import compile_cubin
+from convlab.gpu.jit import build_options, compile_cubin
 from convlab.kernels import RELU, channels_last as CL
-from convlab.kernels.igemm import gather_nhwc, packing, tiling
+from convlab.kernels.igemm import gather_nhwc, packing, staging, tiling
 from convlab.kernels.pipelined import PipelinedFP16
 from convlab.models import Conv, get_model
 from convlab.net.network import flattened_columns, fp16_next
@@ -149,6 +149,14 @@ def test_half_maths_pipeline_deeper_than_two_stages_over_nhwc():
 def test_channels_pad_to_whole_vectors(cg, maths, padded, vec):
     assert tiling.padded_group_channels(cg, maths) == padded
     assert tiling.channel_vector(padded, maths) == vec
+
+
+@pytest.mark.parametrize("maths", ["tf32", "3xtf32", "fp16", "bf16"])
+def test_the_input_staging_kernel_compiles_for_sm90(maths):
+    for c, groups in ((3, 1), (6, 2), (64, 1), (1, 1)):
+        gc = tiling.padded_group_channels(c // groups, maths)
+        options = staging.defines(c, groups, gc, 227 * 227, tiling.channel_vector(gc, maths), maths)
+        assert compile_cubin("stage-nhwc", staging.SOURCE, build_options(options))
 
 
 def test_conv1_runs_on_four_padded_channels():

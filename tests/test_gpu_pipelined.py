@@ -204,6 +204,38 @@ def test_channels_last_staging_transposes_pads_and_passes_staged_input_through(r
     assert again is reused  # a network's passes convert into one buffer: a graph replays it
 
 
+@pytest.mark.smoke
+@pytest.mark.parametrize("maths", ["tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("shape", [ConvShape(3, 3, 13, 11, 8, 3), ConvShape(2, 64, 5, 3, 8, 1),
+                                   ConvShape(2, 6, 4, 9, 8, 3, groups=2),
+                                   ConvShape(1, 1, 7, 7, 4, 3), ConvShape(2, 40, 3, 5, 8, 1)],
+                         ids=lambda s: s.brief())
+def test_the_staging_kernel_writes_what_numpy_would(shape, maths, rng):
+    """NCHW float32 images into the padded channels-last tensor by our kernel: every element the
+    NumPy conversion of the same values (fp16 and bf16 rounded to nearest even, ties included),
+    the padding zero though the buffer starts as NaN."""
+    import cupy
+
+    from convlab.shapes import channels_last
+
+    x = rng.standard_normal(shape.input_shape).astype(np.float32)
+    x.reshape(-1)[:4] = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, -(1 + 3 * 2 ** -11)]  # ties
+    gc = tiling.padded_group_channels(shape.Cg, maths)
+    dtype = packing.stage_dtype(maths)
+    size = shape.B * shape.groups * gc * shape.H * shape.W
+    nan = cupy.full(size * np.dtype(dtype).itemsize, 0xFF, dtype=np.uint8).view(dtype)  # all ones
+    out = channels_last(nan.reshape(shape.B, shape.groups * gc, shape.H, shape.W))
+    staged = packing.stage_channels_last(cupy.asarray(x), out, shape, gc, maths)
+    assert staged is out
+    values = {"fp16": lambda a: a.astype(np.float16), "bf16": packing.to_bf16_bits}.get(
+        maths, lambda a: a)(x)
+    expected = np.zeros((shape.B, shape.H, shape.W, shape.groups, gc), dtype=dtype)
+    expected[..., :shape.Cg] = values.transpose(0, 2, 3, 1).reshape(
+        shape.B, shape.H, shape.W, shape.groups, shape.Cg)
+    memory = cupy.asnumpy(staged.transpose(0, 2, 3, 1)).reshape(expected.shape)
+    assert np.array_equal(memory.view(np.uint8), expected.view(np.uint8))
+
+
 @pytest.mark.parametrize("split", [False, True], ids=["one-split", "split-k"])
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.smoke)
                                      if isinstance(v, CL.ChannelsLastFP16) else v

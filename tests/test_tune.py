@@ -6,6 +6,7 @@ import io
 import json
 import multiprocessing
 import os
+import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,22 @@ class FakeTiles(Variant):
 
 class EditedTiles(FakeTiles):
     source = "// fake kernel, version 2"
+
+
+class SlowBuild(FakeTiles):
+    """compile() takes a second and records (pid, start, end) in $BUILD_LOG/<config>; "nvrtc"
+    does not compile."""
+
+    name = "slow-build"
+
+    def compile(self, shape, epilogue=None, kernels=None):
+        if self.chosen == "nvrtc":
+            raise KernelCompileError(self.name, "fake.cu(1): error: oops", ())
+        start = time.time()
+        time.sleep(1.0)
+        record = [os.getpid(), start, time.time()]
+        (Path(os.environ["BUILD_LOG"]) / str(self.chosen)).write_text(json.dumps(record))
+        return types.SimpleNamespace(seconds=1.0)
 
 
 class CpuTiles(Cpu):
@@ -282,6 +299,29 @@ def test_isolated_candidates_crash_alone(cache, monkeypatch):
                                                                          {"mode": "last"})
 
 
+def test_jobs_compile_the_candidates_at_once_in_children_first(cache, monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the child imports this module
+    log = tmp_path / "builds"
+    log.mkdir()
+    monkeypatch.setenv("BUILD_LOG", str(log))
+    result = tune.tune(SHAPE, SlowBuild((3.0, 1.0, 2.0, "nvrtc")), RELU, isolate=False, jobs=3)
+    builds = {p.name: json.loads(p.read_text()) for p in log.iterdir()}
+    assert sorted(builds) == ["1.0", "2.0", "3.0"]
+    assert all(pid != os.getpid() for pid, _, _ in builds.values())
+    # all three ran at once: each started before any of them ended
+    assert max(start for _, start, _ in builds.values()) < min(end for _, _, end in builds.values())
+    assert [c.status for c in result.candidates] == ["PASS", "PASS", "PASS", "FAIL"]
+    assert [c.compile_s for c in result.candidates[:3]] == [pytest.approx(1.1)] * 3
+    assert result.candidates[3].reason.startswith("does not compile")
+    assert result.best.config == {"ms": 1.0}
+
+
+def test_one_job_compiles_nothing_ahead(cache, monkeypatch, tmp_path):
+    monkeypatch.setenv("BUILD_LOG", str(tmp_path))
+    tune.tune(SHAPE, SlowBuild((1.0,)), RELU, isolate=False, jobs=1)
+    assert not list(tmp_path.glob("1.0"))
+
+
 # --- what tune() refuses --------------------------------------------------------------------
 
 def test_refusals(cache, monkeypatch):
@@ -376,8 +416,8 @@ def test_cli_reports_a_bad_layer_naming_the_option():
 def test_cli_prints_the_sweep(monkeypatch):
     calls = []
 
-    def fake_tune(shape, kernel, epilogue, policy, on_step):
-        calls.append((shape, kernel, epilogue, policy.budget_s))
+    def fake_tune(shape, kernel, epilogue, policy, on_step, jobs):
+        calls.append((shape, kernel, epilogue, policy.budget_s, jobs))
         on_step(0, 1, {"tile": 2})
         on_step(1, 1, None)
         return winograd_like_result()
@@ -385,10 +425,10 @@ def test_cli_prints_the_sweep(monkeypatch):
     monkeypatch.setattr(tune, "tune", fake_tune)
     result = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3,1,1,1",
                                        "--kernel", "register-tiled", "--bias", "--epilogue",
-                                       "relu", "--budget", "0.5"])
+                                       "relu", "--budget", "0.5", "--jobs", "3"])
     assert result.exit_code == 0, result.output
     assert calls == [(ConvShape(128, 256, 13, 13, 384, 3, pad=1, bias=True), "register-tiled",
-                      RELU, 0.5)]
+                      RELU, 0.5, 3)]
     assert "chunk=64" in result.output and "best: tile=2 chunk=64 block=256" in result.output
     assert "FAIL #5 tile=2 chunk=16 block=256: RuntimeError" in result.output
 
@@ -396,7 +436,7 @@ def test_cli_prints_the_sweep(monkeypatch):
 def test_cli_json_and_exit_status_without_a_passing_config(monkeypatch):
     failed = winograd_like_result()
     failed.candidates = failed.candidates[4:]
-    monkeypatch.setattr(tune, "tune", lambda *args: failed)
+    monkeypatch.setattr(tune, "tune", lambda *args, **kwargs: failed)
     result = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3", "--kernel",
                                        "register-tiled", "--json"])
     assert result.exit_code == 1

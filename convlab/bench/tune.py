@@ -7,7 +7,9 @@ that faults leaves the CUDA context unusable, one that hangs never returns, and 
 otherwise end the sweep or fail every candidate after it. A configuration that fails to compile,
 to verify or to run, or that crashes or hangs its process, is a FAIL row with its reason and
 the sweep goes on. The fastest verified one is stored in convlab/tuning.py's on-disk cache,
-which the variants read.
+which the variants read. Compiling is most of a sweep's time and needs no GPU of its own, so
+with `jobs` > 1 the candidates are first compiled on that many child processes at once (into
+CuPy's on-disk kernel cache), then timed one at a time, the GPU to themselves.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -136,6 +140,36 @@ def measure_candidate(variant: dict, config: dict, shape: dict, epilogue: str | 
             "compile_s": layer.compile_s}
 
 
+def build_candidate(variant: dict, config: dict, shape: dict, epilogue: str | None) -> float:
+    """Compile one candidate, in an isolated child (prebuild calls it through
+    isolate.run_isolated); returns the seconds NVRTC took. The module lands in CuPy's on-disk
+    cache, where the candidate's measurement finds it."""
+    cls = getattr(importlib.import_module(variant["module"]), variant["class"])
+    return cls().configured(config).compile(ConvShape(**shape), epilogue).seconds
+
+
+def default_jobs() -> int:
+    """Compile processes for a sweep: one per core, at most 8 (more only queue on NVRTC)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def prebuild(variant, configs: list[dict], shape: ConvShape, epilogue: str | None,
+             jobs: int) -> list[float | None]:
+    """Compile every configuration on `jobs` child processes at once; per configuration the
+    compile seconds, or None where it did not compile (its measurement then fails with the
+    compiler's reason, as it would without prebuilding)."""
+    spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
+
+    def build(config: dict) -> float | None:
+        record = run_isolated("convlab.bench.tune:build_candidate",
+                              {"variant": spec, "config": config, "shape": shape.as_dict(),
+                               "epilogue": epilogue})
+        return record["result"] if record["status"] == "ok" else None
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(build, configs))
+
+
 def _in_process(variant, config: dict, shape: ConvShape, epilogue: str | None,
                 policy: TimingPolicy) -> Candidate:
     try:
@@ -166,12 +200,13 @@ def _candidate(config: dict, timing: Timing, check: Check, compile_s: float) -> 
 def tune(shape: ConvShape, kernel, epilogue: str | None = None,
          policy: TimingPolicy | None = None,
          on_step: Callable[[int, int, dict | None], None] | None = None,
-         isolate: bool = True) -> TuneResult:
+         isolate: bool = True, jobs: int = 1) -> TuneResult:
     """Compile, verify and time every configuration of `kernel` (a name or a Variant) for
     `shape`; store the fastest verified one in the cache. on_step(done, total, config) is called
     before each candidate (config) and once at the end (None). With `isolate` (the default)
     each candidate runs in a child process, which rebuilds the variant as type(variant)();
-    without, in this process (a fault can then spoil the candidates after it)."""
+    without, in this process (a fault can then spoil the candidates after it). With `jobs` > 1
+    a GPU variant's candidates are compiled on that many processes first (`prebuild`)."""
     variant = get_variant(kernel) if isinstance(kernel, str) else kernel
     support = variant.supports(shape)
     if not support:
@@ -194,9 +229,16 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
     result = TuneResult(variant.name, variant.precision, shape, epilogue, device,
                         tuning.source_hash(variant))
     run = _isolated if isolate else _in_process
+    built: list[float | None] = [None] * len(configs)
+    if jobs > 1 and variant.on_gpu:
+        step(0, len(configs), {"compiling": f"{len(configs)} candidates on {jobs} processes"})
+        built = prebuild(variant, configs, shape, epilogue, jobs)
     for i, config in enumerate(configs):
         step(i, len(configs), config)
-        result.candidates.append(run(variant, config, shape, epilogue, policy))
+        candidate = run(variant, config, shape, epilogue, policy)
+        # The measurement found the module compiled: its compile time is the prebuild's.
+        candidate.compile_s += built[i] or 0.0
+        result.candidates.append(candidate)
     step(len(configs), len(configs), None)
     best = result.best
     if best is not None:

@@ -9,7 +9,8 @@ import numpy as np
 from ...shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_last
 from ..base import blocks
 from ..tensorcore import round_tf32
-from .tiling import HALF_MATHS, Tiling, k_tiles, m_tiles
+from .staging import nchw_to_nhwc
+from .tiling import HALF_MATHS, Tiling, channel_vector, k_tiles, m_tiles
 
 # --- host-side operand preparation -------------------------------------------------------------
 
@@ -132,7 +133,7 @@ def stage_channels_last(x, out, shape: ConvShape, group_channels: int, maths: st
     it: memory (B, H, W, G*group_channels) of the maths' element type, each group's channels
     padded with zeros to `group_channels`. An input that is already that is used as it is;
     otherwise `out` (allocated zeroed if None: the padding channels are never written)
-    receives it."""
+    receives it. Contiguous NCHW float32 (images as they enter) takes staging.nchw_to_nhwc."""
     import cupy
 
     dtype = stage_dtype(maths)
@@ -140,6 +141,14 @@ def stage_channels_last(x, out, shape: ConvShape, group_channels: int, maths: st
         return x
     B, _, H, W = x.shape
     G = shape.groups
+    if x.dtype == np.float32 and x.flags.c_contiguous:
+        # images entering the network (NCHW memory, also when C == 1): one kernel of ours,
+        # which writes the padding too
+        if out is None:
+            out = channels_last(cupy.empty((B, G * group_channels, H, W), dtype=dtype))
+        vec = channel_vector(group_channels, maths)
+        nchw_to_nhwc(shape.C, G, group_channels, H * W, vec, maths)(x, out)
+        return out
     if out is None:
         out = channels_last(cupy.zeros((B, G * group_channels, H, W), dtype=dtype))
     memory = out.transpose(0, 2, 3, 1)
