@@ -48,7 +48,8 @@ def test_nvrtc_is_available():
 @pytest.mark.parametrize("variant,shape,epilogue", CASES,
                          ids=[f"{v.name}-{s.brief()}-{e or 'conv'}" for v, s, e in CASES])
 def test_variant_compiles_for_sm90(variant, shape, epilogue):
-    cubin = compile_cubin(variant.name, variant.source, variant.compile_options(shape, epilogue))
+    cubin = compile_cubin(variant.name, variant.source, variant.compile_options(shape, epilogue),
+                          variant.arch or "sm_90")
     assert cubin[:4] == b"\x7fELF"
 
 

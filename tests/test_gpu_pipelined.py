@@ -1,5 +1,5 @@
-"""GPU checks for the pipelined family and its channels-last siblings: each variant against
-float64 at its precision's bound.
+"""GPU checks for the pipelined family and its channels-last and wgmma siblings: each variant
+against float64 at its precision's bound.
 
 Random general shapes (stride, padding, groups, bias, ReLU, odd sizes, batch 1-9), the AlexNet
 layers at batch 2, several tilings each (split-K included), and for pipelined-3xtf32 the fp32
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.kernels import RELU, channels_last as CL, pipelined as P
+from convlab.kernels import RELU, channels_last as CL, pipelined as P, wgmma as W
 from convlab.kernels.igemm import packing, tiling
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 
 VARIANTS = [P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(), P.PipelinedBF16(),
             CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
-            CL.ChannelsLastBF16()]
+            CL.ChannelsLastBF16(), W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()]
 FP32_CLASS = [P.Pipelined3xTF32(), CL.ChannelsLast3xTF32()]
 IDS = [v.name for v in VARIANTS]
 
@@ -53,7 +53,13 @@ def run(variant, shape, x, w, b, epilogue):
     return cupy.asnumpy(variant.prepare(shape, w, epilogue, b).run_once(x, cupy))
 
 
+def skip_off_its_gpu(variant, shape):
+    if variant.compute_capability and not variant.supports(shape):
+        pytest.skip(variant.supports(shape).reason)  # wgmma off a Hopper GPU
+
+
 def check(variant, shape, rng, epilogue=RELU, signed=True):
+    skip_off_its_gpu(variant, shape)
     x, w, b = random_problem(shape, rng, signed=signed)
     got = run(variant, shape, x, w, b, epilogue)
     result = compare(got, reference_output(x, w, shape, epilogue, b), variant.precision)
@@ -104,6 +110,7 @@ def test_split_k_is_deterministic_and_rearms_its_counters(variant, rng):
     import cupy
 
     shape = ConvShape(2, 64, 9, 9, 32, 3, pad=1, bias=True)
+    skip_off_its_gpu(variant, shape)
     config = next(c for c in variant.configs(shape, RELU) if c.split_k > 1)
     v = variant.configured(config)
     x, w, b = random_problem(shape, rng, signed=True)
@@ -246,6 +253,7 @@ def test_an_fp16_output_is_the_float32_output_rounded(variant, split, rng):
     import cupy
 
     shape = ConvShape(2, 64, 9, 9, 32, 3, pad=1, bias=True)
+    skip_off_its_gpu(variant, shape)
     config = next(c for c in variant.configs(shape, RELU) if c.split_k > 1)
     single = variant.configured(config if split else dataclasses.replace(config, split_k=1))
     half = single.writing(np.float16)

@@ -39,3 +39,19 @@ def require_cupy(what: str = "this command"):
     if cupy is None:
         raise GPUUnavailable(f"{what} needs a CUDA GPU: {reason}.")
     return cupy
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """The current GPU's (major, minor), or None without a usable GPU."""
+    cupy = _probe()[0]
+    if cupy is None:
+        return None
+    return _capability(cupy.cuda.Device().id)
+
+
+@lru_cache(maxsize=None)
+def _capability(device_id: int) -> tuple[int, int]:
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    return props["major"], props["minor"]

@@ -7,13 +7,18 @@ options through NVRTC directly, for sm_90, so CPU-only CI proves that every vari
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
+import hashlib
 import os
 import re
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
 from ..errors import ConvlabError, KernelCompileError
@@ -39,24 +44,60 @@ _modules: dict[tuple[str, str, tuple[str, ...]], object] = {}
 
 
 def load_module(variant: str, source: str, options: tuple[str, ...],
-                kernels: tuple[str, ...]) -> CompiledModule:
+                kernels: tuple[str, ...], arch: str | None = None) -> CompiledModule:
     """Compile (or fetch from the cache) and load a module, resolving `kernels` so that
-    compilation and module load both happen here, never inside a timed region."""
-    key = (variant, source, options)
+    compilation and module load both happen here, never inside a timed region. With `arch`
+    (sm_90a: wgmma, setmaxnreg) NVRTC builds the cubin for that target through
+    `cubin_file`; otherwise CuPy's RawModule builds it for the current GPU."""
+    key = (variant, source, options, arch)
     if key in _modules:
         return CompiledModule(_modules[key], 0.0, True)
     cupy = require_cupy(f"kernel '{variant}'")
     start = time.perf_counter()
-    module = cupy.RawModule(code=source, options=options)
-    try:
-        module.compile()
+    if arch is None:
+        module = cupy.RawModule(code=source, options=options)
+        try:
+            module.compile()
+            for name in kernels:
+                module.get_function(name)
+        except cupy.cuda.compiler.CompileException as exc:
+            raise KernelCompileError(variant, str(exc), options) from None
+    else:
+        module = cupy.RawModule(path=str(cubin_file(variant, source, options, arch)))
         for name in kernels:
             module.get_function(name)
-    except cupy.cuda.compiler.CompileException as exc:
-        raise KernelCompileError(variant, str(exc), options) from None
     seconds = time.perf_counter() - start
     _modules[key] = module
     return CompiledModule(module, seconds, False)
+
+
+def cubin_cache_dir() -> Path:
+    directory = os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab")
+    return Path(directory) / "cubin"
+
+
+def cubin_file(variant: str, source: str, options: tuple[str, ...], arch: str) -> Path:
+    """compile_cubin into a file of an on-disk cache keyed by the source, options, target and
+    NVRTC version (what CuPy's kernel cache does for RawModule): the tuner's compile processes
+    fill it, its measurements load from it. Written to a temporary file and renamed into place,
+    so a reader never sees half a cubin; without a writable cache, a temporary directory."""
+    text = "\0".join((source, *options, arch, ".".join(map(str, nvrtc_version()))))
+    name = f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.cubin"
+    for directory in (cubin_cache_dir(), Path(tempfile.gettempdir()) / "convlab-cubin"):
+        path = directory / name
+        if path.is_file():
+            return path
+    cubin = compile_cubin(variant, source, options, arch)
+    for directory in (cubin_cache_dir(), Path(tempfile.gettempdir()) / "convlab-cubin"):
+        path = directory / name
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}")
+            temporary.write_bytes(cubin)
+            os.replace(temporary, path)
+            return path
+    raise ConvlabError(f"kernel '{variant}': nowhere to write its cubin ({cubin_cache_dir()} "
+                       f"and the temporary directory are not writable)")
 
 
 # --- NVRTC without CuPy or a GPU (the CPU-side compile check) ---------------------------------

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from .. import tuning
+from ..gpu import compute_capability
 from ..gpu.elements import FLOAT32
 from ..gpu.jit import build_options, load_module
 from ..shapes import FEATURES, NCHW, NHWC, ConvShape, channels_last
@@ -173,8 +174,18 @@ class Variant:
     output_dtypes: tuple[np.dtype, ...] = (FLOAT32,)  # what `writing` can make it write
     output_dtype: np.dtype = FLOAT32
     runs_dense: bool = False  # a network hands it its FC layers too, as 1x1 convolutions
+    # The NVRTC target when the source uses one GPU's own instructions (sm_90a: wgmma), and
+    # the compute capability it then needs; None: CuPy builds for whatever GPU is there.
+    arch: str | None = None
+    compute_capability: tuple[int, int] | None = None
 
     def supports(self, shape: ConvShape) -> Support:
+        found = compute_capability() if self.compute_capability else None
+        if found is not None and found != self.compute_capability:
+            need = ".".join(map(str, self.compute_capability))
+            return Support(False, f"'{self.name}' runs on compute capability {need} GPUs "
+                                  f"({self.arch} instructions); this GPU is "
+                                  f"{'.'.join(map(str, found))}")
         return missing_features(shape, self.general)
 
     def input_dtype(self) -> np.dtype:
@@ -210,7 +221,7 @@ class Variant:
     def compile(self, shape: ConvShape, epilogue: str | None = None,
                 kernels: tuple[str, ...] | None = None):
         return load_module(self.name, self.source, self.compile_options(shape, epilogue),
-                           kernels or self.kernels)
+                           kernels or self.kernels, self.arch)
 
     def prepare(self, shape: ConvShape, weights: np.ndarray, epilogue: str | None = None,
                 bias: np.ndarray | None = None) -> Op:

@@ -75,7 +75,7 @@ class Pipelined(Variant):
         self.tiling = None
         if config is not None:
             tiling = Tiling.of(config)
-            problem = tiling_problem(tiling, self.maths, self.layout)
+            problem = self.tiling_problem(tiling)
             if problem:
                 raise ValueError(f"invalid {self.name} config {tiling.as_dict()}: {problem}")
             self.tiling = tiling
@@ -87,13 +87,30 @@ class Pipelined(Variant):
     def fixed_config(self):
         return {} if self.tiling is None else self.tiling.as_dict()
 
+    def tiling_problem(self, t: Tiling) -> str:
+        """Why this variant cannot compile `t`, or "" (shape-independent rules)."""
+        return tiling_problem(t, self.maths, self.layout)
+
+    def ranked(self, shape: ConvShape) -> tuple[Tiling, ...]:
+        """Every tiling that fits the layer, the cost model's favourite first."""
+        return ranked(self.kernel_shape(shape), self.maths, self.layout)
+
+    def smallest_tiling(self) -> Tiling:
+        return Tiling(32, 32, k_step(self.maths), 1, 4, 2, 1, "table")
+
+    def smem_bytes(self, t: Tiling) -> int:
+        return smem_bytes(t, self.maths, self.layout)
+
+    def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
+        """The filters as the kernel's `wpack` reads them."""
+        return pack_weights(weights, k, t, self.maths, self.layout)
+
     def default_config(self, shape, epilogue=None):
-        best = ranked(self.kernel_shape(shape), self.maths, self.layout)
+        best = self.ranked(shape)
         return best[0] if best else None
 
     def accepts(self, config, shape, epilogue=None):
-        return not (tiling_problem(config, self.maths, self.layout)
-                    or self.shape_problem(shape, config))
+        return not (self.tiling_problem(config) or self.shape_problem(shape, config))
 
     def shape_problem(self, shape: ConvShape, t: Tiling) -> str:
         return shape_problem(self.kernel_shape(shape), t, self.layout, self.maths)
@@ -104,13 +121,13 @@ class Pipelined(Variant):
             return base
         t = self.config_for(shape)
         if t is None:  # no candidate fits: say why the smallest one does not
-            smallest = Tiling(32, 32, k_step(self.maths), 1, 4, 2, 1, "table")
+            smallest = self.smallest_tiling()
             return Support(False, f"no tiling fits: {self.shape_problem(shape, smallest)}")
         problem = self.shape_problem(shape, t)
         return Support(False, problem) if problem else Support(True)
 
     def configs(self, shape, epilogue=None):
-        return diverse(ranked(self.kernel_shape(shape), self.maths, self.layout), MAX_CONFIGS)
+        return diverse(self.ranked(shape), MAX_CONFIGS)
 
     def configured(self, config):
         return type(self)(config, self.output_dtype)
@@ -165,9 +182,9 @@ class Pipelined(Variant):
         k = self.kernel_shape(shape)
         compiled = self.compile(shape, epilogue)
         kernel = compiled.module.get_function("conv_forward")
-        smem = smem_bytes(t, self.maths, self.layout)
+        smem = self.smem_bytes(t)
         kernel.max_dynamic_shared_size_bytes = smem
-        wpack = cupy.asarray(pack_weights(weights, k, t, self.maths, self.layout))
+        wpack = cupy.asarray(self.packed_weights(weights, k, t))
         table = cupy.asarray(self.gather_table(k, t) if t.gather == "table"
                              else np.zeros((1, 4), dtype=np.int32))
         bias_d = device_weights(bias) if bias is not None else cupy.zeros(1, dtype=cupy.float32)

@@ -18,14 +18,19 @@ from .tiling import (HALF_MATHS, Tiling, a_parts, channel_vector, element_bytes,
 # retires per cycle (322 TFLOP/s of m16n8k8 TF32 = 2,048 FLOP each, 132 SMs, ~1.76 GHz; the
 # m16n8k16 16-bit MMA is assumed to take the same time for twice the work), shared-memory and
 # L2 bytes per SM per cycle, warp instructions issued per SM per cycle, DRAM bytes per cycle for
-# the whole GPU, and the latency a K-tile's loads must hide.
+# the whole GPU, the latency a K-tile's loads must hide (from L2, and from DRAM under a
+# streaming load), and the warps an SM needs in flight to keep its tensor cores busy: ncu shows
+# a one-block-per-SM tile stalled on MMA dependencies, and the tuner's sweeps (checked by
+# bench/calibration.py against results/h100/channels-last-20261125) set these three.
 SMS = H100.sms
 MMA_PER_CYCLE = 0.68
 SMEM_BYTES_PER_CYCLE = 128
 L2_BYTES_PER_CYCLE = 48
 ISSUE_PER_CYCLE = 4
 DRAM_BYTES_PER_CYCLE = 1700
-LOAD_LATENCY = 700
+LOAD_LATENCY = 1000
+DRAM_LATENCY = 3000
+WARPS_FOR_PEAK = 12
 BARRIER_CYCLES = 30
 CLOCK_MHZ = 1755
 REGISTERS = H100.limits.registers_per_sm
@@ -89,8 +94,9 @@ def estimate(shape: ConvShape, t: Tiling, maths: str, layout: str = NCHW) -> flo
     """Modelled time in microseconds, for ranking tilings.
 
     A block's K-tile costs the largest of its MMA, shared-memory, L2 and issue cycles, plus a
-    barrier; its loads, issued stages-1 K-tiles ahead (1 for fp16/bf16), must also cover
-    LOAD_LATENCY, shared among the blocks resident on the SM. The busiest SM runs
+    barrier, the MMA rate scaled down when the SM holds fewer than WARPS_FOR_PEAK warps; its
+    loads, issued stages-1 K-tiles ahead (1 for NCHW fp16/bf16), must also cover their latency
+    (load_latency), shared among the blocks resident on the SM. The busiest SM runs
     ceil(tiles/SMS) blocks, each also paying an unhidden pipeline fill and its epilogue. The
     result is at least the DRAM floor; split-K adds its partial tiles' traffic.
     """
@@ -115,21 +121,45 @@ def estimate(shape: ConvShape, t: Tiling, maths: str, layout: str = NCHW) -> flo
         per_element = (2.5 if half else 1.2) + (8.0 if t.gather == "table" else 0.0)
     gather = warps * (rows * per_element + 12)
     issue = warps * steps * (mf * nf * mult + frag_loads + converts) + gather
-    k_tile = max(mma / MMA_PER_CYCLE, (smem_read + smem_write) / SMEM_BYTES_PER_CYCLE,
-                 l2 / L2_BYTES_PER_CYCLE, issue / ISSUE_PER_CYCLE) / SUSTAINED + BARRIER_CYCLES
     per_sm = -(-output_tiles(shape, t) * t.split_k // SMS)
     resident = min(blocks_per_sm(t, maths, layout, rows), per_sm)
+    mma_rate = MMA_PER_CYCLE * min(1.0, resident * warps / WARPS_FOR_PEAK)
+    k_tile = max(mma / mma_rate, (smem_read + smem_write) / SMEM_BYTES_PER_CYCLE,
+                 l2 / L2_BYTES_PER_CYCLE, issue / ISSUE_PER_CYCLE) / SUSTAINED + BARRIER_CYCLES
     ahead = 1 if half and layout == NCHW else t.stages - 1
-    k_tile = max(k_tile, LOAD_LATENCY / (ahead * resident))
     k_count = k_tiles(shape, t) / t.split_k
+    latency = load_latency(shape, t, maths, k_count)
+    k_tile = max(k_tile, latency / (ahead * resident))
     epilogue = 2 * t.bm * t.bn * 4 / SMEM_BYTES_PER_CYCLE
-    per_block = k_count * k_tile + (LOAD_LATENCY + epilogue) / resident
-    total = max(per_sm * per_block, shape.min_bytes / DRAM_BYTES_PER_CYCLE)
+    per_block = k_count * k_tile + (latency + epilogue) / resident
+    total = max(per_sm * per_block, dram_bytes(shape, maths) / DRAM_BYTES_PER_CYCLE)
     if t.split_k > 1:
         total += output_tiles(shape, t) * t.split_k * t.bm * t.bn * 8 / DRAM_BYTES_PER_CYCLE
     if estimate_registers(t, maths, layout, rows) >= 255:
         total *= 1.3  # likely spills
     return total / CLOCK_MHZ
+
+
+def dram_bytes(shape: ConvShape, maths: str) -> float:
+    """Bytes the layer must move through device memory: inputs and weights in the kernel's
+    element type, float32 bias and outputs."""
+    e = element_bytes(maths)
+    inputs = shape.B * shape.C * shape.H * shape.W
+    weights = shape.M * shape.Cg * shape.K * shape.K
+    outputs = shape.B * shape.M * shape.Ho * shape.Wo
+    return e * (inputs + weights) + 4 * (outputs + shape.M)
+
+
+def load_latency(shape: ConvShape, t: Tiling, maths: str, k_count: float) -> float:
+    """Cycles a K-tile's loads take to land: L2's latency where the blocks reread what other
+    blocks brought in, growing toward DRAM's loaded latency as the share of bytes loaded that
+    no other block has loaded (the layer's bytes over all blocks' loads) grows: a
+    fully-connected layer streams its weights once."""
+    e = element_bytes(maths)
+    loaded = (output_tiles(shape, t) * t.split_k * k_count
+              * (t.bm * a_parts(maths) + t.bn) * t.bk * e)
+    unique = min(1.0, dram_bytes(shape, maths) / loaded)
+    return LOAD_LATENCY + unique * (DRAM_LATENCY - LOAD_LATENCY)
 
 
 WARP_GRIDS = ((2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (1, 8), (8, 1))

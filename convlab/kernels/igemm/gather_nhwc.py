@@ -38,10 +38,10 @@ ROW_ORIGINS = r"""
 """
 
 GATHER_B = r"""
+    // Rows row0 + i*ROW_STEP: under SWIZZLE, ROW_STEP % 8 == 0 keeps their swizzle phase.
     auto load_tile = [&](int stage, int kt) {
         load_a(stage, kt);
-        const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS)
-                            + (row0 * B_LD + kc * VEC) * ELEM_BYTES;
+        const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS) + B_VEC_OFFSET(row0, kc);
 #if GATHER_TAP
         const int cc = kt / KK, tap = kt - cc * KK, p = tap / K, q = tap - p * K;
         const int shift = (p * W + q) * C + cc * BK;

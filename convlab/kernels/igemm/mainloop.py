@@ -37,11 +37,23 @@ typedef float elem_t;
 #define A_PARTS (MODE == 1 ? 2 : 1)
 #define A_WORDS (BM * BK * A_PARTS * ELEM_BYTES / 4)
 #define A_VECS (A_WORDS / 4)
+#ifndef SWIZZLE
+#define SWIZZLE 0
+#endif
 #if NHWC
 // B tile stored [n][k]: each pixel's BK channels of a K-tile side by side, copied VEC elements
 // (16 bytes where the channels allow) at a time. Rows padded by 16 bytes: the 8 rows of an
 // ldmatrix (or the 8 pixels of a TF32 fragment read) start in 8 different 16-byte bank groups.
+// SWIZZLE (wgmma's operands): rows of exactly 128 bytes, 16-byte chunk c of row n stored at
+// chunk c ^ (n % 8), the layout a 128-byte-swizzle descriptor reads, conflict-free unpadded.
+#if SWIZZLE
+#define B_LD BK
+#define B_VEC_OFFSET(n, kc) \
+    ((n) * BK * ELEM_BYTES + (((kc) * VEC * ELEM_BYTES) ^ (((n) & 7) << 4)))
+#else
 #define B_LD (BK + 16 / ELEM_BYTES)
+#define B_VEC_OFFSET(n, kc) (((n) * B_LD + (kc) * VEC) * ELEM_BYTES)
+#endif
 #define B_WORDS (BN * B_LD * ELEM_BYTES / 4)
 #define B_IN_REGISTERS 0
 // A thread copies vector KC of BN_ROWS pixel rows, BN / BN_ROWS apart.
@@ -180,7 +192,13 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const int4* __restrict__ table, const float* __restrict__ bias,
              out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
 {
-    extern __shared__ __align__(16) float smem[];
+    extern __shared__ __align__(16) float smem_raw[];
+#if SWIZZLE
+    // Swizzled tiles must start on 1024-byte boundaries (the host asks for 1 KB more).
+    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
+#else
+    float* const smem = smem_raw;
+#endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;

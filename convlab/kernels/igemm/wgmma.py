@@ -1,0 +1,282 @@
+"""The Hopper mainloop: warpgroup MMAs (`wgmma.mma_async`, sm_90a) reading both operands from
+128-byte-swizzled shared memory through descriptors, one group of them in flight while the next
+K-tile's copies land. Beside it the host side of that layout: the filters packed as the swizzled
+shared-memory image of each A tile, the tiling rules and the tilings worth trying.
+
+The accumulators of a warpgroup's m64nN product sit in each warp as those of a 16 x N mma.sync
+warp tile (warp w of the group holds rows 16w..16w+15): with WARPS_M = NWARPS and WARPS_N = 1
+the mma.sync pieces' epilogue and split-K reduce take them unchanged.
+"""
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+
+from ...gpu.hardware import H100
+from ...shapes import ConvShape
+from . import cost
+from .tiling import (MAX_SMEM, Tiling, channel_vector, element_bytes, k_tiles,
+                     output_tiles, shape_problem)
+
+ROW_BYTES = 128  # one swizzle atom row: BK elements of 128 bytes
+SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
+WGMMA_NS = tuple(range(32, 257, 32))
+_TYPES = {0: ("tf32", 8), 2: ("f16", 16), 3: ("bf16", 16)}
+
+
+def _wgmma_function(n: int, mode: int) -> str:
+    """wgmma_tile for an m64nNk(8|16) product of MODE's type, accumulating in place."""
+    kind, k = _TYPES[mode]
+    regs = n // 2
+    d = ", ".join(f"%{i}" for i in range(regs))
+    immediates = "1, 1" if kind == "tf32" else "1, 1, 0, 0"  # scales; K-major A and B
+    outputs = ", ".join(f'"+f"(d[0][{i // 4}][{i % 4}])' for i in range(regs))
+    return (f"#if BN == {n} && MODE == {mode}\n"
+            "__device__ __forceinline__ void wgmma_tile(float (&d)[MF][NF][4], "
+            "unsigned long long da, unsigned long long db)\n{\n"
+            '    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"\n'
+            f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} "\n'
+            f'        "{{{d}}}, %{regs}, %{regs + 1}, p, {immediates};\\n}}\\n"\n'
+            f'        : {outputs}\n'
+            '        : "l"(da), "l"(db), "r"(1));\n}\n#endif\n')
+
+
+INSTRUCTIONS = r"""
+// A shared-memory matrix descriptor for a K-major operand in 128-byte-swizzle layout: start
+// address, leading-byte offset (unused by this layout: 1), stride-byte offset 1024 (from one
+// 8-row group of 128-byte rows to the next), swizzle mode 1 (128 B) in bits 62-63.
+__device__ __forceinline__ unsigned long long swizzle128_desc(unsigned addr)
+{
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16)
+           | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// Orders this thread's register accesses to the accumulators before the wgmmas that follow.
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+
+// cp.async fills shared memory through the generic proxy; wgmma reads it through the async
+// proxy: each writing thread fences before the barrier that publishes the tile.
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
+__device__ __forceinline__ void fence_operands(float (&d)[MF][NF][4])
+{
+#pragma unroll
+    for (int j = 0; j < NF; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e]) :: "memory");
+}
+""" + "".join(_wgmma_function(n, mode) for mode in _TYPES for n in WGMMA_NS)
+
+COMPUTE = r"""
+    float acc[MF][NF][4];
+#pragma unroll
+    for (int j = 0; j < NF; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+    fence_operands(acc);
+
+    // Warpgroup wg multiplies rows 64wg..64wg+63 of the A tile by the whole B tile; each k-step
+    // moves both descriptors 32 bytes along the 128-byte rows (the swizzle acts on address bits
+    // 4-6 against 7-9, which a step inside the row leaves alone).
+    const unsigned wg_rows = (warp / 4) * 64 * 128;
+    auto compute = [&](int stage) {
+        const unsigned sa = smem_u32(smem + stage * STAGE_WORDS) + wg_rows;
+        const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < KSTEPS; ++s)
+            wgmma_tile(acc, swizzle128_desc(sa + s * 32), swizzle128_desc(sb + s * 32));
+        wgmma_commit();
+    };
+#if MODE == 0
+    // wgmma reads a TF32 operand by dropping each float's low 13 bits; the filters are rounded
+    // on the host, and each thread rounds the B vectors it copied to nearest once they land.
+    // One vector access per copy, as it was copied: a warp's lanes cover whole 128-byte rows.
+#if VEC == 4
+    typedef float4 vec_t;
+#else
+    typedef float2 vec_t;
+#endif
+    auto round_b = [&](int stage) {
+        float* sb = smem + stage * STAGE_WORDS + A_WORDS;
+#pragma unroll
+        for (int i = 0; i < BN_ROWS; ++i) {
+            vec_t* p = reinterpret_cast<vec_t*>(sb + (B_VEC_OFFSET(row0 + i * ROW_STEP, kc)) / 4);
+            vec_t v = *p;
+            float* f = reinterpret_cast<float*>(&v);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) f[e] = __uint_as_float(to_tf32(f[e]));
+            *p = v;
+        }
+    };
+#endif
+"""
+
+PIPELINE = r"""
+    // STAGES-2 K-tiles of copies in flight and one group of wgmmas. At iteration it the barrier
+    // says that tile it has landed (each thread waited for its copies and fenced them) and that
+    // every warpgroup has retired tile it-2's wgmmas (wait_group 1 after issuing tile it-1), so
+    // tile it-2's stage, (it + STAGES - 2) % STAGES, takes tile it + STAGES - 2.
+    const int kbeg = (int)((long long)split * KTILES / SPLIT_K);
+    const int nk = (int)((long long)(split + 1) * KTILES / SPLIT_K) - kbeg;
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s) {
+        if (s < nk) load_tile(s, kbeg + s);
+        cp_async_commit();
+    }
+    for (int it = 0; it < nk; ++it) {
+        cp_async_wait<STAGES - 3>();
+#if MODE == 0
+        round_b(it % STAGES);
+#endif
+        fence_proxy_async();
+        __syncthreads();
+        const int ahead = it + STAGES - 2;
+        if (ahead < nk) load_tile(ahead % STAGES, kbeg + ahead);
+        cp_async_commit();
+        compute(it % STAGES);
+        wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    fence_operands(acc);
+    cp_async_wait<0>();
+    __syncthreads();  // every warpgroup is done with the stages before the C tile overwrites them
+"""
+
+
+# --- the host side ------------------------------------------------------------------------------
+
+def swizzle_tiles(a: np.ndarray, t: Tiling) -> np.ndarray:
+    """[G][MTILES*bm][KTILES*bk] elements -> [G][MTILES][KTILES][bm*bk]: each A tile as the
+    kernel's shared memory holds it, rows of 128 bytes with 16-byte chunk c of row m at chunk
+    c ^ (m % 8), so the kernel copies it as it is."""
+    G, rows, cols = a.shape
+    mt, kt = rows // t.bm, cols // t.bk
+    per_chunk = 16 // a.itemsize
+    v = a.reshape(G, mt, t.bm, kt, ROW_BYTES // 16, per_chunk).transpose(0, 1, 3, 2, 4, 5)
+    m = np.arange(t.bm)[:, None]
+    chunk = np.arange(ROW_BYTES // 16)[None, :]
+    out = np.empty_like(v)
+    out[:, :, :, m, chunk ^ (m % 8)] = v[:, :, :, m, chunk]
+    return np.ascontiguousarray(out).reshape(G, mt, kt, t.bm * t.bk)
+
+
+def smem_bytes(t: Tiling, maths: str) -> int:
+    """The stages (A and B rows of 128 bytes, unpadded) or the epilogue's C tile, plus the
+    alignment slack."""
+    stages = t.stages * (t.bm + t.bn) * ROW_BYTES
+    return max(stages, t.bn * (t.bm + 4) * 4) + SWIZZLE_ALIGN
+
+
+def k_elements(maths: str) -> int:
+    """BK: one 128-byte swizzle row of the element type."""
+    return ROW_BYTES // element_bytes(maths)
+
+
+def tiling_problem(t: Tiling, maths: str) -> str:
+    """Why a wgmma kernel cannot be compiled with `t`, or ""."""
+    if t.gather not in ("tap", "table"):
+        return f"gather must be 'tap' or 'table', not {t.gather!r}"
+    if t.warps_n != 1 or t.warps_m not in (4, 8):
+        return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
+    if t.bm != 16 * t.warps_m:
+        return f"bm must be 64 per warpgroup: {16 * t.warps_m}"
+    if t.bk != k_elements(maths):
+        return f"bk must be {k_elements(maths)} (one 128-byte swizzle row of {maths})"
+    if t.bn not in WGMMA_NS:
+        return f"bn must be one of {', '.join(map(str, WGMMA_NS))}"
+    if not 3 <= t.stages <= 8:
+        return "stages must be 3 to 8 (two K-tiles beyond the one the wgmmas read)"
+    if t.split_k < 1:
+        return "split_k must be at least 1"
+    if smem_bytes(t, maths) > MAX_SMEM:
+        return f"needs {smem_bytes(t, maths)} bytes of shared memory; at most {MAX_SMEM}"
+    return ""
+
+
+def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
+    """Why `t` cannot run the (channel-padded) layer, or "": the channels-last gather's rules,
+    and rows a thread copies keeping one swizzle phase (8 | rows between them)."""
+    problem = shape_problem(shape, t, "NHWC", maths)
+    if problem:
+        return problem
+    step = t.threads // (t.bk // channel_vector(shape.Cg, maths))
+    if step % 8:
+        return f"the gather's row step {step} must be a multiple of 8 for the swizzle"
+    return ""
+
+
+WGMMA_FLOP_PER_CYCLE = {"fp16": 4096, "bf16": 4096, "tf32": 2048}  # dense, per SM
+
+
+def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
+    """Modelled microseconds, for ranking: the busiest SM's waves of blocks, each K-tile the
+    larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient) and
+    the loads' latency over the STAGES-2 tiles in flight; at least the DRAM floor."""
+    threads = t.threads
+    registers = -(-(t.bn // 2 + 56) // 8) * 8
+    resident = max(1, min(H100.limits.registers_per_sm // (registers * threads),
+                          H100.limits.shared_per_sm // (smem_bytes(t, maths)
+                                                        + H100.limits.reserved_shared_per_block),
+                          2))
+    tiles = output_tiles(shape, t) * t.split_k
+    per_sm = -(-tiles // cost.SMS)
+    resident = min(resident, per_sm)
+    mma = 2 * t.bm * t.bn * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
+    k_count = k_tiles(shape, t) / t.split_k
+    latency = cost.load_latency(shape, t, maths, k_count)
+    k_tile = max(mma * resident, latency / (t.stages - 2)) / resident
+    epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
+    total = per_sm * (k_count * k_tile + (latency + epilogue) / resident)
+    total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
+    if t.split_k > 1:
+        total += tiles * t.bm * t.bn * 8 / cost.DRAM_BYTES_PER_CYCLE
+    return total / cost.CLOCK_MHZ
+
+
+def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
+    """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
+    the gather orders `cost.gather_options` would take, split-K where the tiles cannot fill two
+    waves."""
+    bk = k_elements(maths)
+    gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
+    found = []
+    for gather, warps, bn, stages in itertools.product(gathers, (8, 4), WGMMA_NS, range(3, 7)):
+        base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
+        if tiling_problem(base, maths):
+            continue
+        splits = [1]
+        if output_tiles(shape, base) < 2 * cost.SMS:
+            splits += [s for s in (2, 4, 8) if k_tiles(shape, base) >= 4 * s]
+        for s in splits:
+            t = Tiling(base.bm, bn, bk, warps, 1, stages, s, gather)
+            if not layer_problem(shape, t, maths):
+                found.append(t)
+    return found
+
+
+@lru_cache(maxsize=256)
+def ranked(shape: ConvShape, maths: str) -> tuple[Tiling, ...]:
+    """Candidates by modelled time; ties to the wider N (fewer A re-reads), then more stages."""
+    def key(t):
+        return (round(estimate(shape, t, maths), 2), -t.bn, -t.stages, t.brief())
+    return tuple(sorted(candidates(shape, maths), key=key))

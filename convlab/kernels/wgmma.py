@@ -1,0 +1,91 @@
+"""wgmma: the channels-last implicit GEMM on Hopper's warpgroup MMAs (sm_90a), in FP16, BF16
+and TF32. Same gather, staging, split-K reduce and epilogue as `channels-last`; a different
+mainloop (igemm.wgmma) and shared-memory layout (128-byte swizzle instead of padded rows)."""
+
+from ..gpu.elements import ELEMENT_SOURCE
+from .general import EPILOGUE_SOURCE
+from .igemm import epilogue, gather_nhwc, mainloop, splitk, wgmma
+
+SOURCE = (r"""
+// wgmma: changes from channels-last -- that kernel fed mma.sync, a warp-wide 16x8 product whose
+// operands each warp first loads into registers (ldmatrix, fragment loads): at one or two
+// 8-warp blocks per SM the tensor pipe sat idle 40-60% of the time on the MMAs' dependencies
+// (ncu: stall `wait`), and cuDNN's Hopper kernels run above mma.sync's peak. Here a warpgroup
+// (4 warps) issues wgmma.mma_async: a 64xBNx16 product (64xBNx8 in TF32) read straight from
+// shared memory through descriptors, asynchronous, so the copies of the next K-tiles and the
+// MMAs of this one overlap without a register round trip, and one instruction does the work of
+// BN/8 mma.sync per warp. Both operand tiles are stored K-major in rows of 128 bytes with
+// 16-byte chunks XOR-swizzled by the row (the layout the descriptor's 128-byte swizzle mode
+// reads, conflict-free without padding): the host packs each A tile in that image, the gather
+// writes B's 16-byte cp.async copies to the swizzled chunk. A K-tile is one 128-byte row (64
+// fp16/bf16 or 32 tf32 channels); one group of wgmmas stays in flight across K-tiles.
+//
+// Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
+// = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32).
+"""
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + wgmma.INSTRUCTIONS + EPILOGUE_SOURCE
+          + ELEMENT_SOURCE + mainloop.KERNEL_BEGIN
+          + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B + wgmma.COMPUTE
+          + wgmma.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC)
+
+import numpy as np  # noqa: E402
+
+from ..shapes import NHWC, ConvShape  # noqa: E402
+from .channels_last import ChannelsLast  # noqa: E402
+from .igemm.packing import gemm_weights, to_bf16_bits  # noqa: E402
+from .igemm.tiling import Tiling  # noqa: E402
+from .tensorcore import round_tf32  # noqa: E402
+
+
+class Wgmma(ChannelsLast):
+    name = "wgmma"
+    summary = "channels-last implicit GEMM on Hopper wgmma (sm_90a), swizzled smem, TF32"
+    precision = "tf32"
+    maths = "tf32"
+    source = SOURCE
+    arch = "sm_90a"
+    compute_capability = (9, 0)
+
+    def layout_defines(self, k: ConvShape) -> dict[str, int]:
+        return {**super().layout_defines(k), "SWIZZLE": 1}
+
+    def tiling_problem(self, t: Tiling) -> str:
+        return wgmma.tiling_problem(t, self.maths)
+
+    def shape_problem(self, shape: ConvShape, t: Tiling) -> str:
+        return wgmma.layer_problem(self.kernel_shape(shape), t, self.maths)
+
+    def ranked(self, shape: ConvShape) -> tuple[Tiling, ...]:
+        return wgmma.ranked(self.kernel_shape(shape), self.maths)
+
+    def smallest_tiling(self) -> Tiling:
+        return Tiling(64, 32, wgmma.k_elements(self.maths), 4, 1, 3, 1, "table")
+
+    def smem_bytes(self, t: Tiling) -> int:
+        return wgmma.smem_bytes(t, self.maths)
+
+    def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
+        """Each A tile as the kernel's swizzled shared memory holds it (TF32-rounded, or fp16
+        / bf16 bits)."""
+        a = gemm_weights(weights, k, t, NHWC)
+        if self.maths == "tf32":
+            a = round_tf32(a)
+        elif self.maths == "fp16":
+            a = a.astype(np.float16).view(np.uint16)
+        else:
+            a = to_bf16_bits(a)
+        return wgmma.swizzle_tiles(a, t)
+
+
+class WgmmaFP16(Wgmma):
+    name = "wgmma-fp16"
+    summary = "channels-last implicit GEMM on Hopper wgmma (sm_90a), fp16 in, FP32 accumulation"
+    precision = "fp16"
+    maths = "fp16"
+
+
+class WgmmaBF16(Wgmma):
+    name = "wgmma-bf16"
+    summary = "channels-last implicit GEMM on Hopper wgmma (sm_90a), bf16 in, FP32 accumulation"
+    precision = "bf16"
+    maths = "bf16"
