@@ -92,7 +92,8 @@ PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 def test_cubin_numbers_agree_with_ptxas(variant):
     shape = SHAPE if variant.supports(SHAPE) else ConvShape(10, 1, 28, 28, 50, 5)
     compiled = nvrtc_compile(f"{variant.name}.cu", variant.source,
-                                variant.compile_options(shape) + (PTXAS_VERBOSE,))
+                             variant.compile_options(shape) + (PTXAS_VERBOSE,),
+                             variant.arch or "sm_90")
     assert compiled.cubin is not None, compiled.log
     found = resources(compiled)
     assert set(found) == set(variant.kernels)

@@ -72,3 +72,22 @@ def summary(found: list[Agreement]) -> dict:
             "concordance": sum(a.concordance for a in found) / len(found),
             "first_ratio_geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)),
             "first_ratio_worst": max(ratios)}
+
+
+def pick_agreement(path: Path, shapes: dict[str, ConvShape]) -> tuple[int, int]:
+    """(pairs measured apart by more than TIE, pairs the model orders as measured) in a record
+    of scripts/cost_model_picks.py: two tilings per (variant, layer), both timed; `shapes`
+    maps its layer names to shapes."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    pairs = agreeing = 0
+    for row in rows:
+        a, b = row["old_ms"], row["new_ms"]
+        if not a or not b or abs(a - b) < TIE * min(a, b):
+            continue
+        variant = VARIANTS[row["variant"]]
+        shape = variant.kernel_shape(shapes[row["layer"]])
+        ma, mb = (cost.estimate(shape, Tiling.of(row[k]), variant.maths, variant.layout)
+                  for k in ("old", "new"))
+        pairs += 1
+        agreeing += (ma < mb) == (a < b)
+    return pairs, agreeing

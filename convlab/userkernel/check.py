@@ -87,10 +87,11 @@ def _launch(variant, shape: ConvShape, kernel: cubin.KernelResources) -> tuple[i
 
 
 def check_file(path: str | Path, shapes: dict[str, ConvShape], arch: str | None = None) -> CheckReport:
-    """Compile the kernel file for every layer shape it supports and report its resources."""
+    """Compile the kernel file for every layer shape it supports and report its resources:
+    for `arch`, else the target its variant names (sm_90a for a wgmma rung's), else the GPU's."""
     kernel = load_kernel_file(path)
     variant = kernel.variant
-    arch = check_arch(arch) if arch else target_arch()
+    arch = check_arch(arch) if arch else (variant.arch or target_arch())
     limits = cubin.ARCH_LIMITS.get(arch.rstrip("af"))  # sm_90a has sm_90's limits
     display, offset = kernel.source_location()
     program = Path(display).name if not display.startswith("<") else f"{variant.name}.cu"
