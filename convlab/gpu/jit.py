@@ -1,8 +1,10 @@
 """Compile a variant's CUDA C source for one layer shape, and cache the result.
 
 On a GPU machine the source goes through cupy.RawModule (NVRTC inside CuPy) with the shape's
-compile-time constants as -D defines. On any machine, `compile_cubin` runs the same source and
-options through NVRTC directly, for sm_90, so CPU-only CI proves that every variant compiles.
+compile-time constants as -D defines; a variant that names an architecture-specific target
+(sm_90a, for wgmma) is compiled by NVRTC directly into an on-disk cubin cache and loaded from
+there. On any machine, `compile_cubin` runs the same source and options through NVRTC directly,
+for sm_90 (or the variant's target), so CPU-only CI proves that every variant compiles.
 """
 
 from __future__ import annotations
