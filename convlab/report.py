@@ -65,8 +65,13 @@ def device_table(info: dict, ceilings=None, width=None) -> RenderableType:
         rows += [["copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s (device-to-device, read+write)"],
                  ["FP32 rate", f"{ceilings.fp32_gflops / 1e3:,.1f} TFLOP/s (cuBLAS SGEMM 8192^3)"],
                  ["TF32 rate", f"{ceilings.tf32_gflops / 1e3:,.1f} TFLOP/s (mma.sync m16n8k8 peak)"],
-                 ["FP16 rate", f"{ceilings.rate('fp16') / 1e3:,.1f} TFLOP/s (mma.sync m16n8k16 peak)"],
-                 ["ceilings measured", ceilings.measured_at]]
+                 ["FP16 rate", f"{(ceilings.fp16_gflops or 2 * ceilings.tf32_gflops) / 1e3:,.1f} "
+                               "TFLOP/s (mma.sync m16n8k16 peak)"]]
+        rows += [[label, f"{rate / 1e3:,.1f} TFLOP/s (wgmma {shape} peak)"]
+                 for label, rate, shape in (("TF32 wgmma rate", ceilings.wgmma_tf32_gflops, "m64n256k8"),
+                                            ("FP16 wgmma rate", ceilings.wgmma_fp16_gflops, "m64n256k16"))
+                 if rate]
+        rows += [["ceilings measured", ceilings.measured_at]]
     return fitted_table("GPU", [Col("", "left", style="bold"), Col("", "left", wrap=True)], rows,
                         width, show_header=False)
 
@@ -356,7 +361,10 @@ def compare_header(comparison) -> str:
 
 
 def _fp16_rate(ceilings: dict) -> str:
-    return f", FP16 {ceilings['fp16_gflops'] / 1e3:,.1f} TFLOP/s" if ceilings.get("fp16_gflops") else ""
+    text = f", FP16 {ceilings['fp16_gflops'] / 1e3:,.1f} TFLOP/s" if ceilings.get("fp16_gflops") else ""
+    wgmma = [f"{name} {ceilings[key] / 1e3:,.1f}" for name, key in
+             (("TF32", "wgmma_tf32_gflops"), ("FP16", "wgmma_fp16_gflops")) if ceilings.get(key)]
+    return text + (f"; wgmma {', '.join(wgmma)} TFLOP/s" if wgmma else "")
 
 
 def compare_markdown(comparison) -> str:

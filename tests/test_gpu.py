@@ -277,6 +277,11 @@ def test_device_info_and_ceilings(tmp_path, monkeypatch):
     assert first.copy_gbps > 100 and first.fp32_gflops > 1000 and first.tf32_gflops > first.fp32_gflops
     assert measure.ceilings() == first  # cached on disk
     assert list(tmp_path.glob("ceilings-*.json"))
+    if info["compute_capability"] == "9.0":  # wgmma outruns mma.sync, and the floor uses it
+        assert first.wgmma_fp16_gflops > first.fp16_gflops and first.wgmma_tf32_gflops > first.tf32_gflops
+        assert first.rate("fp16") == first.wgmma_fp16_gflops
+    else:
+        assert first.wgmma_fp16_gflops is None
 
 
 # --- convlab compare on the GPU, with deliberately broken test-only variants ----------------

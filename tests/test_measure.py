@@ -92,6 +92,29 @@ def test_half_precision_floor_uses_the_half_precision_rate():
     assert older.rate("fp16") == 600000.0 and older.rate("tf32") == 300000.0
 
 
+def test_the_floor_uses_the_fastest_instruction_the_gpu_has():
+    """On a Hopper GPU wgmma outruns mma.sync: the floor is the wgmma rate where it was
+    measured, mma.sync's elsewhere, and a saved record without wgmma rates reads as before."""
+    conv3 = ConvShape(128, 256, 13, 13, 384, 3, pad=1, bias=True)
+    hopper = measure.Ceilings("test", 3000.0, 50000.0, 320000.0, fp16_gflops=650000.0,
+                              wgmma_tf32_gflops=490000.0, wgmma_fp16_gflops=980000.0)
+    assert hopper.rate("tf32") == 490000.0 and hopper.rate("fp16") == hopper.rate("bf16") == 980000.0
+    assert hopper.rate("fp32") == 50000.0
+    ms, bound = hopper.floor_ms(conv3, "fp16")
+    assert bound == "compute" and ms == pytest.approx(conv3.flops / 980000e9 * 1e3)
+    saved = {k: v for k, v in hopper.as_dict().items() if not k.startswith("wgmma")}
+    assert measure.Ceilings(**saved).rate("fp16") == 650000.0
+
+
+def test_the_wgmma_ceiling_kernel_builds_for_sm90a_only():
+    from convlab.gpu.jit import compile_cubin, nvrtc_compile
+
+    for mode, _ in measure.WGMMA_PEAK_MODES.values():
+        options = ("-std=c++17", f"-DMODE={mode}")
+        assert compile_cubin("ceiling:wgmma", measure.WGMMA_PEAK_SOURCE, options, "sm_90a")[:4] == b"\x7fELF"
+    assert nvrtc_compile("w.cu", measure.WGMMA_PEAK_SOURCE, options, "sm_90").cubin is None
+
+
 def test_timing_records_its_method_and_old_records_read_as_single_launches():
     timing = measure.Timing([0.1, 0.2, 0.3], method=measure.QUEUED, launches=40, drained=1)
     d = timing.as_dict()

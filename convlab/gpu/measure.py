@@ -29,7 +29,8 @@ from typing import Callable
 import numpy as np
 
 from ..shapes import FLOAT_BYTES, ConvShape
-from . import require_cupy
+from . import compute_capability, require_cupy
+from .hopper import WGMMA_PTX
 from .isolate import gpu_wait
 from .jit import load_module
 
@@ -402,6 +403,49 @@ MMA_PEAK_SOURCE = "".join(
     MMA_PEAK_TEMPLATE.replace("NAME", name).replace("PACK", pack).replace("SHAPE", shape)
     for name, pack, shape, _ in MMA_PEAKS.values())
 
+# Hopper's warpgroup MMA (sm_90a): each warpgroup issues m64n256 wgmmas from a 128-byte-swizzled
+# shared tile of small nonzero values, one group in flight, nothing else. MODE 2: fp16 (k16),
+# MODE 0: tf32 (k8).
+WGMMA_PEAK_SOURCE = r"""
+#define BN 256
+#define MF 1
+#define NF 32
+__device__ __forceinline__ unsigned smem_u32(const void* p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+""" + WGMMA_PTX + r"""
+extern "C" __global__ void __launch_bounds__(128) wgmma_peak(float* out, int iters)
+{
+    __shared__ __align__(1024) unsigned tile[(64 + 256) * 32];  // A: 64 rows, B: 256, of 128 B
+    for (int i = threadIdx.x; i < (64 + 256) * 32; i += 128)
+        tile[i] = MODE == 0 ? __float_as_uint(1.0f + (i % 7) * 0.125f)
+                            : 0x3C003C00u + (i % 5) * 0x00400040u;
+    fence_proxy_async();
+    __syncthreads();
+    float acc[MF][NF][4];
+    for (int j = 0; j < NF; ++j)
+        for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+    fence_operands(acc);
+    const unsigned a = smem_u32(tile), b = a + 64 * 128;
+    for (int it = 0; it < iters; ++it) {
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            wgmma_tile(acc, swizzle128_desc(a + s * 32), swizzle128_desc(b + s * 32));
+        wgmma_commit();
+        wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    fence_operands(acc);
+    float sum = 0.0f;
+    for (int j = 0; j < NF; ++j)
+        for (int e = 0; e < 4; ++e) sum += acc[0][j][e];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+"""
+WGMMA_PEAK_MODES = {"tf32": (0, 8), "fp16": (2, 16)}  # MODE, k of the instruction
+
 
 @dataclass
 class Ceilings:
@@ -412,13 +456,18 @@ class Ceilings:
     measured_at: str = ""
     details: dict = field(default_factory=dict)
     fp16_gflops: float | None = None  # mma.sync m16n8k16 f16 (and bf16) issue rate
+    wgmma_tf32_gflops: float | None = None  # wgmma m64n256k8 tf32 (Hopper only)
+    wgmma_fp16_gflops: float | None = None  # wgmma m64n256k16 f16 (Hopper only)
 
     def rate(self, precision: str) -> float:
-        """The arithmetic ceiling of a precision class. Ceilings saved before fp16 was measured
-        fall back to twice the TF32 rate (Hopper's ratio for these instructions)."""
+        """The arithmetic ceiling of a precision class: its fastest instruction on this GPU
+        (wgmma where measured). Ceilings saved before fp16 was measured fall back to twice the
+        TF32 rate (Hopper's ratio for these instructions)."""
         if precision in ("fp16", "bf16"):
-            return self.fp16_gflops or 2 * self.tf32_gflops
-        return self.tf32_gflops if precision == "tf32" else self.fp32_gflops
+            return max(self.fp16_gflops or 2 * self.tf32_gflops, self.wgmma_fp16_gflops or 0.0)
+        if precision == "tf32":
+            return max(self.tf32_gflops, self.wgmma_tf32_gflops or 0.0)
+        return self.fp32_gflops
 
     def floor_ms(self, shape: ConvShape, rate: str = "fp32", epilogue: str | None = None,
                  flops: float | None = None) -> tuple[float, str]:
@@ -467,10 +516,28 @@ def measure_ceilings() -> Ceilings:
         kernel = module.get_function(name)
         ms = _time_once(lambda: kernel((blocks_,), (threads,), (out, np.int32(iters), np.float32(1.5))))
         rates[precision] = blocks_ * threads / 32 * iters * 8 * (2 * 16 * 8 * k) / (ms * 1e-3) / 1e9
+    wgmma = wgmma_rates(sms) if compute_capability() == (9, 0) else {}
     return Ceilings(device, round(copy_gbps, 1), round(fp32, 1), round(rates["tf32"], 1),
                     time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     {"copy_bytes": 2 * n * 4, "sgemm_size": size, "mma_blocks": blocks_},
-                    round(rates["fp16"], 1))
+                    round(rates["fp16"], 1), wgmma.get("tf32"), wgmma.get("fp16"))
+
+
+def wgmma_rates(sms: int) -> dict[str, float]:
+    """GFLOP/s of back-to-back m64n256 wgmmas, three warpgroups per SM (sm_90a): all resident
+    at once (154 registers each), so there is no tail wave."""
+    import cupy
+
+    blocks_, iters = sms * 3, 4096
+    out = cupy.empty(blocks_ * 128, dtype=cupy.float32)
+    rates = {}
+    for precision, (mode, k) in WGMMA_PEAK_MODES.items():
+        kernel = load_module(f"ceiling:wgmma-{precision}", WGMMA_PEAK_SOURCE,
+                             ("-std=c++17", f"-DMODE={mode}"), ("wgmma_peak",),
+                             "sm_90a").module.get_function("wgmma_peak")
+        ms = _time_once(lambda: kernel((blocks_,), (128,), (out, np.int32(iters))))
+        rates[precision] = round(blocks_ * iters * 4 * (2 * 64 * 256 * k) / (ms * 1e-3) / 1e9, 1)
+    return rates
 
 
 def cache_dir() -> Path:
