@@ -20,7 +20,7 @@ from . import cost
 from .tiling import (MAX_SMEM, Tiling, channel_vector, element_bytes, k_tiles,
                      output_tiles, shape_problem)
 
-ROW_BYTES = 128  # one swizzle atom row: BK elements of 128 bytes
+ROW_BYTES = 128  # one swizzle atom row, BK elements: a K-tile
 SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
 INSTRUCTIONS = WGMMA_PTX
 
