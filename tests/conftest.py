@@ -1,10 +1,13 @@
+import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from convlab import gpu
 from convlab.gpu import gpu_available, unavailable_reason
+from convlab.gpu.jit import compile_cubin
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,3 +37,19 @@ def no_gpu(monkeypatch):
 def private_cache(tmp_path, monkeypatch):
     """Compiled kernels and tuned tilings in a folder of the test's own."""
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def compile_all():
+    """Compile (variant, shape, epilogue) jobs with NVRTC for each variant's target (sm_90
+    unless it names one), side by side on the CPUs (NVRTC releases the GIL); their cubins."""
+    def one(job):
+        variant, shape, epilogue = job
+        return compile_cubin(variant.name, variant.source, variant.compile_options(shape, epilogue),
+                             variant.arch or "sm_90")
+
+    def run(jobs):
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            return list(pool.map(one, jobs))
+
+    return run

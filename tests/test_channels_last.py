@@ -2,8 +2,6 @@
 rules and cost model, and a NumPy model of its gather (the kernel's thread -> vector map, the
 table, the padding) whose product with the packed filters is the convolution."""
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -33,18 +31,9 @@ ODD_SHAPES = [
 ]
 
 
-def compile_all(jobs):
-    def one(job):
-        variant, shape, epilogue = job
-        return compile_cubin(variant.name, variant.source, variant.compile_options(shape, epilogue))
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(one, jobs))
-
-
 @pytest.mark.parametrize("layer", list(LAYERS))
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
-def test_configs_compile_for_sm90(variant, layer):
+def test_configs_compile_for_sm90(variant, layer, compile_all):
     """The heuristic's tiling and two more for each layer (bf16: the heuristic's only)."""
     shape = LAYERS[layer]
     configs = variant.configs(shape, RELU)
@@ -55,7 +44,7 @@ def test_configs_compile_for_sm90(variant, layer):
 
 
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: f"B{s.B}-{s.brief()}")
-def test_odd_shapes_compile_for_sm90(shape):
+def test_odd_shapes_compile_for_sm90(shape, compile_all):
     cubins = compile_all([(v, shape, e) for v in VARIANTS for e in (None, RELU)])
     assert all(c[:4] == b"\x7fELF" for c in cubins)
 
@@ -77,7 +66,7 @@ def test_configs_are_valid_and_the_heuristic_is_the_first(variant, layer):
 
 @pytest.mark.parametrize("shape", [LAYERS["conv3"], ODD_SHAPES[0], ODD_SHAPES[1]],
                          ids=lambda s: s.brief())
-def test_fp16_outputs_compile_for_sm90(shape):
+def test_fp16_outputs_compile_for_sm90(shape, compile_all):
     """Every variant of the implicit GEMM can store fp16 for an fp16 conv after it (split-K
     included: the odd grouped shape's tiling splits K)."""
     jobs = [(v.writing(np.float16), shape, e) for v in VARIANTS + [PipelinedFP16()]

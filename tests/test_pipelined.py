@@ -5,14 +5,11 @@ The fragment decoding below is written from the PTX ISA's register layouts, inde
 """
 
 import importlib.util
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.gpu.jit import compile_cubin
 from convlab.kernels import RELU, pipelined as P, tensorcore
 from convlab.kernels.igemm import gather, packing, tiling
 from convlab.models import get_model
@@ -32,21 +29,11 @@ ODD_SHAPES = [
 ]
 
 
-def compile_all(jobs):
-    """NVRTC releases the GIL (ctypes call), so compiles run side by side on the CPUs."""
-    def one(job):
-        variant, shape, epilogue = job
-        return compile_cubin(variant.name, variant.source, variant.compile_options(shape, epilogue))
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(one, jobs))
-
-
 # bf16 differs from fp16 only in the mma type string: its heuristic tiling is compiled for every
 # layer, the full tiling list only for the other three (compile time on CPU-only CI).
 @pytest.mark.parametrize("layer", list(LAYERS))
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
-def test_every_config_compiles_for_sm90(variant, layer):
+def test_every_config_compiles_for_sm90(variant, layer, compile_all):
     shape = LAYERS[layer]
     configs = variant.configs(shape, RELU)
     assert configs, f"no tiling for {layer}"
@@ -57,7 +44,7 @@ def test_every_config_compiles_for_sm90(variant, layer):
 
 
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: f"B{s.B}-{s.brief()}")
-def test_odd_shapes_compile_for_sm90(shape):
+def test_odd_shapes_compile_for_sm90(shape, compile_all):
     jobs = [(v, shape, e) for v in VARIANTS for e in (None, RELU)]
     jobs += [(v.configured(c), shape, None) for v in VARIANTS[:3] for c in v.configs(shape)[1:3]]
     cubins = compile_all(jobs)
