@@ -7,11 +7,11 @@ import pytest
 
 from convlab.gpu import jit
 from convlab.kernels import VARIANTS, base, wgmma as W
-from convlab.kernels.igemm import tiling, wgmma
+from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
 from convlab.shapes import ConvShape
 
-VARIANTS_W = [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()]
+VARIANTS_W = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaFP16(), W.WgmmaBF16()]
 SHAPES = [*get_model("alexnet").conv_shapes(128).values(),
           ConvShape(64, 64, 56, 56, 64, 3, pad=1),
           ConvShape(1, 3, 33, 31, 24, 7, stride=2, pad=3, bias=True),  # 7x7 stem, 3 channels
@@ -97,3 +97,35 @@ def test_the_wgmma_kernel_assembles_to_warpgroup_mmas():
     assert jit.compile_cubin(variant.name, variant.source, options, "sm_90a")[:4] == b"\x7fELF"
     result = jit.nvrtc_compile("wgmma.cu", variant.source, options, "sm_90")
     assert result.cubin is None and "wgmma" in result.log
+
+
+def test_3xtf32_packs_each_a_tile_as_a_big_then_a_small_swizzled_tile():
+    """The kernel reads A's small tile BM*128 bytes after its big one: the host's image holds
+    TF32 values at the descriptor's swizzled bytes that add up to the filters to ~2^-22."""
+    variant = W.Wgmma3xTF32()
+    shape = ConvShape(2, 32, 6, 6, 70, 3, pad=1)
+    t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
+    rng = np.random.default_rng(1)
+    weights = rng.standard_normal(shape.weight_shape).astype(np.float32)
+    packed = variant.packed_weights(weights, shape, t)
+    a = packing.gemm_weights(weights, shape, t, "NHWC")
+    assert packed.shape == (1, 2, 9, 2, t.bm * t.bk) and packed.dtype == np.float32
+    raw = packed.view(np.uint8).reshape(1, 2, 9, 2, t.bm * 128)
+    for mt, kt, m, k in [(0, 0, 0, 0), (1, 8, 5, 31), (0, 4, 63, 17), (1, 2, 9, 8)]:
+        byte = m * 128 + ((k * 4) ^ (16 * (m % 8)))
+        big, small = (raw[0, mt, kt, part, byte:byte + 4].view(np.float32)[0] for part in (0, 1))
+        want = a[0, mt * t.bm + m, kt * t.bk + k]
+        assert big.view(np.uint32) & 0x1FFF == 0 and small.view(np.uint32) & 0x1FFF == 0
+        assert abs(np.float64(big) + np.float64(small) - want) <= 2.0 ** -21 * abs(want)
+        assert want == 0 or abs(small) <= 2.0 ** -10 * abs(want)
+    assert np.count_nonzero(packed[..., 1, :]) > 0.9 * np.count_nonzero(a)
+
+
+def test_3xtf32_tilings_keep_three_accumulator_sets_in_registers():
+    variant = W.Wgmma3xTF32()
+    wide = tiling.Tiling(64, 128, 32, 4, 1, 4, 1, "tap")
+    assert "three accumulator sets" in variant.tiling_problem(wide)
+    assert not W.Wgmma().tiling_problem(wide)
+    t = tiling.Tiling(128, 96, 32, 8, 1, 3, 1, "tap")
+    assert variant.smem_bytes(t) == 2 * W.Wgmma().smem_bytes(t) - wgmma.SWIZZLE_ALIGN
+    assert all(c.bn <= 96 for s in SHAPES for c in variant.configs(s))

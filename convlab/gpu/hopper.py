@@ -3,27 +3,28 @@
 wgmma conv mainloop (kernels/igemm/wgmma.py) and the ceiling that measures the instruction's
 rate (measure.py) both include them. The tile helpers take the accumulators as an
 [MF][NF][4] array (MF = 1, NF = N/8): what a warp of the group holds, laid out as a 16xN
-mma.sync warp tile."""
+mma.sync warp tile; scale_d 0 starts a fresh sum (D = A*B) instead of accumulating."""
 
 WGMMA_NS = tuple(range(32, 257, 32))
 WGMMA_TYPES = {0: ("tf32", 8), 2: ("f16", 16), 3: ("bf16", 16)}
 
 
 def wgmma_function(n: int, mode: int) -> str:
-    """wgmma_tile for an m64nNk(8|16) product of MODE's type, accumulating in place."""
+    """wgmma_tile for an m64nNk(8|16) product of MODE's type (TF32 also serves 3xTF32, MODE 1)."""
     kind, k = WGMMA_TYPES[mode]
+    modes = "(MODE == 0 || MODE == 1)" if kind == "tf32" else f"MODE == {mode}"
     regs = n // 2
     d = ", ".join(f"%{i}" for i in range(regs))
     immediates = "1, 1" if kind == "tf32" else "1, 1, 0, 0"  # scales; K-major A and B
     outputs = ", ".join(f'"+f"(d[0][{i // 4}][{i % 4}])' for i in range(regs))
-    return (f"#if BN == {n} && MODE == {mode}\n"
+    return (f"#if BN == {n} && {modes}\n"
             "__device__ __forceinline__ void wgmma_tile(float (&d)[MF][NF][4], "
-            "unsigned long long da, unsigned long long db)\n{\n"
+            "unsigned long long da, unsigned long long db, int scale_d = 1)\n{\n"
             '    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"\n'
             f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} "\n'
             f'        "{{{d}}}, %{regs}, %{regs + 1}, p, {immediates};\\n}}\\n"\n'
             f'        : {outputs}\n'
-            '        : "l"(da), "l"(db), "r"(1));\n}\n#endif\n')
+            '        : "l"(da), "l"(db), "r"(scale_d));\n}\n#endif\n')
 
 
 WGMMA_PTX = r"""

@@ -1,5 +1,5 @@
-"""wgmma: the channels-last implicit GEMM on Hopper's warpgroup MMAs (sm_90a), in FP16, BF16
-and TF32. Same gather, staging, split-K reduce and epilogue as `channels-last`; a different
+"""wgmma: the channels-last implicit GEMM on Hopper's warpgroup MMAs (sm_90a), in FP16, BF16,
+TF32 and 3xTF32. Same gather, staging, split-K reduce and epilogue as `channels-last`; a different
 mainloop (igemm.wgmma) and shared-memory layout (128-byte swizzle instead of padded rows)."""
 
 from ..gpu.elements import ELEMENT_SOURCE
@@ -19,6 +19,9 @@ SOURCE = (r"""
 // reads, conflict-free without padding): the host packs each A tile in that image, the gather
 // writes B's 16-byte cp.async copies to the swizzled chunk. A K-tile is one 128-byte row (64
 // fp16/bf16 or 32 tf32 channels); one group of wgmmas stays in flight across K-tiles.
+// 3xTF32 (the fp32 class) keeps both operands' small parts in shared memory too (the host
+// splits the filters; each thread splits the B vectors it copied) and sums each K-tile's three
+// products apart, adding them to the total with FP32 adds, as channels-last-3xtf32 does.
 //
 // Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32).
@@ -32,7 +35,8 @@ import numpy as np  # noqa: E402
 
 from ..shapes import NHWC, ConvShape  # noqa: E402
 from .channels_last import ChannelsLast  # noqa: E402
-from .igemm.packing import gemm_weights, to_bf16_bits  # noqa: E402
+from .base import split_tf32_arithmetic  # noqa: E402
+from .igemm.packing import gemm_weights, split_tf32, to_bf16_bits  # noqa: E402
 from .igemm.tiling import Tiling  # noqa: E402
 from .tensorcore import round_tf32  # noqa: E402
 
@@ -65,16 +69,28 @@ class Wgmma(ChannelsLast):
         return wgmma.smem_bytes(t, self.maths)
 
     def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
-        """Each A tile as the kernel's swizzled shared memory holds it (TF32-rounded, or fp16
-        / bf16 bits)."""
+        """Each A tile as the kernel's swizzled shared memory holds it: TF32-rounded, split
+        big then small (3xTF32), or fp16 / bf16 bits; [G][MTILES][KTILES][parts][bm*bk]."""
         a = gemm_weights(weights, k, t, NHWC)
         if self.maths == "tf32":
-            a = round_tf32(a)
+            parts = [round_tf32(a)]
+        elif self.maths == "3xtf32":
+            parts = list(split_tf32(a))
         elif self.maths == "fp16":
-            a = a.astype(np.float16).view(np.uint16)
+            parts = [a.astype(np.float16).view(np.uint16)]
         else:
-            a = to_bf16_bits(a)
-        return wgmma.swizzle_tiles(a, t)
+            parts = [to_bf16_bits(a)]
+        return np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
+
+
+class Wgmma3xTF32(Wgmma):
+    name = "wgmma-3xtf32"
+    summary = "wgmma with split TF32 operands (3 products per step): FP32-level accuracy"
+    precision = "fp32"
+    maths = "3xtf32"
+
+    def arithmetic(self, shape):
+        return split_tf32_arithmetic(shape)
 
 
 class WgmmaFP16(Wgmma):

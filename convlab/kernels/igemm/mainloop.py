@@ -74,7 +74,10 @@ typedef float elem_t;
 #define B_IN_REGISTERS HALF
 #define C_LD (BN + 8)
 #endif
-#define STAGE_WORDS (A_WORDS + B_WORDS)
+// wgmma reads both operands from shared memory, so 3xTF32 there keeps B's small part beside
+// its big one (mma.sync splits B in registers).
+#define B_PARTS (SWIZZLE && MODE == 1 ? 2 : 1)
+#define STAGE_WORDS (A_WORDS + B_PARTS * B_WORDS)
 
 // In bounds: without padding every tap of a real pixel lies inside the image (ho*S + p <= H-1
 // by the definition of HO), so only columns past the last pixel (ih0 < 0) and, for the table,
