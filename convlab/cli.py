@@ -374,6 +374,10 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
         click.echo(json.dumps(record, indent=1))
     else:
         _print_comparison(out, comparison, wide)
+    if comparison.interrupted:
+        err_console().print(f"compare {comparison.interrupted}: the rows above are what was "
+                            "measured; nothing was saved")
+        raise SystemExit(130)
     if base is not None:
         out.print(report.diff_table(results_io.diff(comparison, base), out.width, wide))
     if save_dir is not None:

@@ -313,3 +313,55 @@ def test_committed_records_fit_80_columns_with_the_cudnn_basis_named():
                 line = next(ln for ln in text.splitlines()
                             if f" {row.variant} " in f" {ln} " and cells[4] in ln)
                 assert cells[COL["x cuDNN"]] in line and cells[COL["rel err"]] in line, line
+
+
+def interrupting_rows(calls, at):
+    """variant_rows for execute: a row per call, and at call `at` what SIGTERM does."""
+    import signal
+
+    def rows(variant, batch, model, policy, shapes, weights, verify):
+        calls.append(variant.name)
+        if len(calls) == at:
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        return [compare.Row(variant.name, variant.precision, batch, "conv1", "conv1",
+                            shapes["conv1"])]
+    return rows
+
+
+def test_sigterm_stops_a_compare_with_the_rows_measured_so_far(monkeypatch):
+    import signal
+
+    monkeypatch.setattr(compare, "require_cupy", lambda what: None)
+    monkeypatch.setattr(measure, "ceilings", lambda: measure.Ceilings("test", 1000.0, 1e4, 4e4))
+    monkeypatch.setattr(measure, "device_info", lambda: {"name": "test"})
+    calls = []
+    monkeypatch.setattr(compare, "variant_rows", interrupting_rows(calls, at=2))
+    before = signal.getsignal(signal.SIGTERM)
+    p = compare.plan("naive,tiled,constant", "ece408", None, "10,100")
+    result = compare.execute(p, compare.measure.TimingPolicy())
+    assert calls == ["naive", "tiled"] and [r.variant for r in result.rows] == ["naive"]
+    runs = 2 * len(p.kernels)  # the cuDNN rows compare adds run too
+    assert result.interrupted == f"stopped after 1 of {runs} variant runs"
+    assert signal.getsignal(signal.SIGTERM) is before
+    calls.clear()
+    monkeypatch.setattr(compare, "variant_rows", interrupting_rows(calls, at=0))
+    finished = compare.execute(p, compare.measure.TimingPolicy())
+    assert len(calls) == runs and len(finished.rows) == runs and finished.interrupted == ""
+
+
+def test_an_interrupted_compare_prints_what_it_has_and_saves_nothing(monkeypatch, tmp_path):
+    shape = get_model("ece408").conv_shapes(10)["conv1"]
+    partial = compare.Comparison("ece408", [10], ["naive", "tiled"],
+                                 [compare.Row("naive", "fp32", 10, "conv1", "conv1", shape)],
+                                 device={"name": "test"}, policy={},
+                                 interrupted="stopped after 1 of 2 variant runs")
+    monkeypatch.setattr(compare, "execute", lambda plan, policy, progress: partial)
+    out = CliRunner().invoke(main, ["compare", "--kernels", "naive,tiled", "--model", "ece408",
+                                    "--batch", "10", "--save", str(tmp_path / "records")])
+    assert out.exit_code == 130
+    assert "naive" in out.output and "stopped after 1 of 2 variant runs" in out.output
+    assert "nothing was saved" in out.output and not (tmp_path / "records").exists()
+    as_json = CliRunner().invoke(main, ["compare", "--kernels", "naive,tiled", "--model",
+                                        "ece408", "--batch", "10", "--json"])
+    assert as_json.exit_code == 130
+    assert json.loads(as_json.stdout)["interrupted"] == "stopped after 1 of 2 variant runs"

@@ -5,11 +5,13 @@ compute-sanitizer output parser."""
 import json
 import sys
 import textwrap
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from convlab.errors import ConvlabError
+from convlab.gpu import isolate
 from convlab.gpu.isolate import run_isolated
 from convlab.kernels import VARIANTS
 from convlab.kernels.tiled import pick_tile
@@ -415,6 +417,27 @@ def test_isolated_timeout_counts_only_device_waits(jobs):
 def test_isolated_crash_is_reported(jobs):
     record = run_isolated(f"{jobs}:dies", timeout_s=2)
     assert record["status"] == "crash" and "exit status 3" in record["reason"]
+
+
+def test_an_interrupted_wait_kills_the_child(jobs, monkeypatch):
+    """The child runs in a session of its own, out of reach of the terminal's Ctrl-C: the
+    parent must end it when it is interrupted, not leave it running on the GPU."""
+    children = []
+    popen = isolate.subprocess.Popen
+
+    def recorded(*args, **kwargs):
+        children.append(popen(*args, **kwargs))
+        return children[-1]
+
+    def interrupted(proc, *args):
+        time.sleep(0.5)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(isolate.subprocess, "Popen", recorded)
+    monkeypatch.setattr(isolate, "_watch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_isolated(f"{jobs}:computes", {"seconds": 60}, timeout_s=2, limit_s=120)
+    assert len(children) == 1 and children[0].poll() is not None
 
 
 def test_isolated_bad_function_path(jobs):

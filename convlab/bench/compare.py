@@ -11,6 +11,9 @@ there makes that run's rows FAIL with the reason, and the comparison goes on.
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Sequence
 
@@ -116,6 +119,7 @@ class Comparison:
     device: dict | None = None
     policy: dict | None = None
     kernel_files: list[dict] = field(default_factory=list)  # userkernel.KernelFile.record()s
+    interrupted: str = ""  # how far the runs got when Ctrl-C or SIGTERM stopped them
 
 
 def parse_batches(spec: str, model: str | None = None) -> list[int]:
@@ -416,8 +420,28 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
     return failed_rows(variant, batch, shapes, reason)
 
 
+@contextmanager
+def sigterm_interrupts():
+    """SIGTERM (`timeout`, a batch scheduler) stops the runs as Ctrl-C does, so that the rows
+    measured before it are still shown instead of lost with the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def execute(p: Plan, policy: measure.TimingPolicy,
             progress: Callable[[str, int, int], None] | None = None) -> Comparison:
+    """Every planned run; Ctrl-C or SIGTERM ends them early with the rows finished so far kept
+    and `interrupted` saying how far they got."""
     require_cupy("convlab compare")
     ceilings = measure.ceilings()
     file_names = [f.variant.name for f in p.kernel_files]
@@ -425,27 +449,31 @@ def execute(p: Plan, policy: measure.TimingPolicy,
                         device=measure.device_info(), policy=vars(policy).copy(),
                         kernel_files=[f.record() for f in p.kernel_files])
     total = len(p.batches) * (len(p.kernels) + len(p.kernel_files))
-    step = 0
-    for batch in p.batches:
-        shapes = p.shapes_for(batch)
-        fused_layers: set[str] = set()
-        for entry in p.kernels + p.kernel_files:
-            step += 1
-            isolated = not isinstance(entry, str)
-            if progress:
-                name = entry.variant.name if isolated else entry
-                progress(f"{name} @ batch {batch}" + (" (child process)" if isolated else ""),
-                         step, total)
-            if isolated:
-                rows = kernel_file_rows(entry, batch, shapes, p, policy)
-            else:
-                rows = variant_rows(get_variant(entry), batch, p.model, policy, shapes, p.weights,
-                                    p.verify)
-            fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
-            result.rows += rows
-        for name in (k for k in p.kernels if k in REFERENCE_VARIANTS):
-            for layer_name in sorted(fused_layers):
-                result.rows.append(_cudnn_fused_row(name, batch, layer_name, shapes[layer_name],
-                                                    policy, p.verify))
+    done = 0
+    try:
+        with sigterm_interrupts():
+            for batch in p.batches:
+                shapes = p.shapes_for(batch)
+                fused_layers: set[str] = set()
+                for entry in p.kernels + p.kernel_files:
+                    isolated = not isinstance(entry, str)
+                    if progress:
+                        name = entry.variant.name if isolated else entry
+                        progress(f"{name} @ batch {batch}"
+                                 + (" (child process)" if isolated else ""), done + 1, total)
+                    if isolated:
+                        rows = kernel_file_rows(entry, batch, shapes, p, policy)
+                    else:
+                        rows = variant_rows(get_variant(entry), batch, p.model, policy, shapes,
+                                            p.weights, p.verify)
+                    fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
+                    result.rows += rows
+                    done += 1
+                for name in (k for k in p.kernels if k in REFERENCE_VARIANTS):
+                    for layer_name in sorted(fused_layers):
+                        result.rows.append(_cudnn_fused_row(name, batch, layer_name,
+                                                            shapes[layer_name], policy, p.verify))
+    except KeyboardInterrupt:
+        result.interrupted = f"stopped after {done} of {total} variant runs"
     finish(result.rows, ceilings)
     return result

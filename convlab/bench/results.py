@@ -44,6 +44,7 @@ def to_record(comparison: Comparison, command: str = "") -> dict:
         "ceilings": comparison.ceilings,
         "policy": comparison.policy,
         "rows": [row.as_dict() for row in comparison.rows],
+        **({"interrupted": comparison.interrupted} if comparison.interrupted else {}),
     }
 
 

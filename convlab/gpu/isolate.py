@@ -129,10 +129,17 @@ def run_isolated(function: str, args: dict | None = None, timeout_s: float = DEF
                                     stdin=subprocess.PIPE, stdout=out, stderr=err,
                                     pass_fds=(write_fd,), env=child_env, start_new_session=True)
         os.close(write_fd)
-        proc.stdin.write(request.encode())
-        proc.stdin.close()
-        status, reason, message = _watch(proc, read_fd, start, timeout_s, limit_s)
-        os.close(read_fd)
+        try:
+            proc.stdin.write(request.encode())
+            proc.stdin.close()
+            status, reason, message = _watch(proc, read_fd, start, timeout_s, limit_s)
+        except BaseException:
+            # Ctrl-C or SIGTERM here: the child, in a session of its own, would not see it
+            # and would go on holding the GPU.
+            _kill(proc)
+            raise
+        finally:
+            os.close(read_fd)
         returncode = proc.wait()
         stdout, stderr = _tail(out_path), _tail(err_path)
     record = {"status": status, "result": None, "reason": reason, "wall_s": time.monotonic() - start,
