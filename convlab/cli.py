@@ -389,6 +389,8 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
 
 def _print_comparison(out, comparison, wide):
     out.print(escape(report.compare_header(comparison)))
+    if comparison.other_gpus:
+        out.print(escape(report.other_gpus_line(comparison.other_gpus)))
     for table, notes in report.compare_tables(comparison, out.width, wide):
         out.print(table)
         for note in notes:

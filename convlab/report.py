@@ -341,6 +341,18 @@ def timing_words(policy: dict) -> str:
     return "CUDA events around one launch on an idle GPU (host dispatch included)"
 
 
+def other_gpus_line(reasons: dict[str, str]) -> str:
+    """'Not run on this GPU: a, b: each runs on ...': one line for the variants another GPU
+    runs, grouped by reason (each reason names its variant first, as Variant.supports words
+    it)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in reasons.items():
+        by_reason.setdefault(reason.removeprefix(f"'{name}' "), []).append(name)
+    return "Not run on this GPU: " + "; ".join(
+        f"{', '.join(names)}: {'each ' if len(names) > 1 else ''}{reason}"
+        for reason, names in by_reason.items())
+
+
 def compare_header(comparison) -> str:
     d = comparison.device or {}
     c = comparison.ceilings or {}

@@ -365,3 +365,33 @@ def test_an_interrupted_compare_prints_what_it_has_and_saves_nothing(monkeypatch
                                         "ece408", "--batch", "10", "--json"])
     assert as_json.exit_code == 130
     assert json.loads(as_json.stdout)["interrupted"] == "stopped after 1 of 2 variant runs"
+
+
+def test_all_says_which_variants_another_gpu_runs(monkeypatch):
+    from convlab.kernels import base
+
+    monkeypatch.setattr(base, "compute_capability", lambda: (8, 0))
+    p = compare.plan("all", "alexnet", None, "128")
+    hopper = ["wgmma", "wgmma-3xtf32", "wgmma-fp16", "wgmma-bf16"]
+    assert list(p.other_gpus) == hopper and not set(hopper) & set(p.kernels)
+    assert "this GPU is 8.0" in p.other_gpus["wgmma"]
+    assert compare.plan("naive,wgmma", "alexnet", None, "128").other_gpus == {}
+    line = report.other_gpus_line(p.other_gpus)
+    assert line.startswith("Not run on this GPU: wgmma, wgmma-3xtf32, wgmma-fp16, wgmma-bf16: "
+                           "each runs on compute capability 9.0") and line.count("9.0") == 1
+    monkeypatch.setattr(base, "compute_capability", lambda: (9, 0))
+    assert compare.plan("all", "alexnet", None, "128").other_gpus == {}
+
+
+def test_compare_prints_the_variants_left_for_another_gpu(monkeypatch):
+    shape = get_model("ece408").conv_shapes(10)["conv1"]
+    done = compare.Comparison("ece408", [10], ["naive"],
+                              [compare.Row("naive", "fp32", 10, "conv1", "conv1", shape)],
+                              device={"name": "test"}, policy={},
+                              other_gpus={"wgmma": "'wgmma' runs on compute capability 9.0 GPUs "
+                                                   "(sm_90a instructions); this GPU is 8.0"})
+    monkeypatch.setattr(compare, "execute", lambda plan, policy, progress: done)
+    out = CliRunner().invoke(main, ["compare", "--model", "ece408", "--batch", "10"],
+                             env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "Not run on this GPU: wgmma: runs on compute capability 9.0 GPUs" in out.output

@@ -120,6 +120,7 @@ class Comparison:
     policy: dict | None = None
     kernel_files: list[dict] = field(default_factory=list)  # userkernel.KernelFile.record()s
     interrupted: str = ""  # how far the runs got when Ctrl-C or SIGTERM stopped them
+    other_gpus: dict[str, str] = field(default_factory=dict)  # variants for another GPU: why
 
 
 def parse_batches(spec: str, model: str | None = None) -> list[int]:
@@ -147,6 +148,19 @@ def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = Fal
         needed = precision in ("fp32", "tf32") or precision in precisions
         names += [ref for ref in refs if needed and ref not in names]
     return names
+
+
+def for_other_gpus(spec: str | None, shapes: list[ConvShape]) -> dict[str, str]:
+    """With 'all': the variants left out because they run on another GPU (wgmma needs Hopper),
+    each with the reason, so that a table without them says why."""
+    if spec is not None and spec.strip() != "all":
+        return {}
+    found = {}
+    for name, v in VARIANTS.items():
+        support = v.supports(shapes[0])
+        if v.on_gpu and v.compute_capability and not support:
+            found[name] = support.reason
+    return found
 
 
 def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, str | None],
@@ -332,6 +346,7 @@ class Plan:
     weights_path: str | None = None  # where a kernel file's child process loads `weights` from
     verify: str = "sample"  # lab.time_and_verify's mode
     timeout_s: float | None = None  # a kernel file's longest device wait (isolate's default)
+    other_gpus: dict[str, str] = field(default_factory=dict)  # 'all' left these out: why
 
 
 def layer_bytes(shape: ConvShape) -> int:
@@ -391,10 +406,12 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
         if other is not loaded:
             raise ConvlabError(f"kernel files {other.path} and {loaded.path} are both named "
                                f"'{loaded.variant.name}': rename one")
-    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()), model is not None,
+    shapes = list(shapes_for(batch_list[-1]).values())
+    names = parse_kernels(kernels, shapes, model is not None,
                           [loaded.variant.precision for loaded in files])
     return Plan(model, batch_list, names, shapes_for, weights, files,
-                None if weights_path is None else str(weights_path), verify, timeout_s)
+                None if weights_path is None else str(weights_path), verify, timeout_s,
+                for_other_gpus(kernels, shapes))
 
 
 def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: Plan,
@@ -447,7 +464,8 @@ def execute(p: Plan, policy: measure.TimingPolicy,
     file_names = [f.variant.name for f in p.kernel_files]
     result = Comparison(p.model, p.batches, p.kernels + file_names, ceilings=ceilings.as_dict(),
                         device=measure.device_info(), policy=vars(policy).copy(),
-                        kernel_files=[f.record() for f in p.kernel_files])
+                        kernel_files=[f.record() for f in p.kernel_files],
+                        other_gpus=dict(p.other_gpus))
     total = len(p.batches) * (len(p.kernels) + len(p.kernel_files))
     done = 0
     try:
