@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -130,3 +131,21 @@ def test_policy_refuses_an_unknown_method():
     with pytest.raises(ValueError, match="queued, single"):
         measure.TimingPolicy(method="graph")
     assert measure.TimingPolicy().method == measure.QUEUED
+
+
+@pytest.mark.parametrize("capability,measured_again", [((9, 0), True), ((8, 0), False)])
+def test_ceilings_saved_before_the_wgmma_rates_are_measured_again_on_hopper(
+        monkeypatch, tmp_path, capability, measured_again):
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure, "device_info",
+                        lambda: {"name": "GPU", "pci_bus_id": "0", "driver": "1"})
+    monkeypatch.setattr(measure, "compute_capability", lambda: capability)
+    old = measure.Ceilings("GPU", 3000.0, 50000.0, 320000.0, fp16_gflops=650000.0)
+    (tmp_path / "ceilings-GPU-0-1.json").write_text(json.dumps(old.as_dict()))
+    fresh = measure.Ceilings("GPU", 3000.0, 50000.0, 320000.0, fp16_gflops=650000.0,
+                             wgmma_tf32_gflops=490000.0, wgmma_fp16_gflops=930000.0)
+    monkeypatch.setattr(measure, "measure_ceilings", lambda: fresh)
+    got = measure.ceilings()
+    assert got == (fresh if measured_again else old)
+    saved = json.loads((tmp_path / "ceilings-GPU-0-1.json").read_text())
+    assert saved["wgmma_fp16_gflops"] == (930000.0 if measured_again else None)

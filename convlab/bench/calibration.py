@@ -1,7 +1,8 @@
-"""How well the tiling cost model (kernels/igemm/cost.py) agrees with what `convlab tune`
-measured: per sweep record, the share of candidate pairs it orders as the GPU did, and how much
-slower than the measured best is the candidate it ranks first. The model's constants are
-calibrated against the committed records with this, and a test keeps them honest."""
+"""How well a variant's tiling cost model (kernels/igemm/cost.py; wgmma's in igemm/wgmma.py)
+agrees with what `convlab tune` measured: per sweep record, the share of candidate pairs it
+orders as the GPU did, and how much slower than the measured best is the candidate it ranks
+first. The models' constants are calibrated against the committed records with this, and a
+test keeps them honest."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..kernels import VARIANTS
-from ..kernels.igemm import cost
 from ..kernels.igemm.tiling import Tiling
 from ..shapes import ConvShape
 
@@ -39,15 +39,14 @@ def sweep_agreement(path: Path) -> Agreement | None:
     without a tiling model (or one with fewer than two verified candidates)."""
     record = json.loads(Path(path).read_text())
     variant = VARIANTS.get(record.get("variant", ""))
-    if variant is None or not hasattr(variant, "kernel_shape"):
+    if variant is None or not hasattr(variant, "estimate"):
         return None
     shape = ConvShape(**record["shape"])
     measured = [(Tiling.of(c["config"]), c["timing"]["median_ms"])
                 for c in record["candidates"] if c["status"] == "PASS" and c.get("timing")]
     if len(measured) < 2:
         return None
-    kernel_shape = variant.kernel_shape(shape)
-    modelled = [cost.estimate(kernel_shape, t, variant.maths, variant.layout) for t, _ in measured]
+    modelled = [variant.estimate(shape, t) for t, _ in measured]
     pairs = agreeing = 0
     for (mi, (_, ti)), (mj, (_, tj)) in itertools.combinations(zip(modelled, measured), 2):
         if abs(ti - tj) < TIE * min(ti, tj):
@@ -85,9 +84,7 @@ def pick_agreement(path: Path, shapes: dict[str, ConvShape]) -> tuple[int, int]:
         if not a or not b or abs(a - b) < TIE * min(a, b):
             continue
         variant = VARIANTS[row["variant"]]
-        shape = variant.kernel_shape(shapes[row["layer"]])
-        ma, mb = (cost.estimate(shape, Tiling.of(row[k]), variant.maths, variant.layout)
-                  for k in ("old", "new"))
+        ma, mb = (variant.estimate(shapes[row["layer"]], Tiling.of(row[k])) for k in ("old", "new"))
         pairs += 1
         agreeing += (ma < mb) == (a < b)
     return pairs, agreeing

@@ -42,14 +42,14 @@ class CompiledModule:
     cached: bool
 
 
-_modules: dict[tuple[str, str, tuple[str, ...]], object] = {}
+_modules: dict[tuple[str, str, tuple[str, ...], str | None], object] = {}
 
 
 def load_module(variant: str, source: str, options: tuple[str, ...],
                 kernels: tuple[str, ...], arch: str | None = None) -> CompiledModule:
     """Compile (or fetch from the cache) and load a module, resolving `kernels` so that
     compilation and module load both happen here, never inside a timed region. With `arch`
-    (sm_90a: wgmma, setmaxnreg) NVRTC builds the cubin for that target through
+    (sm_90a, for wgmma) NVRTC builds the cubin for that target through
     `cubin_file`; otherwise CuPy's RawModule builds it for the current GPU."""
     key = (variant, source, options, arch)
     if key in _modules:
@@ -82,22 +82,28 @@ def cubin_file(variant: str, source: str, options: tuple[str, ...], arch: str) -
     """compile_cubin into a file of an on-disk cache keyed by the source, options, target and
     NVRTC version (what CuPy's kernel cache does for RawModule): the tuner's compile processes
     fill it, its measurements load from it. Written to a temporary file and renamed into place,
-    so a reader never sees half a cubin; without a writable cache, a temporary directory."""
+    so a reader never sees half a cubin; without a writable cache, a folder of this user's in
+    the temporary directory (one shared by every user could be handed a cubin by another)."""
     text = "\0".join((source, *options, arch, ".".join(map(str, nvrtc_version()))))
     name = f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.cubin"
-    for directory in (cubin_cache_dir(), Path(tempfile.gettempdir()) / "convlab-cubin"):
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""
+    folders = (cubin_cache_dir(), Path(tempfile.gettempdir()) / f"convlab-cubin{user}")
+    for directory in folders:
         path = directory / name
         if path.is_file():
             return path
     cubin = compile_cubin(variant, source, options, arch)
-    for directory in (cubin_cache_dir(), Path(tempfile.gettempdir()) / "convlab-cubin"):
+    for directory in folders:
         path = directory / name
-        with contextlib.suppress(OSError):
+        temporary = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}")
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}")
             temporary.write_bytes(cubin)
             os.replace(temporary, path)
             return path
+        except OSError:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
     raise ConvlabError(f"kernel '{variant}': nowhere to write its cubin ({cubin_cache_dir()} "
                        f"and the temporary directory are not writable)")
 

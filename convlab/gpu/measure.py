@@ -553,9 +553,14 @@ def ceilings(refresh: bool = False) -> Ceilings:
     path = cache_dir() / f"ceilings-{key}.json"
     if not refresh and path.exists():
         try:
-            return Ceilings(**json.loads(path.read_text()))
+            cached = Ceilings(**json.loads(path.read_text()))
         except (ValueError, TypeError):
-            pass  # an unreadable cache is measured again and overwritten
+            cached = None  # an unreadable cache is measured again and overwritten
+        # Ceilings saved before the wgmma rates were measured would keep a Hopper GPU's floors
+        # on mma.sync's rates for good: those are measured again too.
+        if cached is not None and not (cached.wgmma_fp16_gflops is None
+                                       and compute_capability() == (9, 0)):
+            return cached
     result = measure_ceilings()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -45,7 +45,7 @@ from ..gpu.elements import FLOAT16, FLOAT32, element_defines  # noqa: E402
 from ..shapes import FEATURES, ConvShape  # noqa: E402
 from .base import (RELU, Op, Support, Variant, check_inputs, device_weights,  # noqa: E402
                    split_tf32_arithmetic)
-from .igemm.cost import diverse, ranked  # noqa: E402
+from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
 from .igemm.packing import pack_weights, stage_dtype, stage_nchw  # noqa: E402
 from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,  # noqa: E402
@@ -94,6 +94,10 @@ class Pipelined(Variant):
     def ranked(self, shape: ConvShape) -> tuple[Tiling, ...]:
         """Every tiling that fits the layer, the cost model's favourite first."""
         return ranked(self.kernel_shape(shape), self.maths, self.layout)
+
+    def estimate(self, shape: ConvShape, t: Tiling) -> float:
+        """The cost model's microseconds for `t` on the layer (what `ranked` orders by)."""
+        return estimate(self.kernel_shape(shape), t, self.maths, self.layout)
 
     def smallest_tiling(self) -> Tiling:
         return Tiling(32, 32, k_step(self.maths), 1, 4, 2, 1, "table")

@@ -36,9 +36,8 @@ import numpy as np  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
 from .channels_last import ChannelsLast  # noqa: E402
 from .base import split_tf32_arithmetic  # noqa: E402
-from .igemm.packing import gemm_weights, split_tf32, to_bf16_bits  # noqa: E402
+from .igemm.packing import gemm_weights, operand_parts  # noqa: E402
 from .igemm.tiling import Tiling  # noqa: E402
-from .tensorcore import round_tf32  # noqa: E402
 
 
 class Wgmma(ChannelsLast):
@@ -62,6 +61,9 @@ class Wgmma(ChannelsLast):
     def ranked(self, shape: ConvShape) -> tuple[Tiling, ...]:
         return wgmma.ranked(self.kernel_shape(shape), self.maths)
 
+    def estimate(self, shape: ConvShape, t: Tiling) -> float:
+        return wgmma.estimate(self.kernel_shape(shape), t, self.maths)
+
     def smallest_tiling(self) -> Tiling:
         return Tiling(64, 32, wgmma.k_elements(self.maths), 4, 1, 3, 1, "table")
 
@@ -69,17 +71,9 @@ class Wgmma(ChannelsLast):
         return wgmma.smem_bytes(t, self.maths)
 
     def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
-        """Each A tile as the kernel's swizzled shared memory holds it: TF32-rounded, split
-        big then small (3xTF32), or fp16 / bf16 bits; [G][MTILES][KTILES][parts][bm*bk]."""
-        a = gemm_weights(weights, k, t, NHWC)
-        if self.maths == "tf32":
-            parts = [round_tf32(a)]
-        elif self.maths == "3xtf32":
-            parts = list(split_tf32(a))
-        elif self.maths == "fp16":
-            parts = [a.astype(np.float16).view(np.uint16)]
-        else:
-            parts = [to_bf16_bits(a)]
+        """Each A part (packing.operand_parts) as the kernel's swizzled shared memory holds its
+        tile: [G][MTILES][KTILES][parts][bm*bk]."""
+        parts = operand_parts(gemm_weights(weights, k, t, NHWC), self.maths)
         return np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
 
 

@@ -142,10 +142,11 @@ def estimate(shape: ConvShape, t: Tiling, maths: str, layout: str = NCHW) -> flo
 
 def dram_bytes(shape: ConvShape, maths: str) -> float:
     """Bytes the layer must move through device memory: inputs and weights in the kernel's
-    element type, float32 bias and outputs."""
+    element type (the weights twice for 3xTF32: big and small parts), float32 bias and
+    outputs."""
     e = element_bytes(maths)
     inputs = shape.B * shape.C * shape.H * shape.W
-    weights = shape.M * shape.Cg * shape.K * shape.K
+    weights = shape.M * shape.Cg * shape.K * shape.K * a_parts(maths)
     outputs = shape.B * shape.M * shape.Ho * shape.Wo
     return e * (inputs + weights) + 4 * (outputs + shape.M)
 
@@ -165,6 +166,14 @@ def load_latency(shape: ConvShape, t: Tiling, maths: str, k_count: float) -> flo
 WARP_GRIDS = ((2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (1, 8), (8, 1))
 
 
+def split_options(shape: ConvShape, base: Tiling) -> list[int]:
+    """K-splits worth trying for `base`: 1, and 2, 4 or 8 where the output tiles cannot fill
+    two waves and each split keeps at least 4 K-tiles."""
+    if output_tiles(shape, base) >= 2 * SMS:
+        return [1]
+    return [1] + [s for s in (2, 4, 8) if k_tiles(shape, base) >= 4 * s]
+
+
 def candidates(shape: ConvShape, maths: str, layout: str = NCHW) -> list[Tiling]:
     """Every valid tiling with warp tiles of at least 32x32 (or 16x64), M-padding within 15% of
     the least, and split-K only where the output tiles cannot fill two waves."""
@@ -179,10 +188,7 @@ def candidates(shape: ConvShape, maths: str, layout: str = NCHW) -> list[Tiling]
         base = Tiling(bm, bn, bk, wgm, wgn, stages, 1, gather)
         if tiling_problem(base, maths, layout) or base.accumulators < 32:
             continue
-        splits = [1]
-        if output_tiles(shape, base) < 2 * SMS:
-            splits += [s for s in (2, 4, 8) if k_tiles(shape, base) >= 4 * s]
-        for s in splits:
+        for s in split_options(shape, base):
             t = Tiling(bm, bn, bk, wgm, wgn, stages, s, gather)
             if not shape_problem(shape, t, layout, maths):
                 found.append(t)

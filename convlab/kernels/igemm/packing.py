@@ -72,19 +72,23 @@ def fragment_order(a: np.ndarray, t: Tiling, half: bool) -> np.ndarray:
     return np.ascontiguousarray(v).reshape(G, mt, kt, t.bm * t.bk)
 
 
+def operand_parts(a: np.ndarray, maths: str) -> list[np.ndarray]:
+    """The A operand as the maths' tensor cores read it: TF32-rounded (tf32), split big then
+    small (3xtf32), or fp16 / bf16 bits."""
+    if maths == "tf32":
+        return [round_tf32(a)]
+    if maths == "3xtf32":
+        return list(split_tf32(a))
+    if maths == "fp16":
+        return [a.astype(np.float16).view(np.uint16)]
+    return [to_bf16_bits(a)]
+
+
 def pack_weights(weights: np.ndarray, shape: ConvShape, t: Tiling, maths: str,
                  layout: str = NCHW) -> np.ndarray:
     """What the kernel's `wpack` holds: per (group, m-tile, k-tile) the A parts in fragment
-    order, TF32-rounded (tf32), split big + small (3xtf32), or as fp16 / bf16 bits."""
-    a = gemm_weights(weights, shape, t, layout)
-    if maths == "tf32":
-        parts = [round_tf32(a)]
-    elif maths == "3xtf32":
-        parts = list(split_tf32(a))
-    elif maths == "fp16":
-        parts = [a.astype(np.float16).view(np.uint16)]
-    else:
-        parts = [to_bf16_bits(a)]
+    order."""
+    parts = operand_parts(gemm_weights(weights, shape, t, layout), maths)
     half = maths in HALF_MATHS
     return np.ascontiguousarray(np.stack([fragment_order(p, t, half) for p in parts], axis=3))
 

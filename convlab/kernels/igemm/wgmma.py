@@ -106,25 +106,19 @@ PIPELINE = r"""
     }
 #if MODE == 1
     // 3xTF32: a K-tile's products go to a fresh partial sum, added to the running one with FP32
-    // adds (round to nearest) once its group retires: the tensor cores' truncating accumulation
-    // then spans one K-tile, not the whole reduction (as in the mma.sync kernel). Two partial
-    // sums take turns, so tile it's wgmmas run while tile it-1's sum is added.
-    float part0[MF][NF][4], part1[MF][NF][4];
-    auto add_partial = [&](float (&p)[MF][NF][4]) {
-        fence_operands(p);
-#pragma unroll
-        for (int j = 0; j < NF; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[0][j][e] += p[0][j][e];
-    };
+    // adds (round to nearest): the tensor cores' truncating accumulation then spans one K-tile,
+    // not the whole reduction (as in the mma.sync kernel). The add waits for every wgmma to
+    // retire (wait_group 0): two partial sums taking turns, one added while the other's group
+    // ran, made ptxas serialize every wgmma of the kernel (C7514: other instructions read
+    // accumulators while a group is in flight).
+    float part[MF][NF][4];
 #pragma unroll
     for (int j = 0; j < NF; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part0[0][j][e] = part1[0][j][e] = 0.0f;
-    fence_operands(part0);
-    fence_operands(part1);
+        for (int e = 0; e < 4; ++e) part[0][j][e] = 0.0f;
+    fence_operands(part);
 #endif
-    auto step = [&](int it, float (&d)[MF][NF][4], float (&retired)[MF][NF][4]) {
+    for (int it = 0; it < nk; ++it) {
         cp_async_wait<STAGES - 3>();
 #if MODE <= 1
         round_b(it % STAGES);
@@ -134,26 +128,20 @@ PIPELINE = r"""
         const int ahead = it + STAGES - 2;
         if (ahead < nk) load_tile(ahead % STAGES, kbeg + ahead);
         cp_async_commit();
-        compute(it % STAGES, d);
+#if MODE == 1
+        compute(it % STAGES, part);
+        wgmma_wait<0>();
+        fence_operands(part);
+#pragma unroll
+        for (int j = 0; j < NF; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[0][j][e] += part[0][j][e];
+#else
+        compute(it % STAGES, acc);
         wgmma_wait<1>();
-#if MODE == 1
-        if (it > 0) add_partial(retired);
 #endif
-    };
-#if MODE == 1
-    for (int it = 0; it < nk; it += 2) {
-        step(it, part0, part1);
-        if (it + 1 < nk) step(it + 1, part1, part0);
     }
     wgmma_wait<0>();
-    if (nk & 1)
-        add_partial(part0);
-    else if (nk > 0)
-        add_partial(part1);
-#else
-    for (int it = 0; it < nk; ++it) step(it, acc, acc);
-    wgmma_wait<0>();
-#endif
     fence_operands(acc);
     cp_async_wait<0>();
     __syncthreads();  // every warpgroup is done with the stages before the C tile overwrites them
@@ -202,8 +190,8 @@ def tiling_problem(t: Tiling, maths: str) -> str:
     if t.bn not in WGMMA_NS:
         return f"bn must be one of {', '.join(map(str, WGMMA_NS))}"
     if t.bn > MAX_BN.get(maths, t.bn):
-        return (f"bn must be at most {MAX_BN[maths]} for {maths}: a thread holds three "
-                f"accumulator sets of bn/2 registers (the sum and two K-tile partial sums)")
+        return (f"bn must be at most {MAX_BN[maths]} for {maths}: a thread holds two "
+                f"accumulator sets of bn/2 registers (the sum and a K-tile's partial sum)")
     if not 3 <= t.stages <= 8:
         return "stages must be 3 to 8 (two K-tiles beyond the one the wgmmas read)"
     if t.split_k < 1:
@@ -225,18 +213,23 @@ def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
     return ""
 
 
-# 3xTF32 adds two partial sums beside the running one: 3 * 96/2 = 144 registers at bn 96.
-MAX_BN = {"3xtf32": 96}
+# 3xTF32 keeps a K-tile's partial sum beside the running one: 2 * 128/2 = 128 registers at bn 128.
+MAX_BN = {"3xtf32": 128}
+# The wgmma peak (gpu/measure.py) is reached with three warpgroups per SM. The model without
+# this term ranked the session-11 sweeps' tilings 60% as measured, its picks 1.37x the best
+# (one-warpgroup tiles looked as fast as two); with it 84% and 1.14x.
+WARPGROUPS_FOR_PEAK = 3
 # dense, per SM; 3xTF32 issues three TF32 products per step
 WGMMA_FLOP_PER_CYCLE = {"fp16": 4096, "bf16": 4096, "tf32": 2048, "3xtf32": 2048 / 3}
 
 
 def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     """Modelled microseconds, for ranking: the busiest SM's waves of blocks, each K-tile the
-    larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient) and
-    the loads' latency over the STAGES-2 tiles in flight; at least the DRAM floor."""
+    larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient; fewer
+    than WARPGROUPS_FOR_PEAK warpgroups on the SM issue at a fraction of the rate) and the
+    loads' latency over the STAGES-2 tiles in flight; at least the DRAM floor."""
     threads = t.threads
-    registers = -(-((2 * a_parts(maths) - 1) * t.bn // 2 + 56) // 8) * 8
+    registers = -(-(a_parts(maths) * t.bn // 2 + 56) // 8) * 8
     resident = max(1, min(H100.limits.registers_per_sm // (registers * threads),
                           H100.limits.shared_per_sm // (smem_bytes(t, maths)
                                                         + H100.limits.reserved_shared_per_block),
@@ -244,10 +237,11 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     tiles = output_tiles(shape, t) * t.split_k
     per_sm = -(-tiles // cost.SMS)
     resident = min(resident, per_sm)
+    issuing = min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
     mma = 2 * t.bm * t.bn * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
     k_count = k_tiles(shape, t) / t.split_k
     latency = cost.load_latency(shape, t, maths, k_count)
-    k_tile = max(mma * resident, latency / (t.stages - 2)) / resident
+    k_tile = max(mma * resident / issuing, latency / (t.stages - 2)) / resident
     epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
     total = per_sm * (k_count * k_tile + (latency + epilogue) / resident)
     total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
@@ -258,8 +252,8 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
 
 def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
-    the gather orders `cost.gather_options` would take, split-K where the tiles cannot fill two
-    waves."""
+    the tap gather (and the table where a K-tile is more than a group's channels), and
+    `cost.split_options`' K-splits."""
     bk = k_elements(maths)
     gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
     found = []
@@ -267,10 +261,7 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
         base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
         if tiling_problem(base, maths):
             continue
-        splits = [1]
-        if output_tiles(shape, base) < 2 * cost.SMS:
-            splits += [s for s in (2, 4, 8) if k_tiles(shape, base) >= 4 * s]
-        for s in splits:
+        for s in cost.split_options(shape, base):
             t = Tiling(base.bm, bn, bk, warps, 1, stages, s, gather)
             if not layer_problem(shape, t, maths):
                 found.append(t)
