@@ -595,6 +595,8 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, jobs, as_json, wi
         out.print(escape(tune.summary(result)))
     if result.cache_error:
         err_console().print(f"[yellow]{escape(result.cache_error)}[/yellow]")
+    if result.interrupted:
+        raise SystemExit(130)
     if plot_path is not None:
         err_console().print(f"plot written to {tune.plot_sweep(result, plot_path)}")
     if result.best is None:

@@ -6,6 +6,7 @@ import io
 import json
 import multiprocessing
 import os
+import signal
 import time
 import types
 from dataclasses import dataclass
@@ -109,6 +110,8 @@ class CpuTiles(Cpu):
 
 def fake_run_layer(shape, variant, policy=None, epilogue=None, seed=None):
     value = variant.chosen
+    if value == "sigterm":  # what `timeout` sends, delivered while this candidate runs
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
     if value == "crash":
         raise RuntimeError("an illegal memory access was encountered")
     if value == "nvrtc":
@@ -405,6 +408,19 @@ def test_result_as_json():
     assert record["candidates"][4]["status"] == "FAIL" and record["best_ms"] == 0.5432
 
 
+def test_sigterm_ends_the_sweep_with_what_was_timed_and_stores_nothing(cache):
+    before = signal.getsignal(signal.SIGTERM)
+    result = tune.tune(SHAPE, FakeTiles((3.0, 1.0, "sigterm", 2.0)), RELU, isolate=False)
+    assert result.interrupted == "stopped after 2 of 4 candidates"
+    assert [c.median_ms for c in result.candidates] == [3.0, 1.0] and result.best.median_ms == 1.0
+    assert result.cache_path is None and not cache.exists()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert tune.summary(result).startswith("stopped after 2 of 4 candidates")
+    assert "nothing was stored" in tune.summary(result)
+    finished = tune.tune(SHAPE, FakeTiles((3.0, 1.0, 2.0)), RELU, isolate=False)
+    assert finished.interrupted == "" and finished.cache_path and cache.exists()
+
+
 # --- the command ----------------------------------------------------------------------------
 
 def test_cli_reports_a_bad_layer_naming_the_option():
@@ -441,3 +457,19 @@ def test_cli_json_and_exit_status_without_a_passing_config(monkeypatch):
                                        "register-tiled", "--json"])
     assert result.exit_code == 1
     assert json.loads(result.output)["best"] is None
+
+
+def test_cli_exits_130_on_an_interrupted_sweep(monkeypatch):
+    stopped = winograd_like_result()
+    stopped.candidates = stopped.candidates[:2]
+    stopped.cache_path = None
+    stopped.interrupted = "stopped after 2 of 6 candidates"
+    monkeypatch.setattr(tune, "tune", lambda *args, **kwargs: stopped)
+    result = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3", "--kernel",
+                                       "register-tiled"], env={"COLUMNS": "120"})
+    assert result.exit_code == 130
+    assert "stopped after 2 of 6 candidates" in result.output and "nothing was stored" in result.output
+    as_json = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3", "--kernel",
+                                        "register-tiled", "--json"])
+    assert as_json.exit_code == 130
+    assert json.loads(as_json.output)["interrupted"] == "stopped after 2 of 6 candidates"

@@ -11,9 +11,6 @@ there makes that run's rows FAIL with the reason, and the comparison goes on.
 from __future__ import annotations
 
 import os
-import signal
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Sequence
 
@@ -21,7 +18,7 @@ import numpy as np
 
 from ..errors import ConvlabError
 from ..gpu import gpu_available, measure, require_cupy
-from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated
+from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated, sigterm_interrupts
 from ..kernels import CUDNN_ROWS, REFERENCE_VARIANTS, RELU, TANH_POOL, VARIANTS, get_variant
 from ..kernels.base import Arithmetic, direct_arithmetic
 from ..models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
@@ -435,24 +432,6 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
     else:
         reason = job["reason"]
     return failed_rows(variant, batch, shapes, reason)
-
-
-@contextmanager
-def sigterm_interrupts():
-    """SIGTERM (`timeout`, a batch scheduler) stops the runs as Ctrl-C does, so that the rows
-    measured before it are still shown instead of lost with the process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def execute(p: Plan, policy: measure.TimingPolicy,

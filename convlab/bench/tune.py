@@ -27,7 +27,7 @@ from typing import Callable
 from .. import tuning
 from ..errors import ConvlabError, KernelCompileError
 from ..gpu import unavailable_reason
-from ..gpu.isolate import run_isolated
+from ..gpu.isolate import run_isolated, sigterm_interrupts
 from ..gpu.measure import Timing, TimingPolicy, gflops
 from ..kernels import VARIANTS, get_variant
 from ..oracle.verify import Check
@@ -81,6 +81,7 @@ class TuneResult:
     candidates: list[Candidate] = field(default_factory=list)
     cache_path: str | None = None  # where the best configuration was stored
     cache_error: str = ""
+    interrupted: str = ""  # how far the sweep got when Ctrl-C or SIGTERM stopped it
 
     @property
     def best(self) -> Candidate | None:
@@ -101,7 +102,8 @@ class TuneResult:
                 "best": best.config if best else None,
                 "best_ms": best.median_ms if best else None,
                 "candidates": [c.as_dict() for c in self.candidates],
-                "cache_path": self.cache_path, "cache_error": self.cache_error}
+                "cache_path": self.cache_path, "cache_error": self.cache_error,
+                **({"interrupted": self.interrupted} if self.interrupted else {})}
 
 
 def _reason(exc: BaseException) -> str:
@@ -206,7 +208,9 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
     before each candidate (config) and once at the end (None). With `isolate` (the default)
     each candidate runs in a child process, which rebuilds the variant as type(variant)();
     without, in this process (a fault can then spoil the candidates after it). With `jobs` > 1
-    a GPU variant's candidates are compiled on that many processes first (`prebuild`)."""
+    a GPU variant's candidates are compiled on that many processes first (`prebuild`).
+    Ctrl-C or SIGTERM ends the sweep with the candidates timed so far and nothing stored (the
+    fastest of part of the space is not the tuned choice); `interrupted` says how far it got."""
     variant = get_variant(kernel) if isinstance(kernel, str) else kernel
     support = variant.supports(shape)
     if not support:
@@ -230,15 +234,22 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
                         tuning.source_hash(variant))
     run = _isolated if isolate else _in_process
     built: list[float | None] = [None] * len(configs)
-    if jobs > 1 and variant.on_gpu:
-        step(0, len(configs), {"compiling": f"{len(configs)} candidates on {jobs} processes"})
-        built = prebuild(variant, configs, shape, epilogue, jobs)
-    for i, config in enumerate(configs):
-        step(i, len(configs), config)
-        candidate = run(variant, config, shape, epilogue, policy)
-        # The measurement found the module compiled: its compile time is the prebuild's.
-        candidate.compile_s += built[i] or 0.0
-        result.candidates.append(candidate)
+    try:
+        with sigterm_interrupts():
+            if jobs > 1 and variant.on_gpu:
+                step(0, len(configs),
+                     {"compiling": f"{len(configs)} candidates on {jobs} processes"})
+                built = prebuild(variant, configs, shape, epilogue, jobs)
+            for i, config in enumerate(configs):
+                step(i, len(configs), config)
+                candidate = run(variant, config, shape, epilogue, policy)
+                # The measurement found the module compiled: its compile time is the prebuild's.
+                candidate.compile_s += built[i] or 0.0
+                result.candidates.append(candidate)
+    except KeyboardInterrupt:
+        result.interrupted = (f"stopped after {len(result.candidates)} of {len(configs)} "
+                              "candidates")
+        return result
     step(len(configs), len(configs), None)
     best = result.best
     if best is not None:
@@ -296,6 +307,9 @@ def failure_lines(result: TuneResult) -> list[str]:
 
 def summary(result: TuneResult) -> str:
     best, base = result.best, result.baseline
+    if result.interrupted:
+        return (f"{result.interrupted}: the rows above are what was timed; nothing was stored "
+                "in the tuning cache")
     if best is None:
         return "no configuration passed verification: nothing was stored"
     text = f"best: {config_text(best.config)}, {best.median_ms:.4f} ms"

@@ -38,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from typing import Sequence
@@ -111,6 +112,24 @@ def _kill(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """SIGTERM (`timeout`, a batch scheduler) raises KeyboardInterrupt as Ctrl-C does, so that
+    a long measurement (compare, tune) can stop with what it has instead of dying with it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_isolated(function: str, args: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
