@@ -377,7 +377,7 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
     if comparison.interrupted:
         err_console().print(f"compare {comparison.interrupted}: the rows above are what was "
                             "measured; nothing was saved")
-        raise SystemExit(130)
+        raise SystemExit(comparison.stop_status)
     if base is not None:
         out.print(report.diff_table(results_io.diff(comparison, base), out.width, wide))
     if save_dir is not None:
@@ -596,7 +596,7 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, jobs, as_json, wi
     if result.cache_error:
         err_console().print(f"[yellow]{escape(result.cache_error)}[/yellow]")
     if result.interrupted:
-        raise SystemExit(130)
+        raise SystemExit(result.stop_status)
     if plot_path is not None:
         err_console().print(f"plot written to {tune.plot_sweep(result, plot_path)}")
     if result.best is None:

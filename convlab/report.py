@@ -382,6 +382,8 @@ def _fp16_rate(ceilings: dict) -> str:
 def compare_markdown(comparison) -> str:
     headers = [c.header for c in COMPARE_COLUMNS]
     lines = [f"# convlab compare: {comparison.model or 'single layer'}", "", compare_header(comparison), ""]
+    if comparison.other_gpus:
+        lines += [other_gpus_line(comparison.other_gpus), ""]
     for members in _layers(comparison).values():
         lines += [f"## {_layer_title(comparison, members[0])}", "",
                   "| " + " | ".join(headers) + " |",

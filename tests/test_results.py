@@ -342,6 +342,7 @@ def test_sigterm_stops_a_compare_with_the_rows_measured_so_far(monkeypatch):
     assert calls == ["naive", "tiled"] and [r.variant for r in result.rows] == ["naive"]
     runs = 2 * len(p.kernels)  # the cuDNN rows compare adds run too
     assert result.interrupted == f"stopped after 1 of {runs} variant runs"
+    assert result.stop_status == 143  # 128 + SIGTERM, as the shell reports a killed command
     assert signal.getsignal(signal.SIGTERM) is before
     calls.clear()
     monkeypatch.setattr(compare, "variant_rows", interrupting_rows(calls, at=0))
@@ -354,7 +355,8 @@ def test_an_interrupted_compare_prints_what_it_has_and_saves_nothing(monkeypatch
     partial = compare.Comparison("ece408", [10], ["naive", "tiled"],
                                  [compare.Row("naive", "fp32", 10, "conv1", "conv1", shape)],
                                  device={"name": "test"}, policy={},
-                                 interrupted="stopped after 1 of 2 variant runs")
+                                 interrupted="stopped after 1 of 2 variant runs",
+                                 stop_status=130)
     monkeypatch.setattr(compare, "execute", lambda plan, policy, progress: partial)
     out = CliRunner().invoke(main, ["compare", "--kernels", "naive,tiled", "--model", "ece408",
                                     "--batch", "10", "--save", str(tmp_path / "records")])
@@ -381,6 +383,17 @@ def test_all_says_which_variants_another_gpu_runs(monkeypatch):
                            "each runs on compute capability 9.0") and line.count("9.0") == 1
     monkeypatch.setattr(base, "compute_capability", lambda: (9, 0))
     assert compare.plan("all", "alexnet", None, "128").other_gpus == {}
+
+
+def test_a_saved_record_keeps_the_variants_left_for_another_gpu(tmp_path):
+    reasons = {"wgmma": "'wgmma' runs on compute capability 9.0 GPUs (sm_90a instructions); "
+                        "this GPU is 8.0"}
+    comparison = sample()
+    comparison.other_gpus = reasons
+    record = json.loads(json.dumps(results.to_record(comparison)))
+    assert results.from_record(record).other_gpus == reasons
+    assert "Not run on this GPU: wgmma: runs on" in report.compare_markdown(comparison)
+    assert "other_gpus" not in results.to_record(sample())
 
 
 def test_compare_prints_the_variants_left_for_another_gpu(monkeypatch):

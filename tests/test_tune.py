@@ -411,7 +411,7 @@ def test_result_as_json():
 def test_sigterm_ends_the_sweep_with_what_was_timed_and_stores_nothing(cache):
     before = signal.getsignal(signal.SIGTERM)
     result = tune.tune(SHAPE, FakeTiles((3.0, 1.0, "sigterm", 2.0)), RELU, isolate=False)
-    assert result.interrupted == "stopped after 2 of 4 candidates"
+    assert result.interrupted == "stopped after 2 of 4 candidates" and result.stop_status == 143
     assert [c.median_ms for c in result.candidates] == [3.0, 1.0] and result.best.median_ms == 1.0
     assert result.cache_path is None and not cache.exists()
     assert signal.getsignal(signal.SIGTERM) is before
@@ -459,17 +459,18 @@ def test_cli_json_and_exit_status_without_a_passing_config(monkeypatch):
     assert json.loads(result.output)["best"] is None
 
 
-def test_cli_exits_130_on_an_interrupted_sweep(monkeypatch):
+def test_cli_exits_as_the_signal_says_on_an_interrupted_sweep(monkeypatch):
     stopped = winograd_like_result()
     stopped.candidates = stopped.candidates[:2]
     stopped.cache_path = None
     stopped.interrupted = "stopped after 2 of 6 candidates"
+    stopped.stop_status = 143
     monkeypatch.setattr(tune, "tune", lambda *args, **kwargs: stopped)
     result = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3", "--kernel",
                                        "register-tiled"], env={"COLUMNS": "120"})
-    assert result.exit_code == 130
+    assert result.exit_code == 143
     assert "stopped after 2 of 6 candidates" in result.output and "nothing was stored" in result.output
     as_json = CliRunner().invoke(main, ["tune", "--layer", "128,256,13,13,384,3", "--kernel",
                                         "register-tiled", "--json"])
-    assert as_json.exit_code == 130
+    assert as_json.exit_code == 143
     assert json.loads(as_json.output)["interrupted"] == "stopped after 2 of 6 candidates"

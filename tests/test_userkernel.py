@@ -3,6 +3,7 @@
 compute-sanitizer output parser."""
 
 import json
+import signal
 import sys
 import textwrap
 import time
@@ -437,7 +438,7 @@ def test_an_interrupted_wait_kills_the_child(jobs, monkeypatch):
     monkeypatch.setattr(isolate, "_watch", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_isolated(f"{jobs}:computes", {"seconds": 60}, timeout_s=2, limit_s=120)
-    assert len(children) == 1 and children[0].poll() is not None
+    assert len(children) == 1 and children[0].poll() == -signal.SIGKILL
 
 
 def test_isolated_bad_function_path(jobs):

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from convlab.errors import ConvlabError
 from convlab.gpu import jit
 from convlab.kernels import VARIANTS, base, wgmma as W
 from convlab.kernels.igemm import packing, tiling, wgmma
@@ -24,8 +25,9 @@ SHAPES = [*get_model("alexnet").conv_shapes(128).values(),
 
 
 @pytest.fixture(autouse=True)
-def any_gpu(monkeypatch):
-    """supports() judges the shape alone, as on a Hopper GPU, whichever GPU this machine has."""
+def any_gpu(monkeypatch, private_cache):
+    """supports() judges the shape alone, as on a Hopper GPU, whichever GPU this machine has;
+    the tilings are the cost model's, not a tuning cache's."""
     monkeypatch.setattr(base, "compute_capability", lambda: None)
 
 
@@ -154,15 +156,28 @@ def test_no_wgmma_waits_for_the_one_before(variant):
 
 
 def test_the_cubin_cache_falls_back_to_a_folder_of_this_users(monkeypatch, tmp_path):
-    """An unwritable cache: the cubin goes to the temporary directory, in a folder named for
-    this user (a folder shared by all could hold another user's file under the expected name),
-    and no temporary file is left where the write failed."""
-    blocked = tmp_path / "cache-is-a-file"
-    blocked.write_text("")
-    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(blocked))
+    """A cache where the write fails: the cubin goes to a folder of this user's in the
+    temporary directory (readable by no one else: one shared by all could hold another user's
+    file under the expected name), and no temporary file is left where the write failed."""
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(jit.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(jit, "compile_cubin", lambda variant, source, options, arch: b"\x7fELF")
     monkeypatch.setattr(jit, "nvrtc_version", lambda: (13, 0))
+    replace = os.replace
+
+    def refuses_the_cache(src, dst):
+        if str(dst).startswith(str(tmp_path / "cache")):
+            raise OSError("read-only file system (test)")
+        replace(src, dst)
+
+    monkeypatch.setattr(jit.os, "replace", refuses_the_cache)
     path = jit.cubin_file("v", "source", (), "sm_90a")
     assert path.parent == tmp_path / "tmp" / f"convlab-cubin-{os.getuid()}"
     assert path.read_bytes() == b"\x7fELF" and [p.name for p in path.parent.iterdir()] == [path.name]
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert list((tmp_path / "cache" / "cubin").iterdir()) == []
+    path.parent.chmod(0o777)  # a folder others may write to is not used
+    assert jit.private_temp_dir() is None
+    with pytest.raises(ConvlabError, match="nowhere to write its cubin"):
+        jit.cubin_file("v", "other source", (), "sm_90a")

@@ -39,14 +39,14 @@ def sweep_agreement(path: Path) -> Agreement | None:
     without a tiling model (or one with fewer than two verified candidates)."""
     record = json.loads(Path(path).read_text())
     variant = VARIANTS.get(record.get("variant", ""))
-    if variant is None or not hasattr(variant, "estimate"):
+    if variant is None or not hasattr(variant, "tiling_estimate"):
         return None
     shape = ConvShape(**record["shape"])
     measured = [(Tiling.of(c["config"]), c["timing"]["median_ms"])
                 for c in record["candidates"] if c["status"] == "PASS" and c.get("timing")]
     if len(measured) < 2:
         return None
-    modelled = [variant.estimate(shape, t) for t, _ in measured]
+    modelled = [variant.tiling_estimate(shape, t) for t, _ in measured]
     pairs = agreeing = 0
     for (mi, (_, ti)), (mj, (_, tj)) in itertools.combinations(zip(modelled, measured), 2):
         if abs(ti - tj) < TIE * min(ti, tj):
@@ -84,7 +84,8 @@ def pick_agreement(path: Path, shapes: dict[str, ConvShape]) -> tuple[int, int]:
         if not a or not b or abs(a - b) < TIE * min(a, b):
             continue
         variant = VARIANTS[row["variant"]]
-        ma, mb = (variant.estimate(shapes[row["layer"]], Tiling.of(row[k])) for k in ("old", "new"))
+        ma, mb = (variant.tiling_estimate(shapes[row["layer"]], Tiling.of(row[k]))
+                  for k in ("old", "new"))
         pairs += 1
         agreeing += (ma < mb) == (a < b)
     return pairs, agreeing

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import ConvlabError
 from ..gpu import gpu_available, measure, require_cupy
-from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated, sigterm_interrupts
+from ..gpu.isolate import (DEFAULT_TIMEOUT_S, gpu_wait, run_isolated, sigterm_interrupts,
+                           stop_status)
 from ..kernels import CUDNN_ROWS, REFERENCE_VARIANTS, RELU, TANH_POOL, VARIANTS, get_variant
 from ..kernels.base import Arithmetic, direct_arithmetic
 from ..models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
@@ -117,6 +118,7 @@ class Comparison:
     policy: dict | None = None
     kernel_files: list[dict] = field(default_factory=list)  # userkernel.KernelFile.record()s
     interrupted: str = ""  # how far the runs got when Ctrl-C or SIGTERM stopped them
+    stop_status: int = 0  # then the shell's exit status for that signal (130, 143)
     other_gpus: dict[str, str] = field(default_factory=dict)  # variants for another GPU: why
 
 
@@ -147,17 +149,13 @@ def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = Fal
     return names
 
 
-def for_other_gpus(spec: str | None, shapes: list[ConvShape]) -> dict[str, str]:
+def for_other_gpus(spec: str | None) -> dict[str, str]:
     """With 'all': the variants left out because they run on another GPU (wgmma needs Hopper),
     each with the reason, so that a table without them says why."""
     if spec is not None and spec.strip() != "all":
         return {}
-    found = {}
-    for name, v in VARIANTS.items():
-        support = v.supports(shapes[0])
-        if v.on_gpu and v.compute_capability and not support:
-            found[name] = support.reason
-    return found
+    problems = {name: v.gpu_problem() for name, v in VARIANTS.items() if v.on_gpu}
+    return {name: problem for name, problem in problems.items() if problem}
 
 
 def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, str | None],
@@ -403,12 +401,11 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
         if other is not loaded:
             raise ConvlabError(f"kernel files {other.path} and {loaded.path} are both named "
                                f"'{loaded.variant.name}': rename one")
-    shapes = list(shapes_for(batch_list[-1]).values())
-    names = parse_kernels(kernels, shapes, model is not None,
+    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()), model is not None,
                           [loaded.variant.precision for loaded in files])
     return Plan(model, batch_list, names, shapes_for, weights, files,
                 None if weights_path is None else str(weights_path), verify, timeout_s,
-                for_other_gpus(kernels, shapes))
+                for_other_gpus(kernels))
 
 
 def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: Plan,
@@ -470,7 +467,8 @@ def execute(p: Plan, policy: measure.TimingPolicy,
                     for layer_name in sorted(fused_layers):
                         result.rows.append(_cudnn_fused_row(name, batch, layer_name,
                                                             shapes[layer_name], policy, p.verify))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         result.interrupted = f"stopped after {done} of {total} variant runs"
+        result.stop_status = stop_status(stop)
     finish(result.rows, ceilings)
     return result

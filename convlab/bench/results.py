@@ -44,6 +44,7 @@ def to_record(comparison: Comparison, command: str = "") -> dict:
         "ceilings": comparison.ceilings,
         "policy": comparison.policy,
         "rows": [row.as_dict() for row in comparison.rows],
+        **({"other_gpus": comparison.other_gpus} if comparison.other_gpus else {}),
         **({"interrupted": comparison.interrupted} if comparison.interrupted else {}),
     }
 
@@ -55,7 +56,8 @@ def from_record(record: dict) -> Comparison:
     comparison = Comparison(record.get("model"), record["batches"], record["kernels"],
                             [Row.from_dict(r) for r in record["rows"]], record.get("ceilings"),
                             record.get("device"), record.get("policy"),
-                            record.get("kernel_files", []))
+                            record.get("kernel_files", []),
+                            other_gpus=record.get("other_gpus", {}))
     ceilings = measure.Ceilings(**comparison.ceilings) if comparison.ceilings else None
     finish(comparison.rows, ceilings)
     return comparison

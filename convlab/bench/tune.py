@@ -27,7 +27,7 @@ from typing import Callable
 from .. import tuning
 from ..errors import ConvlabError, KernelCompileError
 from ..gpu import unavailable_reason
-from ..gpu.isolate import run_isolated, sigterm_interrupts
+from ..gpu.isolate import run_isolated, sigterm_interrupts, stop_status
 from ..gpu.measure import Timing, TimingPolicy, gflops
 from ..kernels import VARIANTS, get_variant
 from ..oracle.verify import Check
@@ -82,6 +82,7 @@ class TuneResult:
     cache_path: str | None = None  # where the best configuration was stored
     cache_error: str = ""
     interrupted: str = ""  # how far the sweep got when Ctrl-C or SIGTERM stopped it
+    stop_status: int = 0  # then the shell's exit status for that signal (130, 143)
 
     @property
     def best(self) -> Candidate | None:
@@ -246,9 +247,10 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
                 # The measurement found the module compiled: its compile time is the prebuild's.
                 candidate.compile_s += built[i] or 0.0
                 result.candidates.append(candidate)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         result.interrupted = (f"stopped after {len(result.candidates)} of {len(configs)} "
                               "candidates")
+        result.stop_status = stop_status(stop)
         return result
     step(len(configs), len(configs), None)
     best = result.best

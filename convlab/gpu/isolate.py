@@ -114,16 +114,26 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by sigterm_interrupts."""
+
+
+def stop_status(stop: KeyboardInterrupt) -> int:
+    """The shell's exit status for a run `stop` ended: 143 for SIGTERM, 130 for Ctrl-C."""
+    return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+
+
 @contextlib.contextmanager
 def sigterm_interrupts():
-    """SIGTERM (`timeout`, a batch scheduler) raises KeyboardInterrupt as Ctrl-C does, so that
-    a long measurement (compare, tune) can stop with what it has instead of dying with it."""
+    """SIGTERM (`timeout`, a batch scheduler) raises Terminated, a KeyboardInterrupt as Ctrl-C
+    raises, so that a long measurement (compare, tune) can stop with what it has instead of
+    dying with it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
@@ -147,8 +157,8 @@ def run_isolated(function: str, args: dict | None = None, timeout_s: float = DEF
             proc = subprocess.Popen([*prefix, sys.executable, "-m", "convlab.gpu.isolate"],
                                     stdin=subprocess.PIPE, stdout=out, stderr=err,
                                     pass_fds=(write_fd,), env=child_env, start_new_session=True)
-        os.close(write_fd)
         try:
+            os.close(write_fd)
             proc.stdin.write(request.encode())
             proc.stdin.close()
             status, reason, message = _watch(proc, read_fd, start, timeout_s, limit_s)

@@ -78,22 +78,39 @@ def cubin_cache_dir() -> Path:
     return Path(directory) / "cubin"
 
 
+def private_temp_dir() -> Path | None:
+    """This user's folder for cubins in the temporary directory, made readable by this user
+    only; None where that name is taken by someone else's (another user could plant a cubin
+    under the name a kernel's would have)."""
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""
+    path = Path(tempfile.gettempdir()) / f"convlab-cubin{user}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        info = path.stat()
+    except OSError:
+        return None
+    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o077):
+        return None
+    return path
+
+
 def cubin_file(variant: str, source: str, options: tuple[str, ...], arch: str) -> Path:
     """compile_cubin into a file of an on-disk cache keyed by the source, options, target and
     NVRTC version (what CuPy's kernel cache does for RawModule): the tuner's compile processes
     fill it, its measurements load from it. Written to a temporary file and renamed into place,
-    so a reader never sees half a cubin; without a writable cache, a folder of this user's in
-    the temporary directory (one shared by every user could be handed a cubin by another)."""
+    so a reader never sees half a cubin; without a writable cache, private_temp_dir()."""
     text = "\0".join((source, *options, arch, ".".join(map(str, nvrtc_version()))))
     name = f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.cubin"
-    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""
-    folders = (cubin_cache_dir(), Path(tempfile.gettempdir()) / f"convlab-cubin{user}")
-    for directory in folders:
-        path = directory / name
-        if path.is_file():
-            return path
+    cache = cubin_cache_dir()
+    if (cache / name).is_file():
+        return cache / name
+    fallback = private_temp_dir()
+    if fallback is not None and (fallback / name).is_file():
+        return fallback / name
     cubin = compile_cubin(variant, source, options, arch)
-    for directory in folders:
+    for directory in (cache, fallback):
+        if directory is None:
+            continue
         path = directory / name
         temporary = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}")
         try:
@@ -102,10 +119,12 @@ def cubin_file(variant: str, source: str, options: tuple[str, ...], arch: str) -
             os.replace(temporary, path)
             return path
         except OSError:
+            continue
+        finally:
             with contextlib.suppress(OSError):
-                temporary.unlink()
-    raise ConvlabError(f"kernel '{variant}': nowhere to write its cubin ({cubin_cache_dir()} "
-                       f"and the temporary directory are not writable)")
+                temporary.unlink(missing_ok=True)
+    raise ConvlabError(f"kernel '{variant}': nowhere to write its cubin ({cache} and a private "
+                       f"folder in the temporary directory are not writable)")
 
 
 # --- NVRTC without CuPy or a GPU (the CPU-side compile check) ---------------------------------

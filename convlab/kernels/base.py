@@ -179,14 +179,18 @@ class Variant:
     arch: str | None = None
     compute_capability: tuple[int, int] | None = None
 
-    def supports(self, shape: ConvShape) -> Support:
+    def gpu_problem(self) -> str:
+        """Why this GPU cannot run the variant (it needs another compute capability), or ""."""
         found = compute_capability() if self.compute_capability else None
-        if found is not None and found != self.compute_capability:
-            need = ".".join(map(str, self.compute_capability))
-            return Support(False, f"'{self.name}' runs on compute capability {need} GPUs "
-                                  f"({self.arch} instructions); this GPU is "
-                                  f"{'.'.join(map(str, found))}")
-        return missing_features(shape, self.general)
+        if found is None or found == self.compute_capability:
+            return ""
+        need = ".".join(map(str, self.compute_capability))
+        return (f"'{self.name}' runs on compute capability {need} GPUs ({self.arch} "
+                f"instructions); this GPU is {'.'.join(map(str, found))}")
+
+    def supports(self, shape: ConvShape) -> Support:
+        problem = self.gpu_problem()
+        return Support(False, problem) if problem else missing_features(shape, self.general)
 
     def input_dtype(self) -> np.dtype:
         """The element type its launch reads (Op.stage converts float32 input to it)."""

@@ -95,7 +95,7 @@ class Pipelined(Variant):
         """Every tiling that fits the layer, the cost model's favourite first."""
         return ranked(self.kernel_shape(shape), self.maths, self.layout)
 
-    def estimate(self, shape: ConvShape, t: Tiling) -> float:
+    def tiling_estimate(self, shape: ConvShape, t: Tiling) -> float:
         """The cost model's microseconds for `t` on the layer (what `ranked` orders by)."""
         return estimate(self.kernel_shape(shape), t, self.maths, self.layout)
 

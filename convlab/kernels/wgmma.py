@@ -61,7 +61,7 @@ class Wgmma(ChannelsLast):
     def ranked(self, shape: ConvShape) -> tuple[Tiling, ...]:
         return wgmma.ranked(self.kernel_shape(shape), self.maths)
 
-    def estimate(self, shape: ConvShape, t: Tiling) -> float:
+    def tiling_estimate(self, shape: ConvShape, t: Tiling) -> float:
         return wgmma.estimate(self.kernel_shape(shape), t, self.maths)
 
     def smallest_tiling(self) -> Tiling:

@@ -215,9 +215,10 @@ def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
 
 # 3xTF32 keeps a K-tile's partial sum beside the running one: 2 * 128/2 = 128 registers at bn 128.
 MAX_BN = {"3xtf32": 128}
-# The wgmma peak (gpu/measure.py) is reached with three warpgroups per SM. The model without
-# this term ranked the session-11 sweeps' tilings 60% as measured, its picks 1.37x the best
-# (one-warpgroup tiles looked as fast as two); with it 84% and 1.14x.
+# Warpgroups an SM needs resident to issue at the wgmma peak: three, as gpu/measure.py measures
+# the peak. The sweeps in results/h100/wgmma-20261125 say that one warpgroup issues well below
+# it (the model without this term ordered 60% of their pairs as measured, its picks 1.37x the
+# best; with it 84% and 1.14x); they cannot tell 3 from 4 (1, 2 or 4 are ever resident).
 WARPGROUPS_FOR_PEAK = 3
 # dense, per SM; 3xTF32 issues three TF32 products per step
 WGMMA_FLOP_PER_CYCLE = {"fp16": 4096, "bf16": 4096, "tf32": 2048, "3xtf32": 2048 / 3}
@@ -252,7 +253,7 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
 
 def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
-    the tap gather (and the table where a K-tile is more than a group's channels), and
+    the tap gather (and the table where a group's channels are not a multiple of bk), and
     `cost.split_options`' K-splits."""
     bk = k_elements(maths)
     gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
