@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
-from . import __version__, report
-from .bench import compare, lab, records, results as results_io, tune
+from . import __version__, report, stream_report
+from .bench import compare, lab, records, results as results_io, streaming, tune
 from .bench.guard import VERIFY_MODES
 from .errors import ConvlabError, GPUUnavailable
 from .gpu import gpu_available, measure, unavailable_reason
@@ -147,7 +147,7 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
 @click.option("--pytorch", is_flag=True,
               help="Also time the same network in PyTorch, in the run's precision class: NCHW and "
                    "channels-last, eager, CUDA-graphed and torch.compile'd; the fastest is the "
-                   "baseline.")
+                   "baseline. With --images: the same stream in PyTorch.")
 @click.option("--no-graph", is_flag=True,
               help="Launch every step of the end-to-end pass instead of replaying a CUDA graph.")
 @click.option("--verify", type=click.Choice(VERIFY_MODES), default="sample", show_default=True,
@@ -160,12 +160,43 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
               help="Instead of timing: one checked launch per conv layer under NVIDIA's "
                    "compute-sanitizer (memcheck when no tool is named), its first errors at your "
                    "file and line.")
+@click.option("--images", type=click.IntRange(1), default=None,
+              help="Stream this many images through the model in batches of --batch: 8-bit "
+                   "uploads, each batch's copy overlapping the pass before it; reports images/s "
+                   "and per-batch times, saved under results/<gpu>/.")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path),
+              help="With --images, alexnet: stream the JPEG/PNG files of this folder (default: "
+                   "seeded random 8-bit images).")
+@click.option("--upload", type=click.Choice(streaming.UPLOADS), default=None,
+              help="With --images: how images cross to the device: uint8 (default; converted "
+                   "by our ingest kernel) or float32 (normalised on the host).")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="With --images: host threads that fill the pinned buffers and decode "
+                   "images (default: the CPU count, at most 16).")
+@click.option("--save", "save_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="With --images: the folder for the record (default results/<gpu>/).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --images: write the timeline of copies and passes as a PNG "
+                   "(needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON records instead of tables.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
 def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, cold, pytorch,
-        no_graph, verify, timeout, sanitize, as_json, wide):
+        no_graph, verify, timeout, sanitize, images, from_dir, upload, workers, save_dir,
+        plot_path, as_json, wide):
     """Run a model's forward pass with a chosen conv kernel: on the Fashion-MNIST test set for
-    the ECE408 models, on a fixed random batch for alexnet."""
+    the ECE408 models, on a fixed random batch for alexnet. With --images, stream a dataset
+    through it instead."""
+    streaming.check_options(images, dict(zip(streaming.STREAM_ONLY, (
+        from_dir is not None, upload is not None, save_dir is not None, plot_path is not None,
+        workers is not None))), {
+        "--kernel-file": kernel_file is not None, "--fallback": fallback is not None,
+        "--repeat": repeat is not None, "--cold": cold, "--no-graph": no_graph,
+        "--verify": verify != "sample", "--timeout": timeout is not None,
+        "--sanitize": sanitize is not None})
+    if images is not None:
+        _stream_run(model, kernel, batches, images, upload or "uint8", from_dir, pytorch,
+                    workers, weights_path, save_dir, plot_path, as_json, wide)
+        return
     plan = lab.plan_run(model, kernel, kernel_file, batches, weights_path, fallback, repeat, cold,
                         pytorch, not no_graph, verify, timeout, sanitize)
     out = console(wide)
@@ -204,6 +235,45 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
     else:
         _print_runs(out, results, wide)
     if not all(r.passed for r in results):
+        raise SystemExit(1)
+
+
+def _stream_run(model, kernel, batches, images, upload, from_dir, pytorch, workers,
+                weights_path, save_dir, plot_path, as_json, wide):
+    if plot_path is not None:
+        require_pyplot()  # before the run, not after it
+    batch_list = lab.parse_batches(str(lab.default_batch(model)) if batches is None else batches,
+                                   model)
+
+    def on_event(name, payload=None):
+        if as_json:
+            return
+        if name == "loading-data":
+            click.echo("Loading images...")
+        elif name == "loaded-data":
+            click.echo(f"Streaming from {payload.description}")
+        elif name == "row":
+            click.echo(f"batch {payload['batch']}: {payload['images_per_s']:,.0f} images/s, "
+                       f"{payload['ratio']:.2f}x max(copy, pass) per batch")
+        elif name == "pytorch":
+            click.echo(f"batch {payload}: the same stream in PyTorch...")
+
+    try:
+        record = streaming.stream(model, kernel, batch_list, images, upload, from_dir, pytorch,
+                                  workers, weights_path, on_event)
+    except GPUUnavailable as exc:
+        raise ConvlabError(f"--images streams through a GPU: {exc}") from None
+    record.command = "convlab " + " ".join(sys.argv[1:])
+    out = console(wide)
+    if as_json:
+        click.echo(json.dumps(record.as_dict(), indent=2))
+    else:
+        stream_report.render(out, record, wide)
+    paths = streaming.save(record, save_dir, stream_report.markdown(record))
+    err_console().print(f"saved {paths[0]} and {paths[1]}")
+    if plot_path is not None:
+        err_console().print(f"wrote {stream_report.plot_timeline(record, plot_path)}")
+    if not record.passed:
         raise SystemExit(1)
 
 

@@ -86,7 +86,7 @@ LAYERS = [
     ("userkernel",),
     ("bench",),
     ("profile",),
-    ("report",),
+    ("report", "stream_report"),
     ("cli",),
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}

@@ -39,10 +39,12 @@ MIN_HOST_PASSES = 1  # on the CPU a pass can take seconds: passes go on while th
 
 
 DEFAULT_BATCH = {FASHION_MNIST: MAX_BATCH, IMAGENET: 128}
-# For models with general layers: the first of these that computes every conv layer is the
-# default GPU kernel, the fastest general fp32 variant first (AlexNet at batch 128 on an H100,
-# two runs of the same day: channels-last-3xtf32 3.453 ms, pipelined-3xtf32 3.840).
-GENERAL_DEFAULTS = ("channels-last-3xtf32", "pipelined-3xtf32", "implicit-gemm", "naive")
+# For models with general layers: the first of these that computes every conv layer on this GPU
+# is the default GPU kernel, the fastest general fp32 variant first (AlexNet's forward at batch
+# 128 on an H100, runs of the same day: wgmma-3xtf32 3.091 ms (Hopper only),
+# channels-last-3xtf32 3.453, pipelined-3xtf32 3.840).
+GENERAL_DEFAULTS = ("wgmma-3xtf32", "channels-last-3xtf32", "pipelined-3xtf32", "implicit-gemm",
+                    "naive")
 
 
 def default_batch(model: str) -> int:

@@ -61,3 +61,31 @@ def element_defines(in_dtype=FLOAT32, out_dtype=FLOAT32) -> dict[str, int]:
                              f"not {np.dtype(dtype)}")
     return {"IN_HALF": int(np.dtype(in_dtype) == FLOAT16),
             "OUT_HALF": int(np.dtype(out_dtype) == FLOAT16)}
+
+# The staged element types (staging and ingest kernels): MODE 1 fp16, 2 bf16 bits; any other
+# maths reads float32.
+STAGE_MODES = {"fp16": 1, "bf16": 2}
+
+STAGE_ELEMENT_SOURCE = r"""
+// MODE: 0 float32, 1 fp16 rounded to nearest even, 2 bf16 bits, the same.
+#if MODE == 0
+typedef float elem_t;
+#define ELEM_BYTES 4
+#else
+typedef unsigned short elem_t;
+#define ELEM_BYTES 2
+#endif
+__device__ __forceinline__ elem_t convert(float f)
+{
+#if MODE == 0
+    return f;
+#elif MODE == 1
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    const unsigned u = __float_as_uint(f);
+    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+#endif
+}
+"""

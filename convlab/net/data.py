@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..ops.ingest import InputTransform, normalize
 
 IMAGES_FILE = "t10k-images-idx3-ubyte.gz"
 LABELS_FILE = "t10k-labels-idx1-ubyte.gz"
@@ -115,29 +116,16 @@ def load_test_set(n: int = TEST_SET_SIZE) -> tuple[np.ndarray, np.ndarray]:
     return images[:n], labels[:n]
 
 
-def _bilinear_matrix(n_out: int, n_in: int) -> np.ndarray:
-    """Row i holds the weights of output sample i over the inputs (half-pixel centres, clamped edges)."""
-    centres = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
-    centres = np.clip(centres, 0.0, n_in - 1)
-    lo = np.floor(centres).astype(np.int64)
-    hi = np.minimum(lo + 1, n_in - 1)
-    frac = centres - lo
-    matrix = np.zeros((n_out, n_in))
-    matrix[np.arange(n_out), lo] += 1.0 - frac
-    matrix[np.arange(n_out), hi] += frac
-    return matrix
+def fashion_transform(size: int):
+    """How a Fashion-MNIST model's input is made from the 28x28 bytes: scaled to [0, 1] and,
+    for larger inputs, upsampled bilinearly (ops.ingest does the same on the device)."""
+    return InputTransform((28, 28, 1), size, (0,), (0.0,), (255.0,))
 
 
 def prepare_input(images: np.ndarray, size: int) -> np.ndarray:
-    """uint8 images (N, h, w) -> float32 network input (N, 1, size, size) in [0, 1].
+    """uint8 images (N, 28, 28) -> float32 network input (N, 1, size, size) in [0, 1].
 
-    Larger sizes use separable bilinear upsampling computed in float64, so the result is the same
-    on every machine and in training and inference.
+    Computed in float64 in one fixed order of operations (ops.ingest.normalize), so the result is
+    the same on every machine, in training and inference, and on the device from the bytes.
     """
-    x = images.astype(np.float64) / 255.0
-    n, h, w = x.shape
-    if (h, w) != (size, size):
-        rows = _bilinear_matrix(size, h)
-        cols = _bilinear_matrix(size, w)
-        x = np.einsum("ih,nhw,jw->nij", rows, x, cols, optimize=True)
-    return np.ascontiguousarray(x[:, None, :, :], dtype=np.float32)
+    return normalize(images, fashion_transform(size))

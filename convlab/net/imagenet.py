@@ -19,6 +19,7 @@ from rich.console import RenderableType
 
 from ..errors import ConvlabError, DataError
 from ..models import ModelSpec
+from ..ops.ingest import InputTransform, normalize
 from ..tables import Col, fitted_table
 
 CLASSES = 1000
@@ -56,9 +57,15 @@ def _pillow():
     return Image, ImageOps
 
 
-def preprocess(image, size: int = 227) -> np.ndarray:
-    """A Pillow image -> float32 (3, size, size): short side to 256 (bilinear), centre crop,
-    BGR, mean pixel subtracted."""
+def imagenet_transform(size: int = 227):
+    """How alexnet's input is made from RGB bytes (rows, columns, 3): channels reordered to BGR
+    and the mean pixel subtracted (ops.ingest does the same on the device)."""
+    return InputTransform((size, size, 3), size, (2, 1, 0),
+                          tuple(float(m) for m in MEAN_BGR), (1.0, 1.0, 1.0))
+
+
+def crop_bytes(image, size: int = 227) -> np.ndarray:
+    """A Pillow image -> uint8 RGB (size, size, 3): short side to 256 (bilinear), centre crop."""
     Image, ImageOps = _pillow()
     image = ImageOps.exif_transpose(image).convert("RGB")
     width, height = image.size
@@ -67,12 +74,22 @@ def preprocess(image, size: int = 227) -> np.ndarray:
     image = image.resize(resized, Image.BILINEAR)
     left = (resized[0] - size) // 2
     top = (resized[1] - size) // 2
-    rgb = np.asarray(image.crop((left, top, left + size, top + size)), dtype=np.float32)
-    bgr = rgb[:, :, ::-1] - MEAN_BGR
-    return np.ascontiguousarray(bgr.transpose(2, 0, 1))
+    return np.asarray(image.crop((left, top, left + size, top + size)), dtype=np.uint8)
+
+
+def preprocess(image, size: int = 227) -> np.ndarray:
+    """A Pillow image -> float32 (3, size, size): short side to 256 (bilinear), centre crop,
+    BGR, mean pixel subtracted."""
+    return normalize(crop_bytes(image, size)[None], imagenet_transform(size))[0]
 
 
 def load_image(path: Path, size: int = 227) -> np.ndarray:
+    return normalize(load_bytes(path, size)[None], imagenet_transform(size))[0]
+
+
+def load_bytes(path: Path, size: int = 227) -> np.ndarray:
+    """An image file decoded, resized and cropped to uint8 RGB (size, size, 3), or one clear
+    DataError."""
     Image, _ = _pillow()
     try:
         image = Image.open(path)
@@ -92,7 +109,7 @@ def load_image(path: Path, size: int = 227) -> np.ndarray:
             image.load()
         except (OSError, SyntaxError, ValueError) as exc:  # Pillow's errors for corrupt data
             raise DataError(f"{path}: cannot decode the image ({exc})") from None
-        return preprocess(image, size)
+        return crop_bytes(image, size)
 
 
 def load_array(path: Path, input_shape: tuple[int, int, int]) -> np.ndarray:

@@ -123,9 +123,12 @@ def stage_dtype(maths: str):
 
 
 def stage_nchw(x, out, maths: str):
-    """The NCHW input as fp16 / bf16 (one conversion; `out`, if given, receives it)."""
+    """The NCHW input as fp16 / bf16 (one conversion; `out`, if given, receives it). An input
+    that is already that (what ops.ingest writes from 8-bit images) is used as it is."""
     import cupy
 
+    if x.dtype == stage_dtype(maths) and x.flags.c_contiguous:
+        return x
     if out is None or out.shape != x.shape:
         out = cupy.empty(x.shape, dtype=stage_dtype(maths))
     _convert(x, out, maths)

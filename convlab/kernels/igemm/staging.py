@@ -7,6 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...gpu.elements import STAGE_ELEMENT_SOURCE, STAGE_MODES as MODES
 from ...gpu.jit import build_options, load_module
 
 SOURCE = r"""
@@ -17,34 +18,14 @@ SOURCE = r"""
 // channels are written as zeros, so the output needs no clearing first.
 //
 // Compile-time: C, CG (channels, per group), G (groups), GC (padded per group), HW (pixels per
-// image), VEC, MODE (0 float32, 1 fp16 rounded to nearest even, 2 bf16 bits, the same).
-#if MODE == 0
-typedef float elem_t;
-#define ELEM_BYTES 4
-#else
-typedef unsigned short elem_t;
-#define ELEM_BYTES 2
-#endif
+// image), VEC, MODE.
+""" + STAGE_ELEMENT_SOURCE + r"""
 #if VEC * ELEM_BYTES == 16
 typedef uint4 vec_t;
 #else
 typedef uint2 vec_t;
 #endif
 #define NV (G * GC / VEC)
-
-__device__ __forceinline__ elem_t convert(float f)
-{
-#if MODE == 0
-    return f;
-#elif MODE == 1
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#else
-    const unsigned u = __float_as_uint(f);
-    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-#endif
-}
 
 extern "C" __global__ void stage_nhwc(const float* __restrict__ x, vec_t* __restrict__ y,
                                       long long vectors)
@@ -70,7 +51,6 @@ extern "C" __global__ void stage_nhwc(const float* __restrict__ x, vec_t* __rest
 }
 """
 
-MODES = {"fp16": 1, "bf16": 2}  # any other maths reads float32
 THREADS = 256
 MAX_BLOCKS = 1 << 20  # the loop strides over the rest
 

@@ -1,0 +1,251 @@
+"""`convlab run --images T`: a model fed a stream of 8-bit images in batches, each batch's copy
+overlapping the pass before it (net.stream), checked and timed per batch size; optionally the
+same stream in PyTorch (net.torch_stream). The record is saved as results/<gpu>/stream-....json
+and .md."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ConvlabError, DataError
+from ..gpu import gpu_available, measure, unavailable_reason
+from ..models import FASHION_MNIST, get_model, load_weights
+from ..net import data, torch_stream
+from ..net.imagenet import imagenet_transform, load_bytes
+from ..net.network import Network
+from ..net.stream import UPLOADS, ImagePool, StreamedPipeline
+from ..ops.ingest import normalize
+from . import results as results_io
+from .lab import _variant_for, check_batch, check_support, default_kernel
+
+RANDOM_SEED = 24  # the seeded generator of alexnet's 8-bit images
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm")
+VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro"}
+
+
+def workers_default() -> int:
+    return max(1, min(16, os.cpu_count() or 1))
+
+
+def gpu_folder(name: str) -> str:
+    """A short folder name for a GPU: 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    words = [w for w in re.split(r"[\s_]+", name.lower()) if w and w not in VENDOR_WORDS]
+    for k, w in enumerate(words):
+        if any(ch.isdigit() for ch in w):
+            stem = "-".join(words[max(0, k - 1):k + 1] if k and not any(
+                ch.isdigit() for ch in words[k - 1]) else [w])
+            return re.sub(r"[^a-z0-9-]", "", stem.split("-sxm")[0].split("-pcie")[0]) or "gpu"
+    return re.sub(r"[^a-z0-9-]", "", "-".join(words)) or "gpu"
+
+
+def check_stream(images: int, batch: int) -> None:
+    if images < batch:
+        raise ConvlabError(f"--images {images} is smaller than --batch {batch}: a stream needs "
+                           "at least one full batch")
+    if images % batch:
+        below, above = images // batch * batch, -(-images // batch) * batch
+        raise ConvlabError(f"--images {images} is not a whole number of batches of {batch} "
+                           f"(use {below} or {above})")
+
+
+def random_pool(transform, count: int, workers: int) -> ImagePool:
+    """`count` 8-bit images from a seeded generator: image i is the same whatever the count,
+    batch size or thread count (its own seed), generated on worker threads."""
+    images = np.empty((count, *transform.image_shape), dtype=np.uint8)
+
+    def make(i: int) -> None:
+        images[i] = np.random.default_rng([RANDOM_SEED, i]).integers(
+            0, 256, transform.image_shape, dtype=np.uint8)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(make, range(count)))
+    return ImagePool(images, None, f"{count} seeded random 8-bit images (seed {RANDOM_SEED})")
+
+
+def directory_pool(folder: Path, size: int, workers: int) -> ImagePool:
+    """Every image file in `folder` (sorted by name), decoded, resized and cropped to 8-bit RGB
+    by Pillow on worker threads before the stream starts; a file that is not a readable image
+    ends the run with one line naming it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a directory")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise DataError(f"{folder}: no image files in it")
+    with ThreadPoolExecutor(workers) as pool:
+        decoded = list(pool.map(lambda p: load_bytes(p, size), files))
+    return ImagePool(np.stack(decoded), None, f"{len(files)} images from {folder}")
+
+
+@dataclass
+class StreamRecord:
+    """One `run --images` invocation: a row per batch size."""
+
+    model: str
+    kernel: str
+    precision: str
+    images: int
+    upload: str
+    source: str
+    workers: int
+    rows: list[dict] = field(default_factory=list)
+    torch_rows: list[dict] = field(default_factory=list)
+    torch_note: str = ""
+    device: dict | None = None
+    timestamp: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    command: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """The 8-bit path gave the float32 path's predictions, and an fp32 kernel the float64
+        reference's (as `run` requires of it)."""
+        return all(r["float32_differ"] == 0 and (self.precision != "fp32"
+                                                 or r.get("reference_differ", 0) == 0)
+                   for r in self.rows)
+
+    def as_dict(self) -> dict:
+        return {"kind": "stream", "model": self.model, "kernel": self.kernel,
+                "precision": self.precision, "images": self.images, "upload": self.upload,
+                "source": self.source, "workers": self.workers, "rows": self.rows,
+                "torch_rows": self.torch_rows, "torch_note": self.torch_note,
+                "device": self.device, "timestamp": self.timestamp, "command": self.command}
+
+    def name(self) -> str:
+        stamp = self.timestamp[:19].replace(":", "").replace("-", "")
+        return f"stream-{self.model}-{self.kernel}-{self.upload}-{stamp}"
+
+
+def _pool(model: str, transform, count: int, workers: int) -> ImagePool:
+    """The images to stream: the Fashion-MNIST test set, or `count` seeded random images."""
+    if get_model(model).task == FASHION_MNIST:
+        u8, labels = data.load_test_set()
+        return ImagePool(u8, labels, f"the {len(u8):,} Fashion-MNIST test images")
+    return random_pool(transform, count, workers)
+
+
+def transform_for(model: str):
+    spec = get_model(model)
+    if spec.task == FASHION_MNIST:
+        return data.fashion_transform(spec.input_size)
+    return imagenet_transform(spec.input_size)
+
+
+STREAM_ONLY = ("--from", "--upload", "--save", "--plot", "--workers")
+
+
+def check_options(images: int | None, stream_only: dict[str, bool],
+                  run_only: dict[str, bool]) -> None:
+    """`run`'s options against --images: which belong to a stream and which to a timed run."""
+    if images is None:
+        given = [name for name, on in stream_only.items() if on]
+        if given:
+            raise ConvlabError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with "
+                               "--images (a streamed run)")
+        return
+    given = [name for name, on in run_only.items() if on]
+    if given:
+        raise ConvlabError(f"--images streams the dataset and times whole batches: leave out "
+                           f"{', '.join(given)}")
+
+
+def stream(model: str, kernel: str | None, batches: list[int], images: int,
+           upload: str = "uint8", directory: Path | None = None, pytorch: bool = False,
+           workers: int | None = None, weights_path: Path | None = None,
+           on_event: Callable[[str, object], None] | None = None) -> StreamRecord:
+    """Stream `images` images through `model` at each batch size; see the module docstring."""
+    emit = on_event or (lambda name, payload=None: None)
+    spec = get_model(model)
+    if upload not in UPLOADS:
+        raise ConvlabError(f"--upload {upload}: one of {', '.join(UPLOADS)}")
+    for batch in batches:
+        check_batch(batch, model)
+        check_stream(images, batch)
+    if directory is not None and spec.task == FASHION_MNIST:
+        raise ConvlabError(f"--from reads photos for alexnet; '{model}' streams the "
+                           "Fashion-MNIST test set")
+    workers = workers or workers_default()
+    transform = transform_for(model)
+    emit("loading-data")
+    # Files are decoded (and bad ones named) before anything needs the GPU.
+    pool = directory_pool(directory, spec.input_size, workers) if directory is not None else None
+    if not gpu_available():
+        raise ConvlabError(f"--images streams batches through a GPU: no usable GPU "
+                           f"({unavailable_reason()})")
+    if kernel is None:
+        kernel, _ = default_kernel(model)
+    variant = _variant_for(kernel)
+    if not variant.on_gpu:
+        raise ConvlabError(f"--images streams batches through the GPU; '{variant.name}' runs on "
+                           "the CPU")
+    for batch in batches:
+        check_support(spec, variant, batch)
+    if pool is None:
+        # two batches of distinct random images: each batch differs from the one before it
+        pool = _pool(model, transform, min(images, 2 * max(batches)), workers)
+    emit("loaded-data", pool)
+    weights = load_weights(model, weights_path)
+    record = StreamRecord(model, variant.name, variant.precision, images, upload,
+                          pool.description, workers)
+    for batch in batches:
+        network = Network(weights, variant, batch)
+        pipe = StreamedPipeline(network, transform, pool, upload, workers)
+        try:
+            predictions, times = pipe.run(images)
+            row = times.as_dict()
+            row.update(_checks(network, pipe, pool, weights, predictions, transform))
+        finally:
+            pipe.close()
+        record.rows.append(row)
+        emit("row", row)
+        if pytorch:
+            reason = torch_stream.unavailable_reason()
+            if reason:
+                record.torch_note = reason
+            else:
+                emit("pytorch", batch)
+                record.torch_rows.append(torch_stream.stream(
+                    weights, transform, pool, batch, images, variant.precision,
+                    predictions[:batch], workers, lambda fn: measure.time_device(fn).median_ms))
+    record.device = measure.device_info()
+    return record
+
+
+def _checks(network, pipe, pool: ImagePool, weights, predictions: np.ndarray,
+            transform) -> dict:
+    """The stream's predictions against the float32 path on the same first batch of images
+    (they must be equal), and for labelled data against the labels and the weights' float64
+    reference predictions."""
+    import cupy
+
+    batch = network.batch
+    first = pool.images[pool.indices(0, batch)]
+    x = cupy.asarray(normalize(first, transform))
+    probs32 = network.forward(x).astype(cupy.float32)
+    top32 = cupy.asnumpy(probs32.argmax(axis=1))
+    probs8 = cupy.asnumpy(network.forward(pipe.device_input(first)).astype(cupy.float32))
+    checks = {"float32_differ": int((top32 != predictions[:batch]).sum()),
+              "float32_max_prob_diff": float(np.abs(probs8 - cupy.asnumpy(probs32)).max())}
+    if pool.labels is not None:
+        index = pool.indices(0, len(predictions))
+        checks["accuracy"] = float((predictions == pool.labels[index]).mean())
+        reference = weights.reference_predictions
+        if reference is not None and len(reference) == len(pool.images):
+            checks["reference_differ"] = int((predictions != reference[index]).sum())
+    return checks
+
+
+def save(record: StreamRecord, folder: Path | None, markdown: str) -> tuple[Path, Path]:
+    """The record as JSON and markdown under `folder` (default results/<gpu>/), each written
+    whole or not at all."""
+    if folder is None:
+        folder = Path("results") / gpu_folder((record.device or {}).get("name", "gpu"))
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return results_io.save(record.as_dict(), folder, markdown, record.name())
