@@ -150,8 +150,8 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
                    "baseline. With --images: the same stream in PyTorch.")
 @click.option("--no-graph", is_flag=True,
               help="Launch every step of the end-to-end pass instead of replaying a CUDA graph.")
-@click.option("--verify", type=click.Choice(VERIFY_MODES), default="sample", show_default=True,
-              help=VERIFY_HELP)
+@click.option("--verify", type=click.Choice(VERIFY_MODES), default=None,
+              help=VERIFY_HELP + " [default: sample]")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
               help=f"With --kernel-file or --sanitize: {HANG_HELP} (default "
                    f"{DEFAULT_TIMEOUT_S:g}; {SANITIZER_TIMEOUT_S:g} with --sanitize).")
@@ -191,7 +191,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         workers is not None))), {
         "--kernel-file": kernel_file is not None, "--fallback": fallback is not None,
         "--repeat": repeat is not None, "--cold": cold, "--no-graph": no_graph,
-        "--verify": verify != "sample", "--timeout": timeout is not None,
+        "--verify": verify is not None, "--timeout": timeout is not None,
         "--sanitize": sanitize is not None})
     if images is not None:
         _stream_run(model, kernel, batches, images, upload or "uint8", from_dir, pytorch,
@@ -240,6 +240,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
 
 def _stream_run(model, kernel, batches, images, upload, from_dir, pytorch, workers,
                 weights_path, save_dir, plot_path, as_json, wide):
+    streaming.check_outputs(save_dir, plot_path)
     if plot_path is not None:
         require_pyplot()  # before the run, not after it
     batch_list = lab.parse_batches(str(lab.default_batch(model)) if batches is None else batches,
@@ -272,7 +273,11 @@ def _stream_run(model, kernel, batches, images, upload, from_dir, pytorch, worke
     paths = streaming.save(record, save_dir, stream_report.markdown(record))
     err_console().print(f"saved {paths[0]} and {paths[1]}")
     if plot_path is not None:
-        err_console().print(f"wrote {stream_report.plot_timeline(record, plot_path)}")
+        try:
+            err_console().print(f"wrote {stream_report.plot_timeline(record, plot_path)}")
+        except OSError as exc:
+            raise ConvlabError(f"{plot_path}: cannot write the plot ({exc.strerror or exc}); "
+                               f"the record is saved") from None
     if not record.passed:
         raise SystemExit(1)
 

@@ -20,6 +20,9 @@
 #   baseline     the course models against the committed compare records (--baseline;
 #                BASELINE_KERNELS, with cuDNN's rows added)
 #   workflow     the kernel-file workflow of the README, each command timed
+#   streams      run --images: alexnet at batch 128 and 1024 in fp16, tf32 and the fp32 class
+#                and ece408 at 10,000 (STREAM_PYTORCH=1 adds PyTorch's stream), records and
+#                timelines under records/
 #   tune         convlab tune on TUNE_LAYER (default AlexNet conv3) for TUNE_KERNEL, then
 #                compare AlexNet's layers with that variant: the tuned tiling is used
 set -uo pipefail
@@ -184,6 +187,17 @@ for step in "${steps[@]}"; do
       convlab compare --model alexnet --batch 128 --kernels "$kernel" --wide \
         > "$work/logs/tune-compare-$kernel.log" 2>&1
       grep -E "^ *128 +$kernel " "$work/logs/tune-compare-$kernel.log" ;;
+    streams)
+      pytorch=(); [[ ${STREAM_PYTORCH:-0} == 1 ]] && pytorch=(--pytorch)
+      for job in alexnet:wgmma-fp16:128,1024:20480 alexnet:wgmma:128,1024:10240 \
+                 alexnet:wgmma-3xtf32:128,1024:10240 ece408:fused:10000:50000; do
+        IFS=: read -r model kernel batches images <<< "$job"
+        convlab run --model "$model" --kernel "$kernel" --batch "$batches" --images "$images" \
+          "${pytorch[@]}" --save "$work/records" --plot "$work/records/stream-$model-$kernel.png" \
+          > "$work/logs/stream-$model-$kernel.log" 2>&1
+        summary+=("stream $model $kernel: $(grep -E '^batch [0-9]+: ' \
+          "$work/logs/stream-$model-$kernel.log" | tr '\n' ' ')")
+      done ;;
     workflow)
       bash scripts/kernel_file_workflow.sh "$work/workflow" 2>&1 | tee "$work/logs/workflow.log" \
         | tail -n 15 ;;

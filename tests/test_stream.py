@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from convlab.bench import streaming
+from convlab.errors import ConvlabError
 from convlab.cli import main
 from convlab.gpu.jit import build_options, compile_cubin
 from convlab.net import data, imagenet
@@ -205,3 +206,88 @@ def test_streams_need_a_gpu(no_gpu, tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "no usable GPU" in result.output
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch", "1", "--images", "100001"], "is 100,001 batches; a stream times at most 100,000"),
+    (["--batch", "128", "--images", "256", "--pytorch", "--upload", "float32"],
+     "--pytorch streams 8-bit images"),
+    (["--batch", "128", "--images", "256", "--verify", "sample"], "leave out --verify"),
+])
+def test_more_bad_stream_options_end_in_one_line(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "--model", "alexnet", *args])
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_unwritable_outputs_are_refused_before_the_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    runner = CliRunner()
+    for extra, message in ((["--save", "afile"], "'afile' is a file"),  # click's own check
+                           (["--save", "afile/sub"], "afile/sub: cannot be a folder here"),
+                           (["--plot", "afile/t.png"], "afile/t.png: cannot be a file here")):
+        result = runner.invoke(main, ["run", "--model", "ece408", "--batch", "1000", "--images",
+                                      "2000", *extra])
+        assert result.exit_code in (1, 2), result.output
+        assert message in result.output and "Traceback" not in result.output
+        assert "no usable GPU" not in result.output  # refused before anything ran
+
+
+def test_records_of_the_same_second_keep_both(tmp_path):
+    from convlab.bench import results as results_io
+
+    first = results_io.save({"a": 1}, tmp_path, "# one\n", "stream-x")
+    second = results_io.save({"a": 2}, tmp_path, "# two\n", "stream-x")
+    assert first[0].name == "stream-x.json" and second[0].name == "stream-x-2.json"
+    assert second[1].read_text() == "# two\n" and first[1].read_text() == "# one\n"
+
+
+def test_a_failed_markdown_write_leaves_no_json(tmp_path, monkeypatch):
+    from convlab.bench import results as results_io
+
+    real = results_io.atomic_write
+
+    def failing(path, text):
+        if path.suffix == ".md":
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    monkeypatch.setattr(results_io, "atomic_write", failing)
+    with pytest.raises(Exception, match="No space left"):
+        streaming.save(synthetic_record(), tmp_path, "# md\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unreadable_folder_and_undecodable_image_end_in_one_line(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from convlab.errors import DataError
+
+    pil = pytest.importorskip("PIL.Image")
+    pil.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "a.png")
+
+    def broken(image, size=227):
+        raise OSError("corrupt EXIF")
+
+    monkeypatch.setattr(imagenet, "crop_bytes", broken)
+    with pytest.raises(DataError, match="a.png: cannot decode the image"):
+        streaming.directory_pool(tmp_path, 227, 1)
+
+    def refused(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "iterdir", refused)
+    with pytest.raises(DataError, match="cannot list the folder"):
+        streaming.directory_pool(tmp_path, 227, 1)
+
+
+def test_writable_outputs_pass_the_check(tmp_path):
+    (tmp_path / "old.png").write_bytes(b"x")
+    (tmp_path / "results").mkdir()
+    for path, what in ((tmp_path / "old.png", "file"), (tmp_path / "new" / "t.png", "file"),
+                       (tmp_path / "results", "folder"), (tmp_path / "a" / "b", "folder")):
+        streaming.check_writable(path, what)
+    with pytest.raises(ConvlabError, match="is a file, not a folder"):
+        streaming.check_writable(tmp_path / "old.png", "folder")

@@ -594,7 +594,7 @@ class RunPlan:
 def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: str | None = None,
              weights_path=None, fallback: str | None = None, repeat: int | None = None,
              cold: bool = False, pytorch: bool = False, graph: bool = True,
-             verify: str = "sample", timeout_s: float | None = None,
+             verify: str | None = None, timeout_s: float | None = None,
              sanitize: str | None = None) -> RunPlan:
     """The options of `convlab run` as a plan, or a ConvlabError naming the option at fault."""
     get_model(model)
@@ -607,10 +607,11 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
         unused = [option for option, given in (
             ("--fallback", fallback is not None), ("--repeat", repeat is not None),
             ("--cold", cold), ("--pytorch", pytorch), ("--no-graph", not graph),
-            ("--verify", verify != "sample")) if given]
+            ("--verify", verify is not None)) if given]
         if unused:
             raise ConvlabError(f"--sanitize makes one checked launch per layer and times nothing: "
                                f"leave out {', '.join(unused)}")
+    verify = verify or "sample"
     default = SANITIZE_BATCH if sanitize is not None else default_batch(model)
     batch_list = parse_batches(str(default) if batches is None else batches, model)
     weights = load_weights(model, weights_path)  # a wrong file fails before anything runs

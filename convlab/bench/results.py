@@ -127,10 +127,19 @@ def record_name(record: dict) -> str:
 def save(record: dict, folder: Path, markdown: str, name: str | None = None) -> tuple[Path, Path]:
     """The JSON record and its markdown beside it, each written atomically; `name` (default:
     a compare record's name) without the suffix."""
-    base = Path(folder) / (name or record_name(record))
+    stem = name or record_name(record)
+    base = Path(folder) / stem
+    count = 1
+    while base.with_suffix(".json").exists() or base.with_suffix(".md").exists():
+        count += 1  # two records of the same second keep both
+        base = Path(folder) / f"{stem}-{count}"
     json_path, md_path = base.with_suffix(".json"), base.with_suffix(".md")
     atomic_write(json_path, json.dumps(record, indent=1) + "\n")
-    atomic_write(md_path, markdown)
+    try:
+        atomic_write(md_path, markdown)
+    except BaseException:
+        json_path.unlink()  # the pair or nothing
+        raise
     return json_path, md_path
 
 

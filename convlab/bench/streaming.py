@@ -27,7 +27,9 @@ from . import results as results_io
 from .lab import _variant_for, check_batch, check_support, default_kernel
 
 RANDOM_SEED = 24  # the seeded generator of alexnet's 8-bit images
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm")
+FOLDER_HINT = "--from takes a folder of image files only"
+# Six CUDA events and a row of the timeline per batch: a stream of more batches is refused.
+MAX_STREAM_BATCHES = 100_000
 VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro"}
 
 
@@ -54,6 +56,10 @@ def check_stream(images: int, batch: int) -> None:
         below, above = images // batch * batch, -(-images // batch) * batch
         raise ConvlabError(f"--images {images} is not a whole number of batches of {batch} "
                            f"(use {below} or {above})")
+    if images // batch > MAX_STREAM_BATCHES:
+        raise ConvlabError(f"--images {images} at --batch {batch} is {images // batch:,} batches; "
+                           f"a stream times at most {MAX_STREAM_BATCHES:,} (a larger --batch, or "
+                           "fewer images)")
 
 
 def random_pool(transform, count: int, workers: int) -> ImagePool:
@@ -77,11 +83,14 @@ def directory_pool(folder: Path, size: int, workers: int) -> ImagePool:
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a directory")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    try:
+        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    except OSError as exc:
+        raise DataError(f"{folder}: cannot list the folder ({exc.strerror or exc})") from None
     if not files:
         raise DataError(f"{folder}: no image files in it")
     with ThreadPoolExecutor(workers) as pool:
-        decoded = list(pool.map(lambda p: load_bytes(p, size), files))
+        decoded = list(pool.map(lambda p: load_bytes(p, size, FOLDER_HINT), files))
     return ImagePool(np.stack(decoded), None, f"{len(files)} images from {folder}")
 
 
@@ -165,6 +174,9 @@ def stream(model: str, kernel: str | None, batches: list[int], images: int,
     spec = get_model(model)
     if upload not in UPLOADS:
         raise ConvlabError(f"--upload {upload}: one of {', '.join(UPLOADS)}")
+    if pytorch and upload != "uint8":
+        raise ConvlabError("--pytorch streams 8-bit images, as a PyTorch user would: leave out "
+                           f"--upload {upload} (or --pytorch)")
     for batch in batches:
         check_batch(batch, model)
         check_stream(images, batch)
@@ -242,10 +254,45 @@ def _checks(network, pipe, pool: ImagePool, weights, predictions: np.ndarray,
     return checks
 
 
+def default_folder(device_name: str) -> Path:
+    return Path("results") / gpu_folder(device_name)
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Before a run: `path`, a "folder" to create or fill or a "file" to write, can be written,
+    as far as the file system tells now; else one ConvlabError."""
+    path = Path(path)
+    if path.exists():
+        if what == "folder" and not path.is_dir():
+            raise ConvlabError(f"{path}: is a file, not a folder for the record")
+        if what == "file" and path.is_dir():
+            raise ConvlabError(f"{path}: is a folder; give a file name for the plot")
+        target = path if what == "folder" else path.parent
+    else:
+        target = path.parent
+        while not target.exists() and target != target.parent:
+            target = target.parent
+        if not target.is_dir():
+            raise ConvlabError(f"{path}: cannot be a {what} here ({target} is a file)")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise ConvlabError(f"{path}: cannot write there ({target} is not writable)")
+
+
+def check_outputs(save_dir: Path | None, plot_path: Path | None) -> None:
+    """Before the run: where its record (default results/<gpu>/) and plot will go can be
+    written, so a long run does not end in an error."""
+    check_writable(save_dir if save_dir is not None else Path("results"), "folder")
+    if plot_path is not None:
+        check_writable(plot_path, "file")
+
+
 def save(record: StreamRecord, folder: Path | None, markdown: str) -> tuple[Path, Path]:
-    """The record as JSON and markdown under `folder` (default results/<gpu>/), each written
-    whole or not at all."""
+    """The record as JSON and markdown under `folder` (default results/<gpu>/): both, whole,
+    or neither."""
     if folder is None:
-        folder = Path("results") / gpu_folder((record.device or {}).get("name", "gpu"))
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    return results_io.save(record.as_dict(), folder, markdown, record.name())
+        folder = default_folder((record.device or {}).get("name", "gpu"))
+    try:
+        return results_io.save(record.as_dict(), folder, markdown, record.name())
+    except OSError as exc:
+        raise ConvlabError(f"cannot save the record in {folder} "
+                           f"({exc.strerror or exc})") from None

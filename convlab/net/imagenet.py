@@ -87,9 +87,12 @@ def load_image(path: Path, size: int = 227) -> np.ndarray:
     return normalize(load_bytes(path, size)[None], imagenet_transform(size))[0]
 
 
-def load_bytes(path: Path, size: int = 227) -> np.ndarray:
+CLASSIFY_HINT = "give a JPEG or PNG, or a .npy of preprocessed input"
+
+
+def load_bytes(path: Path, size: int = 227, hint: str = CLASSIFY_HINT) -> np.ndarray:
     """An image file decoded, resized and cropped to uint8 RGB (size, size, 3), or one clear
-    DataError."""
+    DataError (`hint` says what the caller takes instead)."""
     Image, _ = _pillow()
     try:
         image = Image.open(path)
@@ -98,8 +101,7 @@ def load_bytes(path: Path, size: int = 227) -> np.ndarray:
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory, not an image") from None
     except Image.UnidentifiedImageError:
-        raise DataError(f"{path}: not an image Pillow can read (give a JPEG or PNG, or a "
-                        ".npy of preprocessed input)") from None
+        raise DataError(f"{path}: not an image Pillow can read ({hint})") from None
     except Image.DecompressionBombError as exc:
         raise DataError(f"{path}: {exc}") from None
     except OSError as exc:
@@ -107,9 +109,9 @@ def load_bytes(path: Path, size: int = 227) -> np.ndarray:
     with image:
         try:
             image.load()
+            return crop_bytes(image, size)  # EXIF rotation and resizing read the data too
         except (OSError, SyntaxError, ValueError) as exc:  # Pillow's errors for corrupt data
             raise DataError(f"{path}: cannot decode the image ({exc})") from None
-        return crop_bytes(image, size)
 
 
 def load_array(path: Path, input_shape: tuple[int, int, int]) -> np.ndarray:

@@ -171,7 +171,6 @@ class StreamedPipeline:
         # Every thread fills: choosing fewer by timing fills alone picked 4 of 16 on the H100
         # host, whose fills then took 4.3 ms a batch inside the stream against 1.5 with 16.
         self.workers = max(1, workers)
-        self.threads = ThreadPoolExecutor(self.workers)
         images = as_images(pool.images)
         if upload == "float32":  # the host path: normalised once per distinct image
             self.source = normalize(images, transform)
@@ -205,6 +204,7 @@ class StreamedPipeline:
             for graph in self.graphs:
                 graph.upload(self.compute_stream)
             self.compute_stream.synchronize()
+        self.threads = ThreadPoolExecutor(self.workers)  # last: nothing above can leave it running
 
     @property
     def upload_bytes(self) -> int:
