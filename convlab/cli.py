@@ -450,8 +450,16 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
     else:
         _print_comparison(out, comparison, wide)
     if comparison.interrupted:
+        # The rows measured are kept where --save asks (a time limit cost three AlexNet
+        # records), under a name and a first line that say the record is partial.
+        if save_dir is not None:
+            paths = results_io.save(record, save_dir, report.compare_markdown(comparison),
+                                    results_io.record_name(record) + "-interrupted")
+            kept = f"saved as {paths[0]} and {paths[1]}"
+        else:
+            kept = "nothing was saved"
         err_console().print(f"compare {comparison.interrupted}: the rows above are what was "
-                            "measured; nothing was saved")
+                            f"measured; {kept}")
         raise SystemExit(comparison.stop_status)
     if base is not None:
         out.print(report.diff_table(results_io.diff(comparison, base), out.width, wide))
@@ -464,6 +472,8 @@ def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches
 
 def _print_comparison(out, comparison, wide):
     out.print(escape(report.compare_header(comparison)))
+    if comparison.interrupted:
+        out.print(f"[bold yellow]{escape(report.interrupted_line(comparison))}[/bold yellow]")
     if comparison.other_gpus:
         out.print(escape(report.other_gpus_line(comparison.other_gpus)))
     for table, notes in report.compare_tables(comparison, out.width, wide):

@@ -379,9 +379,16 @@ def _fp16_rate(ceilings: dict) -> str:
     return text + (f"; wgmma {', '.join(wgmma)} TFLOP/s" if wgmma else "")
 
 
+def interrupted_line(comparison) -> str:
+    return (f"Interrupted: {comparison.interrupted}; the rows are what was measured, the rest "
+            "never ran.")
+
+
 def compare_markdown(comparison) -> str:
     headers = [c.header for c in COMPARE_COLUMNS]
     lines = [f"# convlab compare: {comparison.model or 'single layer'}", "", compare_header(comparison), ""]
+    if comparison.interrupted:
+        lines += [f"**{interrupted_line(comparison)}**", ""]
     if comparison.other_gpus:
         lines += [other_gpus_line(comparison.other_gpus), ""]
     for members in _layers(comparison).values():

@@ -350,7 +350,8 @@ def test_sigterm_stops_a_compare_with_the_rows_measured_so_far(monkeypatch):
     assert len(calls) == runs and len(finished.rows) == runs and finished.interrupted == ""
 
 
-def test_an_interrupted_compare_prints_what_it_has_and_saves_nothing(monkeypatch, tmp_path):
+def test_an_interrupted_compare_prints_what_it_has_and_keeps_it_where_asked(monkeypatch,
+                                                                           tmp_path):
     shape = get_model("ece408").conv_shapes(10)["conv1"]
     partial = compare.Comparison("ece408", [10], ["naive", "tiled"],
                                  [compare.Row("naive", "fp32", 10, "conv1", "conv1", shape)],
@@ -362,7 +363,18 @@ def test_an_interrupted_compare_prints_what_it_has_and_saves_nothing(monkeypatch
                                     "--batch", "10", "--save", str(tmp_path / "records")])
     assert out.exit_code == 130
     assert "naive" in out.output and "stopped after 1 of 2 variant runs" in out.output
-    assert "nothing was saved" in out.output and not (tmp_path / "records").exists()
+    saved = sorted((tmp_path / "records").iterdir())
+    assert [p.suffix for p in saved] == [".json", ".md"]
+    assert all(p.stem.endswith("-interrupted") for p in saved)
+    record = results.load_record(saved[0])
+    assert record["interrupted"] == "stopped after 1 of 2 variant runs"
+    assert results.from_record(record).interrupted == record["interrupted"]
+    assert "**Interrupted: stopped after 1 of 2" in saved[1].read_text()
+    shown = CliRunner().invoke(main, ["results", "show", str(saved[0])])
+    assert shown.exit_code == 0 and "Interrupted: stopped after 1 of 2" in shown.output
+    unsaved = CliRunner().invoke(main, ["compare", "--kernels", "naive,tiled", "--model",
+                                        "ece408", "--batch", "10"])
+    assert unsaved.exit_code == 130 and "nothing was saved" in unsaved.output
     as_json = CliRunner().invoke(main, ["compare", "--kernels", "naive,tiled", "--model",
                                         "ece408", "--batch", "10", "--json"])
     assert as_json.exit_code == 130

@@ -57,7 +57,8 @@ def from_record(record: dict) -> Comparison:
                             [Row.from_dict(r) for r in record["rows"]], record.get("ceilings"),
                             record.get("device"), record.get("policy"),
                             record.get("kernel_files", []),
-                            other_gpus=record.get("other_gpus", {}))
+                            other_gpus=record.get("other_gpus", {}),
+                            interrupted=record.get("interrupted", ""))
     ceilings = measure.Ceilings(**comparison.ceilings) if comparison.ceilings else None
     finish(comparison.rows, ceilings)
     return comparison
