@@ -495,10 +495,19 @@ def results():
                    "speed relative to cuDNN.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
 def results_show(path, markdown, ladder, wide):
-    """Re-render a saved `convlab compare` or `convlab profile` record."""
+    """Re-render a saved `convlab compare`, `convlab profile` or `convlab run --images` record."""
     if ladder and markdown:
         raise ConvlabError("--ladder and --markdown are two different markdown renderings: give "
                            "one of them")
+    if results_io.record_kind(path) == "stream":
+        if ladder:
+            raise ConvlabError("--ladder summarises compare records; this is a streamed run")
+        record = streaming.load_record(path)
+        if markdown:
+            click.echo(stream_report.markdown(record))
+        else:
+            stream_report.render(console(wide), record, wide)
+        return
     if results_io.record_kind(path) == "profile":
         record = profile.load_record(path)
         if ladder:

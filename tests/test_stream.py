@@ -291,3 +291,22 @@ def test_writable_outputs_pass_the_check(tmp_path):
         streaming.check_writable(path, what)
     with pytest.raises(ConvlabError, match="is a file, not a folder"):
         streaming.check_writable(tmp_path / "old.png", "folder")
+
+
+def test_results_show_renders_a_saved_stream_record(tmp_path):
+    record = synthetic_record()
+    json_path, _ = streaming.save(record, tmp_path, stream_report.markdown(record))
+    import json
+
+    as_saved = json.loads(json.dumps(record.as_dict()))  # tuples come back as lists
+    assert streaming.load_record(json_path).as_dict() == as_saved
+    shown = CliRunner().invoke(main, ["results", "show", str(json_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "12,288 images streamed" in shown.output and "per-batch profile" in shown.output
+    md = CliRunner().invoke(main, ["results", "show", "--markdown", str(json_path)])
+    assert md.output.startswith("# convlab stream: alexnet")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"kind": "stream", "model": "alexnet"}')
+    bad = CliRunner().invoke(main, ["results", "show", str(broken)])
+    assert bad.exit_code == 1 and "not a readable stream record" in bad.output
+    assert "Traceback" not in bad.output

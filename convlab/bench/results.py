@@ -105,7 +105,8 @@ def load_record(path: Path) -> dict:
 
 
 def record_kind(path: Path) -> str:
-    """"profile" for a `convlab profile` record, else "compare" (checked when it is loaded)."""
+    """"profile" or "stream" for a `convlab profile` or `run --images` record, else "compare"
+    (checked when it is loaded)."""
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError):

@@ -9,7 +9,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -126,6 +126,10 @@ class StreamRecord:
                 "source": self.source, "workers": self.workers, "rows": self.rows,
                 "torch_rows": self.torch_rows, "torch_note": self.torch_note,
                 "device": self.device, "timestamp": self.timestamp, "command": self.command}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StreamRecord":
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
 
     def name(self) -> str:
         stamp = self.timestamp[:19].replace(":", "").replace("-", "")
@@ -284,6 +288,15 @@ def check_outputs(save_dir: Path | None, plot_path: Path | None) -> None:
     check_writable(save_dir if save_dir is not None else Path("results"), "folder")
     if plot_path is not None:
         check_writable(plot_path, "file")
+
+
+def load_record(path: Path) -> StreamRecord:
+    """A saved stream record, or one DataError naming the file."""
+    try:
+        return StreamRecord.from_dict(results_io.read_json(path))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise DataError(f"{path}: not a readable stream record (missing or malformed "
+                        f"{exc})") from None
 
 
 def save(record: StreamRecord, folder: Path | None, markdown: str) -> tuple[Path, Path]:

@@ -185,8 +185,7 @@ class StreamedPipeline:
         self.ingest = None
         if upload == "uint8":
             found = ingest_target(network)
-            target, groups = found if found else (Target(shape_channels(network), False,
-                                                         "fp32"), 1)
+            target, groups = found or (Target(network.input.shape[1], False, "fp32"), 1)
             self.ingest = Ingest(transform, target, groups)
             self.staged = [staged_array(network, target) for _ in range(SLOTS)]
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
@@ -322,10 +321,6 @@ class StreamedPipeline:
 
     def close(self) -> None:
         self.threads.shutdown()
-
-
-def shape_channels(network: Network) -> int:
-    return network.input.shape[1]
 
 
 def staged_array(network: Network, target: Target):

@@ -163,8 +163,8 @@ class Target:
 
 
 def source_channels(transform: InputTransform, target: Target, groups: int) -> np.ndarray:
-    """For each output channel, the image channel it reads, or -1 for a padding channel (each
-    of `groups` groups padded to target.channels / groups)."""
+    """For each output channel, the model input channel it holds, or -1 for a padding channel
+    (each of `groups` groups padded to target.channels / groups)."""
     real = len(transform.channels)
     padded = target.channels // groups
     per_group = real // groups
@@ -198,10 +198,10 @@ class Ingest:
 
         self.transform, self.target = transform, target
         self.kernel = _kernel(build_options(defines(transform, target)))
-        src = source_channels(transform, target, groups)
-        real = np.maximum(src, 0)
-        self.source = cupy.asarray(np.array(transform.channels, np.int32)[real] * (src >= 0)
-                                   - (src < 0))
+        model = source_channels(transform, target, groups)
+        real = np.maximum(model, 0)  # padding channels read nothing; any entry serves
+        image = np.array(transform.channels, np.int32)[real]
+        self.source = cupy.asarray(np.where(model >= 0, image, -1).astype(np.int32))
         self.mean = cupy.asarray(np.array(transform.mean, np.float64)[real])
         self.scale = cupy.asarray(np.array(transform.scale, np.float64)[real])
         taps, weights = transform.tables()
