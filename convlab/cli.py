@@ -171,8 +171,8 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
               help="With --images: how images cross to the device: uint8 (default; converted "
                    "by our ingest kernel) or float32 (normalised on the host).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
-              help="With --images: host threads that fill the pinned buffers and decode "
-                   "images (default: the CPU count, at most 16).")
+              help="With --images: host threads that decode images and gather a batch that "
+                   "wraps the dataset's end (default: the CPU count, at most 16).")
 @click.option("--save", "save_dir", type=click.Path(file_okay=False, path_type=Path),
               help="With --images: the folder for the record (default results/<gpu>/).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),

@@ -33,7 +33,8 @@ def summary_table(record, width=None, wide=False) -> RenderableType:
                 note="vs PyTorch: its stream's ms/batch over ours (above 1: ours is faster)"),
             Col("MB/batch", key=False, priority=3),
             Col("fill ms", key=False, priority=4,
-                note="fill ms: the host filling a pinned buffer (median; overlaps the GPU)"),
+                note="fill ms: the host gathering a batch that wraps the end of the "
+                     "pinned dataset into a pinned buffer (median; 0: none did)"),
             Col("accuracy", key=False, priority=2), Col("check", "left")]
     rows = []
     for r in record.rows:
@@ -112,7 +113,8 @@ def check_lines(record) -> list[str]:
 
 
 def fill_words(record) -> str:
-    return f"{record.workers} host threads fill the pinned buffers"
+    return (f"held in pinned memory, batches copied straight from it ({record.workers} host "
+            "threads gather one that wraps its end)")
 
 
 def render(out, record, wide: bool) -> None:

@@ -13,7 +13,7 @@ from convlab.errors import ConvlabError
 from convlab.cli import main
 from convlab.gpu.jit import build_options, compile_cubin
 from convlab.net import data, imagenet
-from convlab.net.stream import BatchTimes, ImagePool, StreamTimes
+from convlab.net.stream import SLOTS, BatchTimes, ImagePool, PinnedBatches, StreamTimes
 from convlab.ops import ingest
 from convlab import stream_report
 
@@ -89,6 +89,22 @@ def test_pool_fill_wraps_around_the_images(workers):
         pool.fill(out, 3, images, threads, workers)
     np.testing.assert_array_equal(out, images[[3, 4, 0, 1, 2, 3, 4]])
     assert pool.indices(4, 3).tolist() == [4, 0, 1]
+
+
+@pytest.mark.parametrize("size, gathered", [(6, []), (5, [2]), (3, [1, 4]), (2, [])])
+def test_batches_are_read_from_the_pinned_dataset_unless_they_wrap(size, gathered):
+    images = np.arange(size * 2, dtype=np.uint8).reshape(size, 2)
+    buffers = [np.full((2, 2), 255, np.uint8) for _ in range(SLOTS)]
+    with ThreadPoolExecutor(2) as threads:
+        batches = PinnedBatches(ImagePool(images, None, "test"), images, buffers, np.asarray,
+                                threads, 2)
+        for i in range(5):
+            batches.load(i, i % SLOTS)
+            filled = batches.read[i % SLOTS] is buffers[i % SLOTS]
+            assert filled == (i in gathered)
+            np.testing.assert_array_equal(batches.read[i % SLOTS],
+                                          images[(2 * i + np.arange(2)) % size])
+            assert np.shares_memory(batches.read[i % SLOTS], images) != filled
 
 
 def test_random_images_do_not_depend_on_thread_count():
@@ -310,3 +326,82 @@ def test_results_show_renders_a_saved_stream_record(tmp_path):
     bad = CliRunner().invoke(main, ["results", "show", str(broken)])
     assert bad.exit_code == 1 and "not a readable stream record" in bad.output
     assert "Traceback" not in bad.output
+
+
+class FakeCuda:
+    """cupy.cuda as far as net.stream.drive uses it: events are stamped in record order."""
+
+    def __init__(self):
+        self.clock = 0
+
+    def Event(self):
+        cuda = self
+
+        class Event:
+            at = None
+
+            def record(self, stream):
+                cuda.clock += 1
+                self.at = cuda.clock
+
+            def synchronize(self):
+                assert self.at is not None, "waited on an event never recorded"
+
+        return Event()
+
+    @staticmethod
+    def get_elapsed_time(a, b):
+        return float(b.at - a.at)
+
+
+class FakeStream:
+    def synchronize(self):
+        pass
+
+    def wait_event(self, event):
+        assert event.at is not None
+
+
+class CountingStages:
+    """Work done at once where it is enqueued, so a prediction read too late is overwritten."""
+
+    def __init__(self, batch):
+        self.batch, self.log = batch, []
+        self.dev = [None] * SLOTS
+        self.host = [None] * SLOTS
+
+    def load(self, i, slot):
+        self.log.append(("load", i))
+        self.loaded = i
+        return 0.0
+
+    def copy(self, slot):
+        self.dev[slot] = self.loaded
+
+    def compute(self, slot):
+        self.log.append(("compute", self.dev[slot]))
+
+    def back(self, slot):
+        self.host[slot] = np.full(self.batch, self.dev[slot])
+
+    def predictions(self, slot):
+        return self.host[slot]
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_drive_returns_every_batch_in_order(monkeypatch, count):
+    import sys
+    import types
+
+    from convlab.net.stream import Streams, drive
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=FakeCuda()))
+    stages = CountingStages(3)
+    predictions, batches, wall = drive(stages, Streams(FakeStream(), FakeStream(), FakeStream()),
+                                       count)
+    np.testing.assert_array_equal(predictions, np.repeat(np.arange(count), 3))
+    assert stages.log == [(what, i) for i in range(count) for what in ("load", "compute")]
+    assert [b.slot for b in batches] == [i % SLOTS for i in range(count)]
+    assert all(b.copy[0] < b.copy[1] <= b.forward[0] < b.forward[1] <= b.back[0] < b.back[1]
+               for b in batches)
+    assert wall >= 0

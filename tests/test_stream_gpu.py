@@ -71,8 +71,9 @@ def test_ingest_writes_what_the_first_conv_reads_from_the_float32_path(model, ke
 
 
 @pytest.mark.smoke
-def test_ece408_stream_gives_the_reference_predictions():
-    batch, images = 2000, 12000  # the test set, streamed 1.2 times
+@pytest.mark.parametrize("batch", [2000, 3000])  # 3000: batches that wrap the test set's end
+def test_ece408_stream_gives_the_reference_predictions(batch):
+    images = 12000  # the test set, streamed 1.2 times
     pipe, pool, transform = pipeline("ece408", "tiled", batch)
     try:
         predictions, times = pipe.run(images)
@@ -81,6 +82,8 @@ def test_ece408_stream_gives_the_reference_predictions():
     reference = load_weights("ece408").reference_predictions
     np.testing.assert_array_equal(predictions, reference[np.arange(images) % 10000])
     assert len(times.batches) == images // batch
+    assert [b.index for b in times.batches if b.fill_ms > 0] == [
+        i for i in range(images // batch) if i * batch % 10000 + batch > 10000]
     assert times.copy_alone_ms > 0 and times.forward_alone_ms > 0
     assert times.ratio >= 0.95  # a batch cannot take less than its slower part
     for b in times.batches:  # a pass starts after its batch's copy ended

@@ -1,9 +1,15 @@
 """A dataset streamed through a network: batches of 8-bit images copied on one stream while the
 batch before computes on a second and the predictions of the one before that come back on a
-third, through double-buffered pinned host buffers.
+third.
 
-Per batch i, slot s = i % SLOTS:
-    host        waits until batch i-SLOTS has left host buffer s, then fills it (worker threads)
+The dataset sits in pinned (page-locked) host memory, decoded once, so the DMA engine reads a
+batch straight from it: a host copy per batch (20 MB for alexnet at batch 128) took longer than
+the GPU's pass and bounded the stream. A batch whose images are not contiguous there (it wraps
+the end of the dataset) is gathered first into one of two pinned slot buffers by worker threads.
+
+Per batch i, slot s = i % SLOTS (`drive`, shared with the PyTorch stream in net.torch_stream):
+    host        waits until batch i-SLOTS has left slot s's pinned buffer; finds batch i in the
+                pinned dataset or gathers it into that buffer
     copy        waits until batch i-SLOTS's pass has read device buffer s; HtoD copy of batch i
     compute     waits for the copy and for batch i-SLOTS's predictions to have left; replays the
                 graph of slot s: ingest (bytes -> the first conv's input), the network, top-1
@@ -22,6 +28,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -74,7 +81,7 @@ class BatchTimes:
 
     index: int
     slot: int
-    fill_ms: float  # host: filling the pinned buffer (wall clock)
+    fill_ms: float  # host: gathering into a pinned slot buffer (wall clock; 0: none needed)
     copy: tuple[float, float]
     forward: tuple[float, float]
     back: tuple[float, float]
@@ -157,6 +164,141 @@ def ingest_target(network: Network):
     return target, first.shape.groups
 
 
+class PinnedBatches:
+    """Batch i of a stream in pinned host memory: a slice of the pinned dataset `source` where
+    its images lie contiguous there, else gathered into the slot's pinned buffer by worker
+    threads. `source` and `buffers` are NumPy arrays or PyTorch tensors; `numpy` views one as
+    the other."""
+
+    def __init__(self, pool: ImagePool, source, buffers: list, numpy, threads: ThreadPoolExecutor,
+                 workers: int):
+        self.pool, self.source, self.buffers, self.numpy = pool, source, buffers, numpy
+        self.threads, self.workers = threads, workers
+        self.batch = len(buffers[0])
+        self.read = list(buffers)  # the pinned memory each slot's copy reads
+
+    def load(self, i: int, slot: int) -> float:
+        """Make batch i what the slot's copy reads; milliseconds spent gathering it."""
+        first = contiguous_start(i, self.batch, len(self.source))
+        if first is not None:
+            self.read[slot] = self.source[first:first + self.batch]
+            return 0.0
+        t0 = time.perf_counter()
+        self.pool.fill(self.numpy(self.buffers[slot]), i * self.batch, self.numpy(self.source),
+                       self.threads, self.workers)
+        self.read[slot] = self.buffers[slot]
+        return (time.perf_counter() - t0) * 1e3
+
+
+def contiguous_start(i: int, batch: int, size: int) -> int | None:
+    """Where batch i of a stream cycling through `size` images starts in them, if its images
+    lie contiguous there (else None: it wraps the end)."""
+    start = i * batch % size
+    return start if start + batch <= size else None
+
+
+class Stages(Protocol):
+    """One library's work on a stream's batches, each on its own CUDA stream (net.torch_stream
+    implements it for PyTorch)."""
+
+    def load(self, i: int, slot: int) -> float:
+        """Host: make batch i the pinned memory slot's copy reads; milliseconds spent
+        gathering it (0 when it is read straight from the pinned dataset)."""
+
+    def copy(self, slot: int) -> None:
+        """Enqueue the HtoD copy of the slot's batch on the copy stream."""
+
+    def compute(self, slot: int) -> None:
+        """Enqueue the pass over the slot's device input on the compute stream."""
+
+    def back(self, slot: int) -> None:
+        """Enqueue the DtoH copy of the slot's predictions on the back stream."""
+
+    def predictions(self, slot: int) -> np.ndarray:
+        """The slot's predictions on the host, once its copy back has ended."""
+
+
+@dataclass
+class Streams:
+    """The three CUDA streams of a stream, as CuPy streams (events are recorded on them)."""
+
+    copy: object
+    compute: object
+    back: object
+
+
+def time_alone(stages: Stages, streams: Streams, runs: int = ISOLATED_RUNS) -> tuple[float, float]:
+    """Median ms of one batch's HtoD copy, and of one pass, each with nothing else running."""
+    import cupy
+
+    stages.load(0, 0)
+    a, b = cupy.cuda.Event(), cupy.cuda.Event()
+    copies, passes = [], []
+    for _ in range(runs + 1):
+        for stream, work, times in ((streams.copy, stages.copy, copies),
+                                    (streams.compute, stages.compute, passes)):
+            a.record(stream)
+            work(0)
+            b.record(stream)
+            b.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(a, b))
+    return float(np.median(copies[1:])), float(np.median(passes[1:]))
+
+
+def drive(stages: Stages, streams: Streams, count: int) -> tuple[np.ndarray, list[BatchTimes],
+                                                                  float]:
+    """Stream `count` batches (see the module docstring): every prediction in order, each
+    batch's times, and the wall-clock milliseconds from the first load to the last prediction
+    on the host."""
+    import cupy
+
+    ev = [[cupy.cuda.Event() for _ in range(6)] for _ in range(count)]
+    start = cupy.cuda.Event()
+    chunks: list[np.ndarray | None] = [None] * count
+    fills = []
+    for stream in (streams.copy, streams.compute, streams.back):
+        stream.synchronize()
+
+    def harvest(j: int) -> None:
+        ev[j][5].synchronize()
+        chunks[j] = stages.predictions(j % SLOTS).copy()
+
+    t0 = time.perf_counter()
+    start.record(streams.copy)
+    for i in range(count):
+        s = i % SLOTS
+        if i >= SLOTS:  # batch i-SLOTS has left slot s's pinned buffer
+            ev[i - SLOTS][1].synchronize()
+        fills.append(stages.load(i, s))
+        if i >= SLOTS:
+            streams.copy.wait_event(ev[i - SLOTS][3])
+        ev[i][0].record(streams.copy)
+        stages.copy(s)
+        ev[i][1].record(streams.copy)
+        streams.compute.wait_event(ev[i][1])
+        if i >= SLOTS:
+            streams.compute.wait_event(ev[i - SLOTS][5])
+        ev[i][2].record(streams.compute)
+        stages.compute(s)
+        ev[i][3].record(streams.compute)
+        streams.back.wait_event(ev[i][3])
+        if i >= SLOTS:  # batch i-SLOTS's predictions leave host buffer s first
+            harvest(i - SLOTS)
+        ev[i][4].record(streams.back)
+        stages.back(s)
+        ev[i][5].record(streams.back)
+    for j in range(max(0, count - SLOTS), count):
+        harvest(j)
+    wall = (time.perf_counter() - t0) * 1e3
+    elapsed = cupy.cuda.get_elapsed_time
+    batches = [BatchTimes(i, i % SLOTS, fills[i],
+                          (elapsed(start, e[0]), elapsed(start, e[1])),
+                          (elapsed(start, e[2]), elapsed(start, e[3])),
+                          (elapsed(start, e[4]), elapsed(start, e[5])))
+               for i, e in enumerate(ev)]
+    return np.concatenate(chunks), batches, wall
+
+
 class StreamedPipeline:
     """Streams an ImagePool through a Network planned for the batch size."""
 
@@ -168,14 +310,14 @@ class StreamedPipeline:
             raise ValueError(f"upload {upload!r}: one of {', '.join(UPLOADS)}")
         self.network, self.transform, self.pool, self.upload = network, transform, pool, upload
         self.batch = network.batch
-        # Every thread fills: choosing fewer by timing fills alone picked 4 of 16 on the H100
-        # host, whose fills then took 4.3 ms a batch inside the stream against 1.5 with 16.
+        # Every thread gathers: choosing fewer by timing gathers alone picked 4 of 16 on the
+        # H100 host, whose gathers then took 4.3 ms a batch inside the stream against 1.5 with 16.
         self.workers = max(1, workers)
         images = as_images(pool.images)
-        if upload == "float32":  # the host path: normalised once per distinct image
-            self.source = normalize(images, transform)
-        else:
-            self.source = images
+        # the float32 path is normalised on the host once per distinct image
+        source = normalize(images, transform) if upload == "float32" else images
+        self.source = pinned_empty(source.shape, source.dtype)
+        self.source[...] = source
         shape = (self.batch, *self.source.shape[1:])
         self.host_in = [pinned_empty(shape, self.source.dtype) for _ in range(SLOTS)]
         self.dev_in = [cupy.empty(shape, dtype=self.source.dtype) for _ in range(SLOTS)]
@@ -188,22 +330,22 @@ class StreamedPipeline:
             target, groups = found or (Target(network.input.shape[1], False, "fp32"), 1)
             self.ingest = Ingest(transform, target, groups)
             self.staged = [staged_array(network, target) for _ in range(SLOTS)]
-        self.copy_stream = cupy.cuda.Stream(non_blocking=True)
-        self.compute_stream = cupy.cuda.Stream(non_blocking=True)
-        self.back_stream = cupy.cuda.Stream(non_blocking=True)
+        self.streams = Streams(*(cupy.cuda.Stream(non_blocking=True) for _ in range(3)))
         self._top1 = top1_kernel()
         for slot in range(SLOTS):  # warm-up: module loads and first touches stay out
-            with self.compute_stream:
+            with self.streams.compute:
                 self._pass(slot)
-        self.compute_stream.synchronize()
+        self.streams.compute.synchronize()
         self.graphs = []
         if network.capturable:
-            self.graphs = [capture(self.compute_stream, lambda s=slot: self._pass(s))
+            self.graphs = [capture(self.streams.compute, lambda s=slot: self._pass(s))
                            for slot in range(SLOTS)]
             for graph in self.graphs:
-                graph.upload(self.compute_stream)
-            self.compute_stream.synchronize()
+                graph.upload(self.streams.compute)
+            self.streams.compute.synchronize()
         self.threads = ThreadPoolExecutor(self.workers)  # last: nothing above can leave it running
+        self.host = PinnedBatches(pool, self.source, self.host_in, np.asarray, self.threads,
+                                  self.workers)
 
     @property
     def upload_bytes(self) -> int:
@@ -220,12 +362,24 @@ class StreamedPipeline:
         self._top1(((rows + 7) // 8,), (256,), (probs, self.dev_out[slot], np.int32(rows),
                                                  np.int32(n)))
 
-    def _launch(self, slot: int) -> None:
+    def load(self, i: int, slot: int) -> float:
+        return self.host.load(i, slot)
+
+    def copy(self, slot: int) -> None:
+        self.dev_in[slot].set(self.host.read[slot], self.streams.copy)
+
+    def compute(self, slot: int) -> None:
         if self.graphs:
-            self.graphs[slot].launch(self.compute_stream)
+            self.graphs[slot].launch(self.streams.compute)
         else:
-            with self.compute_stream:
+            with self.streams.compute:
                 self._pass(slot)
+
+    def back(self, slot: int) -> None:
+        self.dev_out[slot].get(self.streams.back, out=self.host_out[slot], blocking=False)
+
+    def predictions(self, slot: int) -> np.ndarray:
+        return self.host_out[slot]
 
     def device_input(self, images: np.ndarray, slot: int = 0):
         """What slot `slot`'s pass reads for these host images (N = batch): for tests."""
@@ -240,84 +394,16 @@ class StreamedPipeline:
         cupy.cuda.Device().synchronize()
         return self.staged[slot]
 
-    def time_alone(self, runs: int = ISOLATED_RUNS) -> tuple[float, float]:
-        """Median ms of one batch's HtoD copy, and of one pass, each with nothing else running."""
-        import cupy
-
-        self.pool.fill(self.host_in[0], 0, self.source, self.threads, self.workers)
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        copies, passes = [], []
-        for _ in range(runs + 1):
-            a.record(self.copy_stream)
-            self.dev_in[0].set(self.host_in[0], self.copy_stream)
-            b.record(self.copy_stream)
-            b.synchronize()
-            copies.append(cupy.cuda.get_elapsed_time(a, b))
-            a.record(self.compute_stream)
-            self._launch(0)
-            b.record(self.compute_stream)
-            b.synchronize()
-            passes.append(cupy.cuda.get_elapsed_time(a, b))
-        return float(np.median(copies[1:])), float(np.median(passes[1:]))
-
     def run(self, images: int) -> tuple[np.ndarray, StreamTimes]:
         """Stream `images` images (a multiple of the batch size) from the pool's start; returns
         every image's predicted class and the timings."""
-        import cupy
-
         if images % self.batch:
             raise ValueError(f"{images} images is not a whole number of batches of {self.batch}")
-        count = images // self.batch
-        copy_alone, forward_alone = self.time_alone()
-        ev = [[cupy.cuda.Event() for _ in range(6)] for _ in range(count)]
-        start = cupy.cuda.Event()
-        predictions = np.empty(images, dtype=np.int32)
-        fills = []
-        self.copy_stream.synchronize()
-        self.compute_stream.synchronize()
-        t0 = time.perf_counter()
-        start.record(self.copy_stream)
-        for i in range(count):
-            s = i % SLOTS
-            if i >= SLOTS:  # batch i-SLOTS has left host buffer s
-                ev[i - SLOTS][1].synchronize()
-            f0 = time.perf_counter()
-            self.pool.fill(self.host_in[s], i * self.batch, self.source, self.threads,
-                           self.workers)
-            fills.append((time.perf_counter() - f0) * 1e3)
-            if i >= SLOTS:
-                self.copy_stream.wait_event(ev[i - SLOTS][3])
-            ev[i][0].record(self.copy_stream)
-            self.dev_in[s].set(self.host_in[s], self.copy_stream)
-            ev[i][1].record(self.copy_stream)
-            self.compute_stream.wait_event(ev[i][1])
-            if i >= SLOTS:
-                self.compute_stream.wait_event(ev[i - SLOTS][5])
-            ev[i][2].record(self.compute_stream)
-            self._launch(s)
-            ev[i][3].record(self.compute_stream)
-            self.back_stream.wait_event(ev[i][3])
-            if i >= SLOTS:  # batch i-SLOTS's predictions leave host buffer s first
-                self._harvest(i - SLOTS, ev, predictions)
-            ev[i][4].record(self.back_stream)
-            self.dev_out[s].get(self.back_stream, out=self.host_out[s], blocking=False)
-            ev[i][5].record(self.back_stream)
-        for j in range(max(0, count - SLOTS), count):
-            self._harvest(j, ev, predictions)
-        wall = (time.perf_counter() - t0) * 1e3
-        elapsed = cupy.cuda.get_elapsed_time
-        batches = [BatchTimes(i, i % SLOTS, fills[i],
-                              (elapsed(start, e[0]), elapsed(start, e[1])),
-                              (elapsed(start, e[2]), elapsed(start, e[3])),
-                              (elapsed(start, e[4]), elapsed(start, e[5])))
-                   for i, e in enumerate(ev)]
+        copy_alone, forward_alone = time_alone(self, self.streams)
+        predictions, batches, wall = drive(self, self.streams, images // self.batch)
         times = StreamTimes(self.batch, images, self.upload, wall, copy_alone, forward_alone,
                             self.upload_bytes, batches)
         return predictions, times
-
-    def _harvest(self, i: int, ev, predictions: np.ndarray) -> None:
-        ev[i][5].synchronize()
-        predictions[i * self.batch:(i + 1) * self.batch] = self.host_out[i % SLOTS]
 
     def close(self) -> None:
         self.threads.shutdown()

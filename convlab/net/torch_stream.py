@@ -1,13 +1,11 @@
-"""The same stream in PyTorch, as a PyTorch user would build it for speed: pinned uint8 batches,
-`non_blocking` copies on a copy stream, conversion and normalisation on the device, the network
-in its fastest form (torch_forward's candidates: NCHW or channels-last, eager, CUDA graph or
-torch.compile) on a compute stream, predictions back on a third. Timed like net.stream: each
-batch's copy, pass and copy back with CUDA events, the copy and the pass alone first, the whole
-stream by the host's clock."""
+"""The same stream in PyTorch, as a PyTorch user would build it for speed: the dataset's 8-bit
+images in pinned memory, `non_blocking` copies on a copy stream, conversion and normalisation on
+the device, the network in its fastest form (torch_forward's candidates: NCHW or channels-last,
+eager, CUDA graph or torch.compile) on a compute stream, predictions back on a third. Driven and
+timed by net.stream's own loop (`drive`, `time_alone`), so both streams are measured alike."""
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -15,7 +13,8 @@ import numpy as np
 
 from ..models import Weights
 from ..ops.ingest import InputTransform, as_images, normalize
-from .stream import ISOLATED_RUNS, SLOTS, BatchTimes, ImagePool, StreamTimes
+from .stream import (SLOTS, ImagePool, PinnedBatches, StreamTimes, Streams, drive,
+                     time_alone)
 from .torch_forward import (DTYPES, _runner, allowed_differ, candidates, fastest,
                             network_function, unavailable_reason)
 
@@ -41,6 +40,51 @@ def _normaliser(torch, transform: InputTransform):
     return run
 
 
+class TorchStages:
+    """net.stream.Stages in PyTorch: the network `run` reads `xt`."""
+
+    def __init__(self, torch, pool: ImagePool, batch: int, to_input, run, xt,
+                 threads: ThreadPoolExecutor, workers: int):
+        self.torch, self.batch = torch, batch
+        self.to_input, self.run, self.xt = to_input, run, xt
+        u8 = as_images(pool.images)
+        self.source = torch.empty(u8.shape, dtype=torch.uint8, pin_memory=True)
+        self.source.numpy()[...] = u8
+        shape = (batch, *u8.shape[1:])
+        self.host_in = [torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+                        for _ in range(SLOTS)]
+        self.host = PinnedBatches(pool, self.source, self.host_in, lambda t: t.numpy(), threads,
+                                  workers)
+        self.load = self.host.load
+        self.dev_in = [torch.empty(shape, dtype=torch.uint8, device="cuda") for _ in range(SLOTS)]
+        self.host_out = [torch.empty(batch, dtype=torch.int64, pin_memory=True)
+                         for _ in range(SLOTS)]
+        self.dev_out = [torch.empty(batch, dtype=torch.int64, device="cuda")
+                        for _ in range(SLOTS)]
+        self.torch_streams = [torch.cuda.Stream() for _ in range(3)]
+
+    def streams(self) -> Streams:
+        import cupy
+
+        return Streams(*(cupy.cuda.ExternalStream(s.cuda_stream) for s in self.torch_streams))
+
+    def copy(self, slot: int) -> None:
+        with self.torch.cuda.stream(self.torch_streams[0]):
+            self.dev_in[slot].copy_(self.host.read[slot], non_blocking=True)
+
+    def compute(self, slot: int) -> None:
+        with self.torch.cuda.stream(self.torch_streams[1]):
+            self.xt.copy_(self.to_input(self.dev_in[slot]))
+            self.dev_out[slot].copy_(self.run().argmax(dim=1))
+
+    def back(self, slot: int) -> None:
+        with self.torch.cuda.stream(self.torch_streams[2]):
+            self.host_out[slot].copy_(self.dev_out[slot], non_blocking=True)
+
+    def predictions(self, slot: int) -> np.ndarray:
+        return self.host_out[slot].numpy()
+
+
 def stream(weights: Weights, transform: InputTransform, pool: ImagePool, batch: int,
            images: int, precision: str, reference_top1: np.ndarray, workers: int,
            time_fn: Callable[[Callable[[], object]], float]) -> dict:
@@ -62,100 +106,19 @@ def stream(weights: Weights, transform: InputTransform, pool: ImagePool, batch: 
     forward, stage = network_function(weights, precision, best.layout)
     xt = stage(x)
     run = _runner(torch, forward, xt, best.mode, DTYPES[precision][1])
-    to_input = _normaliser(torch, transform)
-    u8 = as_images(pool.images)
-    shape = (batch, *u8.shape[1:])
-    host_in = [torch.empty(shape, dtype=torch.uint8, pin_memory=True) for _ in range(SLOTS)]
-    dev_in = [torch.empty(shape, dtype=torch.uint8, device="cuda") for _ in range(SLOTS)]
-    host_out = [torch.empty(batch, dtype=torch.int64, pin_memory=True) for _ in range(SLOTS)]
-    dev_out = [torch.empty(batch, dtype=torch.int64, device="cuda") for _ in range(SLOTS)]
-    copy_s, compute_s, back_s = (torch.cuda.Stream() for _ in range(3))
-    threads = ThreadPoolExecutor(workers)
-
-    def compute(slot):
-        with torch.cuda.stream(compute_s):
-            xt.copy_(to_input(dev_in[slot]))
-            dev_out[slot].copy_(run().argmax(dim=1))
-
-    def event():
-        return torch.cuda.Event(enable_timing=True)
-
-    try:
-        pool.fill(host_in[0].numpy(), 0, u8, threads, workers)
-        for slot in range(SLOTS):
-            dev_in[slot].copy_(host_in[0])
-            compute(slot)
+    with ThreadPoolExecutor(workers) as threads:
+        stages = TorchStages(torch, pool, batch, _normaliser(torch, transform), run, xt, threads,
+                             workers)
+        streams = stages.streams()
+        stages.load(0, 0)
+        for slot in range(SLOTS):  # warm-up
+            stages.dev_in[slot].copy_(stages.host.read[0])
+            stages.compute(slot)
         torch.cuda.synchronize()
-        a, b = event(), event()
-        copies, passes = [], []
-        for _ in range(ISOLATED_RUNS + 1):
-            with torch.cuda.stream(copy_s):
-                a.record()
-                dev_in[0].copy_(host_in[0], non_blocking=True)
-                b.record()
-            b.synchronize()
-            copies.append(a.elapsed_time(b))
-            with torch.cuda.stream(compute_s):
-                a.record()
-            compute(0)
-            with torch.cuda.stream(compute_s):
-                b.record()
-            b.synchronize()
-            passes.append(a.elapsed_time(b))
-
-        count = images // batch
-        ev = [[event() for _ in range(6)] for _ in range(count)]
-        start = event()
-        predictions = np.empty(images, dtype=np.int64)
-        fills = []
-        torch.cuda.synchronize()
-
-        def harvest(j):
-            ev[j][5].synchronize()
-            predictions[j * batch:(j + 1) * batch] = host_out[j % SLOTS].numpy()
-
-        t0 = time.perf_counter()
-        with torch.cuda.stream(copy_s):
-            start.record()
-        for i in range(count):
-            s = i % SLOTS
-            if i >= SLOTS:
-                ev[i - SLOTS][1].synchronize()
-            f0 = time.perf_counter()
-            pool.fill(host_in[s].numpy(), i * batch, u8, threads, workers)
-            fills.append((time.perf_counter() - f0) * 1e3)
-            with torch.cuda.stream(copy_s):
-                if i >= SLOTS:
-                    copy_s.wait_event(ev[i - SLOTS][3])
-                ev[i][0].record()
-                dev_in[s].copy_(host_in[s], non_blocking=True)
-                ev[i][1].record()
-            compute_s.wait_event(ev[i][1])
-            if i >= SLOTS:
-                compute_s.wait_event(ev[i - SLOTS][5])
-            with torch.cuda.stream(compute_s):
-                ev[i][2].record()
-            compute(s)
-            with torch.cuda.stream(compute_s):
-                ev[i][3].record()
-            back_s.wait_event(ev[i][3])
-            if i >= SLOTS:
-                harvest(i - SLOTS)
-            with torch.cuda.stream(back_s):
-                ev[i][4].record()
-                host_out[s].copy_(dev_out[s], non_blocking=True)
-                ev[i][5].record()
-        for j in range(max(0, count - SLOTS), count):
-            harvest(j)
-        wall = (time.perf_counter() - t0) * 1e3
-    finally:
-        threads.shutdown()
-    batches = [BatchTimes(i, i % SLOTS, fills[i], (start.elapsed_time(e[0]), start.elapsed_time(e[1])),
-                          (start.elapsed_time(e[2]), start.elapsed_time(e[3])),
-                          (start.elapsed_time(e[4]), start.elapsed_time(e[5])))
-               for i, e in enumerate(ev)]
-    times = StreamTimes(batch, images, "uint8", wall, float(np.median(copies[1:])),
-                        float(np.median(passes[1:])), host_in[0].numel(), batches)
+        copy_alone, forward_alone = time_alone(stages, streams)
+        predictions, batches, wall = drive(stages, streams, images // batch)
+    times = StreamTimes(batch, images, "uint8", wall, copy_alone, forward_alone,
+                        stages.host_in[0].numel(), batches)
     differ = int((predictions[:batch] != reference_top1).sum())
     return {**times.as_dict(), "label": best.label, "candidates": table,
             "differ": differ, "allowed_differ": allowed_differ(precision, batch)}

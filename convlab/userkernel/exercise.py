@@ -32,8 +32,11 @@ def exercise(shape: dict, kernel_file: str | None = None, variant: str | None = 
     chosen, record = job_variant(kernel_file, variant)
     layer = ConvShape(**shape)
     x, w, b = random_problem(layer, np.random.default_rng(seed), signed=True)
-    got = chosen.prepare(layer, w, epilogue, b).run_once(x, cupy)
+    op = chosen.prepare(layer, w, epilogue, b)
+    # run_once's temporaries are freed as it returns, and without a pool each cudaFree waits for
+    # the kernel: a launch that never ends hangs there, so the parent must be timing it already.
     with gpu_wait():
+        got = op.run_once(x, cupy)
         cupy.cuda.Device().synchronize()
     check = compare(cupy.asnumpy(got), reference_output(x, w, layer, epilogue, b),
                     chosen.precision)

@@ -54,39 +54,38 @@ COMPUTE = r"""
         }
         wgmma_commit();
     };
-#if MODE <= 1
-    // wgmma reads a TF32 operand by dropping each float's low 13 bits; the filters are rounded
-    // (3xTF32: split) on the host, and each thread rounds the B vectors it copied to nearest
-    // once they land (3xTF32: and writes the rounded residual to B's small tile). One vector
+#if MODE == 1
+    // wgmma reads a TF32 operand by dropping each float's low 13 bits. 3xTF32: the filters are
+    // split on the host, and each thread splits the B vectors it copied once they land: the big
+    // part rounded to nearest in place, the rounded residual to B's small tile. One vector
     // access per copy, as it was copied: a warp's lanes cover whole 128-byte rows.
+    // TF32 (MODE 0) reads B as it landed, truncated: that errs by at most 2^-10 of each input,
+    // 1.5 * 2^-10 * sum|x*w| in all with the host-rounded filters, under the tf32 bound of
+    // 8 * sqrt(n) * 2^-11 * sum|x*w| at every n and whatever the signs. Rounding in place cost
+    // a shared-memory load and store per vector before each K-tile's barrier (ncu, AlexNet conv3:
+    // short-scoreboard stalls 1.78 per issued instruction against 0.01 in fp16).
 #if VEC == 4
     typedef float4 vec_t;
 #else
     typedef float2 vec_t;
 #endif
-    auto round_b = [&](int stage) {
+    auto split_b = [&](int stage) {
         float* sb = smem + stage * STAGE_WORDS + A_WORDS;
 #pragma unroll
         for (int i = 0; i < BN_ROWS; ++i) {
             vec_t* p = reinterpret_cast<vec_t*>(sb + (B_VEC_OFFSET(row0 + i * ROW_STEP, kc)) / 4);
             vec_t v = *p;
             float* f = reinterpret_cast<float*>(&v);
-#if MODE == 1
             vec_t r;
             float* small = reinterpret_cast<float*>(&r);
-#endif
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
                 const float big = __uint_as_float(to_tf32(f[e]));
-#if MODE == 1
                 small[e] = __uint_as_float(to_tf32(f[e] - big));
-#endif
                 f[e] = big;
             }
             *p = v;
-#if MODE == 1
             p[B_WORDS / VEC] = r;
-#endif
         }
     };
 #endif
@@ -120,8 +119,8 @@ PIPELINE = r"""
 #endif
     for (int it = 0; it < nk; ++it) {
         cp_async_wait<STAGES - 3>();
-#if MODE <= 1
-        round_b(it % STAGES);
+#if MODE == 1
+        split_b(it % STAGES);
 #endif
         fence_proxy_async();
         __syncthreads();
