@@ -202,8 +202,8 @@ class Stages(Protocol):
     implements it for PyTorch)."""
 
     def load(self, i: int, slot: int) -> float:
-        """Host: make batch i the pinned memory slot's copy reads; milliseconds spent
-        gathering it (0 when it is read straight from the pinned dataset)."""
+        """Host: make batch i, in pinned memory, what the slot's copy reads; milliseconds
+        spent gathering it (0 when it is read straight from the pinned dataset)."""
 
     def copy(self, slot: int) -> None:
         """Enqueue the HtoD copy of the slot's batch on the copy stream."""
