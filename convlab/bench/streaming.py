@@ -9,7 +9,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -121,11 +121,7 @@ class StreamRecord:
                    for r in self.rows)
 
     def as_dict(self) -> dict:
-        return {"kind": "stream", "model": self.model, "kernel": self.kernel,
-                "precision": self.precision, "images": self.images, "upload": self.upload,
-                "source": self.source, "workers": self.workers, "rows": self.rows,
-                "torch_rows": self.torch_rows, "torch_note": self.torch_note,
-                "device": self.device, "timestamp": self.timestamp, "command": self.command}
+        return {"kind": "stream", **asdict(self)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StreamRecord":

@@ -55,7 +55,6 @@ class TorchStages:
                         for _ in range(SLOTS)]
         self.host = PinnedBatches(pool, self.source, self.host_in, lambda t: t.numpy(), threads,
                                   workers)
-        self.load = self.host.load
         self.dev_in = [torch.empty(shape, dtype=torch.uint8, device="cuda") for _ in range(SLOTS)]
         self.host_out = [torch.empty(batch, dtype=torch.int64, pin_memory=True)
                          for _ in range(SLOTS)]
@@ -67,6 +66,9 @@ class TorchStages:
         import cupy
 
         return Streams(*(cupy.cuda.ExternalStream(s.cuda_stream) for s in self.torch_streams))
+
+    def load(self, i: int, slot: int) -> float:
+        return self.host.load(i, slot)
 
     def copy(self, slot: int) -> None:
         with self.torch.cuda.stream(self.torch_streams[0]):
