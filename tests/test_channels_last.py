@@ -87,6 +87,18 @@ def test_writing_keeps_the_tiling_and_refuses_other_types():
         variant.writing(np.float64)
 
 
+def test_a_single_fp16_layer_writes_fp16_as_cudnns_fp16_rows_do():
+    """A layer timed alone (`compare --layer`) stores what cuDNN's fp16 rows store: fp16, half
+    the output bytes of float32. Other precisions, and cuDNN's own rows, are left as they are."""
+    from convlab.bench.lab import layer_variant
+    from convlab.kernels import VARIANTS
+
+    for name in ("channels-last-fp16", "wgmma-fp16", "pipelined-fp16"):
+        assert layer_variant(VARIANTS[name]).output_dtype == np.float16
+    for name in ("wgmma", "wgmma-bf16", "channels-last-3xtf32", "cudnn-nhwc-fp16", "tiled"):
+        assert layer_variant(VARIANTS[name]) is VARIANTS[name]
+
+
 def test_fp16_activations_run_from_an_op_to_the_fp16_conv_after_it():
     """In alexnet, an activation is written as fp16 where the next conv (or FC layer the
     variant runs) reads fp16 channels-last and only max-pools, ReLUs or a flatten stand

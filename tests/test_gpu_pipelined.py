@@ -14,7 +14,7 @@ import pytest
 
 from convlab.errors import ConvlabError
 from convlab.kernels import RELU, channels_last as CL, pipelined as P, wgmma as W
-from convlab.kernels.igemm import packing, tiling
+from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
@@ -101,6 +101,65 @@ def test_several_tilings(variant, shape, rng):
         if not result.passed:
             failures.append(f"{tiling.Tiling.from_dict(config).brief()}: {result.reason}")
     assert not failures, "\n".join(failures)
+
+
+WGMMA = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaFP16(), W.WgmmaBF16()]
+# More output tiles than a persistent grid has blocks (at most two per SM): each block walks
+# several tiles, its loaders running from one tile's K-tiles into the next one's.
+MANY_TILES = [ConvShape(16, 32, 48, 48, 160, 3, pad=1, groups=2, bias=True),
+              ConvShape(24, 64, 56, 56, 64, 3, pad=1)]
+
+
+def persistent_tilings(variant, shape):
+    """The cost model's first persistent tiling at each count of MMA warpgroups and of blocks
+    per SM, with and without registers moved to the MMA warps (setmaxnreg)."""
+    chosen = {}
+    k = variant.kernel_shape(shape)
+    for t in variant.ranked(shape):
+        if t.schedule == "persistent":
+            moved = wgmma.register_split(k, t, variant.maths)[0] > 0
+            chosen.setdefault((t.warps_m, wgmma.blocks_per_sm(t, variant.maths), moved), t)
+    return list(chosen.values())
+
+
+@pytest.mark.parametrize("shape", GENERAL + list(ALEXNET.values()) + MANY_TILES,
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_persistent_schedule(variant, shape, rng):
+    failures = []
+    tilings = persistent_tilings(variant, shape)
+    assert tilings
+    for t in tilings:
+        result = check(variant.configured(t), shape, rng, RELU if shape.bias else None)
+        if not result.passed:
+            failures.append(f"{t.brief()}: {result.reason}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_persistent_schedule_writes_fp16_and_runs_again(variant, rng):
+    """Two launches give the same bits (the barriers start each launch afresh), the float32
+    output matches float64, and an fp16 output is it rounded to nearest even."""
+    import cupy
+
+    shape = MANY_TILES[0]
+    skip_off_its_gpu(variant, shape)
+    single = variant.configured(persistent_tilings(variant, shape)[0])
+    x, w, b = random_problem(shape, rng, signed=True)
+    outputs = {}
+    for dtype in (np.float32, np.float32, np.float16):
+        op = single.writing(dtype).prepare(shape, w, RELU, b)
+        y = cupy.empty(op.output_shape, dtype=dtype)
+        poison(y)
+        op(op.stage(cupy.asarray(x)), y)
+        outputs.setdefault(dtype, []).append(cupy.asnumpy(op.output(y)))
+    first, second = outputs[np.float32]
+    assert np.array_equal(first, second)
+    result = compare(first, reference_output(x, w, shape, RELU, b), single.precision)
+    assert result.passed, result.reason
+    assert np.array_equal(outputs[np.float16][0].view(np.uint16),
+                          first.astype(np.float16).view(np.uint16))
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=IDS)

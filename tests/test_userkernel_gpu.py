@@ -144,6 +144,18 @@ def test_memcheck_is_clean_on_every_shipped_variant(variant):
     assert report.clean, report.lines()
 
 
+@needs_sanitizer
+@pytest.mark.parametrize("name", ["wgmma", "wgmma-3xtf32", "wgmma-fp16", "wgmma-bf16"])
+def test_memcheck_is_clean_on_the_persistent_schedule(name):
+    """More tiles (1,152) than the grid has blocks: each block's loaders run from one tile into
+    the next while its MMA warpgroups store the last one."""
+    shape = ConvShape(16, 32, 48, 48, 160, 3, pad=1, groups=2, bias=True)
+    variant = VARIANTS[name]
+    config = next(t for t in variant.ranked(shape) if t.schedule == "persistent")
+    report = sanitize(shape, variant=name, epilogue="relu", config=config.as_dict())
+    assert report.clean, report.lines()
+
+
 # --- occupancy: convlab's rule against the driver's -------------------------------------------------
 
 @pytest.mark.parametrize("name", ["naive", "tiled", "register-tiled", "implicit-gemm"])

@@ -2,13 +2,14 @@
 on any machine. The swizzle is decoded here from its definition (byte m*128 + (k*e ^ 16*(m%8))
 of a tile), independently of `swizzle_tiles`' reshapes."""
 
+import dataclasses
 import os
 
 import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.gpu import jit
+from convlab.gpu import hardware, jit
 from convlab.kernels import VARIANTS, base, wgmma as W
 from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
@@ -153,6 +154,112 @@ def test_no_wgmma_waits_for_the_one_before(variant):
         options = variant.compile_options(shape, "relu") + ("-Xptxas=-v",)
         log = jit.nvrtc_compile("wgmma.cu", variant.source, options, "sm_90a").log
         assert "C7514" not in log, f"{variant.name} {shape.brief()}: {log}"
+
+
+def persistent(t: tiling.Tiling) -> tiling.Tiling:
+    return dataclasses.replace(t, schedule="persistent")
+
+
+@pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
+def test_the_persistent_schedule_builds_where_its_blocks_per_sm_leave_room(variant):
+    """With one warpgroup of MMAs and with two: the widest persistent tiling given two blocks
+    per SM and the narrowest given one build without serialized wgmmas (C7514). Two blocks of
+    64x224 in fp16 (128 registers a thread) did not build (C7602) before the rule counted
+    registers."""
+    shape = SHAPES[5]  # the ResNet layer
+    ranked = [t for t in variant.ranked(shape) if t.schedule == "persistent"]
+    chosen = []
+    for warps in (4, 8):
+        mine = [t for t in ranked if t.warps_m == warps]
+        two = [t for t in mine if wgmma.blocks_per_sm(t, variant.maths) == 2]
+        one = [t for t in mine if wgmma.blocks_per_sm(t, variant.maths) == 1]
+        chosen += [max(two, key=lambda t: t.bn)] if two else []
+        chosen += [min(one, key=lambda t: (t.bn, -t.stages))] if one else []
+    assert len(chosen) >= 2
+    for t in chosen:
+        v = variant.configured(t)
+        options = v.compile_options(shape) + ("-Xptxas=-v",)
+        assert "-DPERSISTENT=1" in options
+        result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
+        assert result.cubin is not None, f"{t.brief()}: {result.log}"
+        assert "C7514" not in result.log, result.log
+
+
+@pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
+def test_setmaxnreg_moves_registers_to_the_mma_warps_where_the_cap_is_short(variant):
+    """Two warpgroups of MMAs at bn 256 (128 for 3xTF32) need more than the 168 registers the
+    launch gives each of 384 threads: the loaders give some up (setmaxnreg), and ptxas takes it
+    (no C7508, "ignored"); one warpgroup at bn 64 fits the cap and gets no setmaxnreg."""
+    shape = SHAPES[2]
+    two = persistent(tiling.Tiling(128, 128 if variant.maths == "3xtf32" else 256,
+                                   wgmma.k_elements(variant.maths), 8, 1, 3, 1, "tap"))
+    loaders, mma = wgmma.register_split(shape, two, variant.maths)
+    assert 0 < loaders < 168 < mma and loaders * 128 + mma * 256 <= 168 * 384
+    one = dataclasses.replace(two, bm=64, warps_m=4, bn=64)
+    assert wgmma.register_split(shape, one, variant.maths) == (0, 0)
+    v = variant.configured(two)
+    options = v.compile_options(shape, "relu") + ("-Xptxas=-v",)
+    assert f"-DCONSUMER_REGS={mma}" in options
+    result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
+    assert result.cubin is not None, result.log
+    assert "C7508" not in result.log and "C7514" not in result.log, result.log
+
+
+def test_persistent_blocks_per_sm_count_the_accumulators():
+    fp16 = tiling.Tiling(64, 192, 64, 4, 1, 3, 1, "tap", "persistent")
+    assert wgmma.blocks_per_sm(fp16, "fp16") == 2  # 96 accumulators + 24 <= 128 registers
+    assert wgmma.blocks_per_sm(dataclasses.replace(fp16, bn=224), "fp16") == 1
+    assert wgmma.blocks_per_sm(dataclasses.replace(fp16, bn=224, schedule="grid"), "fp16") == 2
+    two = tiling.Tiling(128, 96, 32, 8, 1, 3, 1, "tap", "persistent")
+    assert wgmma.blocks_per_sm(two, "tf32") == 2  # 48 + 24 <= 80
+    assert wgmma.blocks_per_sm(dataclasses.replace(two, bn=128), "tf32") == 1
+    assert wgmma.blocks_per_sm(dataclasses.replace(two, bn=64), "3xtf32") == 1  # 2 x 32 + 24
+
+
+def test_persistent_tilings_have_no_split_k_and_only_wgmma_runs_them():
+    t = persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap"))
+    assert not W.WgmmaFP16().tiling_problem(t)
+    assert "no split-K" in W.WgmmaFP16().tiling_problem(dataclasses.replace(t, split_k=2))
+    assert "schedule must be" in W.WgmmaFP16().tiling_problem(
+        dataclasses.replace(t, schedule="stream-k"))
+    channels_last = VARIANTS["channels-last-fp16"]
+    assert "needs wgmma" in channels_last.tiling_problem(
+        persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")))
+    assert t.brief() == "64x128x64 4x1w s4 k1 tap ws" and t.block_threads == 256
+    # a cache entry written before the schedule existed reads as the grid schedule
+    saved = {k: v for k, v in t.as_dict().items() if k != "schedule"}
+    assert tiling.Tiling.from_dict(saved).schedule == "grid"
+    for shape in SHAPES:
+        ranked = W.WgmmaFP16().ranked(shape)
+        assert any(c.schedule == "persistent" for c in ranked)
+        assert all(c.split_k == 1 for c in ranked if c.schedule == "persistent")
+
+
+def test_the_persistent_schedule_keeps_no_c_tile_and_fills_the_gpu_once(monkeypatch):
+    """Stages and barriers only (its epilogue stores from registers); as many blocks as the
+    SMs hold at once, or one per tile where there are fewer."""
+    monkeypatch.setattr(hardware, "current", lambda: hardware.H100)  # 132 SMs, any host
+    fp16 = W.WgmmaFP16()
+    t = persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap"))
+    assert fp16.smem_bytes(t) == 4 * (64 + 128) * 128 + 16 * 4 + wgmma.SWIZZLE_ALIGN
+    assert wgmma.blocks_per_sm(t, "fp16") == 2
+    big = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
+    assert fp16.launch_grid(big, t) == (2 * 132, 1, 1)
+    small = ConvShape(2, 64, 9, 9, 32, 3, pad=1, groups=2)
+    assert fp16.launch_grid(small, t) == (2 * 2, 1, 1)  # 2 groups x 162 pixels / bn 128
+    assert fp16.launch_grid(small, dataclasses.replace(t, schedule="grid")) == (2, 2, 1)
+
+
+def test_a_wgmma_gather_with_too_many_rows_per_thread_is_refused():
+    """AlexNet conv1 in fp16 (4 channels: 8-byte vectors, 16 to a 128-byte row) on a 64x192
+    tile: 24 rows for each of 128 threads, beyond the 16 a thread keeps origins for. The check
+    was once skipped for wgmma (it named the layout "NHWC" where the rule expects "nhwc")."""
+    fp16 = W.WgmmaFP16()
+    conv1 = get_model("alexnet").conv_shapes(128)["conv1"]
+    t = tiling.Tiling(64, 192, 64, 4, 1, 3, 1, "table")
+    assert not fp16.tiling_problem(t)
+    assert "rows" in fp16.shape_problem(conv1, t)
+    assert not fp16.shape_problem(conv1, dataclasses.replace(t, bn=128))
 
 
 def test_the_cubin_cache_falls_back_to_a_folder_of_this_users(monkeypatch, tmp_path):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ConvlabError
 from ..gpu import gpu_available, measure, nvtx, require_cupy, unavailable_reason
+from ..gpu.elements import FLOAT16
 from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated
 from ..kernels import VARIANTS, Variant, get_variant
 from ..models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
@@ -41,8 +42,8 @@ MIN_HOST_PASSES = 1  # on the CPU a pass can take seconds: passes go on while th
 DEFAULT_BATCH = {FASHION_MNIST: MAX_BATCH, IMAGENET: 128}
 # For models with general layers: the first of these that computes every conv layer on this GPU
 # is the default GPU kernel, the fastest general fp32 variant first (AlexNet's forward at batch
-# 128 on an H100, runs of the same day: wgmma-3xtf32 3.091 ms (Hopper only),
-# channels-last-3xtf32 3.453, pipelined-3xtf32 3.840).
+# 128 on an H100: wgmma-3xtf32 2.864 ms (Hopper only; session 15), channels-last-3xtf32 3.453,
+# pipelined-3xtf32 3.840 (session 13).
 GENERAL_DEFAULTS = ("wgmma-3xtf32", "channels-last-3xtf32", "pipelined-3xtf32", "implicit-gemm",
                     "naive")
 
@@ -487,7 +488,7 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
               verify: str = "sample") -> LayerResult:
     """Time one conv layer alone, on fresh random inputs, and verify the last timed output
     (`verify` as in `run`)."""
-    variant = _variant_for(kernel)
+    variant = layer_variant(_variant_for(kernel))
     kernel = variant.name
     support = variant.supports(shape)
     if not support:
@@ -500,11 +501,23 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     xd = xp.asarray(x)
     step = ConvStep(label="layer", category="conv", kernel_label=f"{kernel} layer", op=op,
                     shape=shape, weights=w, bias=b, epilogue=epilogue, input=xd,
-                    staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=xp.float32))
+                    staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=op.output_dtype))
     timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy(), verify)
     label = "layer" + (f" + {epilogue}" if epilogue else "")
+    note = op.note
+    if op.output_dtype == FLOAT16:
+        note = "; ".join(filter(None, [note, "fp16 output, as cuDNN's fp16 rows write"]))
     return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel,
-                       op.note)
+                       note)
+
+
+def layer_variant(variant: Variant) -> Variant:
+    """The variant as a single layer runs it: an fp16 variant that can store fp16 does, as
+    cuDNN's fp16 rows store theirs and as the network's fp16 layers hand theirs on (a float32
+    output would be twice the bytes of theirs)."""
+    if variant.precision == "fp16" and FLOAT16 in variant.output_dtypes:
+        return variant.writing(FLOAT16)
+    return variant
 
 
 # --- kernel files: the same run, in a child process -------------------------------------------

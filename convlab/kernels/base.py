@@ -9,7 +9,7 @@ an Op times the kernel.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Callable
 
 import numpy as np
@@ -60,7 +60,9 @@ class Config:
             raise ValueError(f"a {cls.__name__} is a dict with the keys {', '.join(names)}, "
                              f"not {config!r}")
         unknown = sorted(set(config) - set(names))
-        missing = [n for n in names if n not in config]
+        # A field added later has a default: dicts saved before it still describe a config.
+        missing = [f.name for f in fields(cls) if f.name not in config
+                   and f.default is MISSING and f.default_factory is MISSING]
         if unknown or missing:
             raise ValueError(f"a {cls.__name__} needs exactly the keys {', '.join(names)}"
                              + (f"; unknown: {', '.join(unknown)}" if unknown else "")

@@ -155,6 +155,10 @@ class Pipelined(Variant):
     def layout_defines(self, k: ConvShape) -> dict[str, int]:
         return {"NHWC": 0}
 
+    def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
+        """A block per output tile and K-split, groups along y."""
+        return (m_tiles(k, t) * n_tiles(k, t) * t.split_k, k.groups, 1)
+
     def input_dtype(self):
         return np.dtype(stage_dtype(self.maths))
 
@@ -199,8 +203,8 @@ class Pipelined(Variant):
         else:
             ws = cupy.zeros(1, dtype=cupy.float32)
             counters = cupy.zeros(1, dtype=cupy.int32)
-        grid = (m_tiles(k, t) * n_tiles(k, t) * t.split_k, k.groups, 1)
-        block = (t.threads, 1, 1)
+        grid = self.launch_grid(k, t)
+        block = (t.block_threads, 1, 1)
         batch = np.int32(shape.B)
         problem = self.input_problem
 

@@ -1,10 +1,11 @@
 """wgmma: the channels-last implicit GEMM on Hopper's warpgroup MMAs (sm_90a), in FP16, BF16,
 TF32 and 3xTF32. Same gather, staging, split-K reduce and epilogue as `channels-last`; a different
-mainloop (igemm.wgmma) and shared-memory layout (128-byte swizzle instead of padded rows)."""
+mainloop (igemm.wgmma) and shared-memory layout (128-byte swizzle instead of padded rows), and a
+second schedule a tiling may pick: persistent and warp-specialised (igemm.persistent)."""
 
 from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
-from .igemm import epilogue, gather_nhwc, mainloop, splitk, wgmma
+from .igemm import epilogue, gather_nhwc, mainloop, persistent, splitk, wgmma
 
 SOURCE = (r"""
 // wgmma: changes from channels-last -- that kernel fed mma.sync, a warp-wide 16x8 product whose
@@ -23,21 +24,35 @@ SOURCE = (r"""
 // splits the filters; each thread splits the B vectors it copied) and sums each K-tile's three
 // products apart, adding them to the total with FP32 adds, as channels-last-3xtf32 does.
 //
+// PERSISTENT (the tiling's schedule): in the grid schedule every thread both copies and
+// multiplies, so each block waits for its first K-tiles' loads before any MMA and the tensor
+// cores idle through its epilogue; ncu on the ResNet 3x3 layer (9 K-tiles a tile in fp16) had
+// them active 29% of cycles. Here a block per SM slot walks the tiles; a loader warpgroup
+// gathers B with cp.async and brings A by the copy engine (cp.async.bulk), the stages passing
+// to the MMA warpgroups and back on mbarriers, so the next tile's loads run during this tile's
+// last MMAs and its epilogue, which stores from registers (no C tile in shared memory).
+// setmaxnreg gives the MMA warps the loaders' spare registers where the launch's cap is below
+// what they are modelled to need.
+//
 // Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
-// = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32).
+// = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32);
+// PERSISTENT, MIN_BLOCKS (blocks per SM), PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + wgmma.INSTRUCTIONS + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + mainloop.KERNEL_BEGIN
-          + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B + wgmma.COMPUTE
-          + wgmma.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC)
+          + persistent.INSTRUCTIONS + ELEMENT_SOURCE
+          + "#if PERSISTENT\n" + persistent.KERNEL + "#else\n" + mainloop.KERNEL_BEGIN
+          + gather_nhwc.LOADER_LANE + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A
+          + gather_nhwc.GATHER_B + wgmma.COMPUTE + wgmma.SPLIT_B + wgmma.PIPELINE
+          + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC + "#endif\n")
 
 import numpy as np  # noqa: E402
 
+from ..gpu import hardware  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
 from .channels_last import ChannelsLast  # noqa: E402
 from .base import split_tf32_arithmetic  # noqa: E402
 from .igemm.packing import gemm_weights, operand_parts  # noqa: E402
-from .igemm.tiling import Tiling  # noqa: E402
+from .igemm.tiling import Tiling, output_tiles  # noqa: E402
 
 
 class Wgmma(ChannelsLast):
@@ -51,6 +66,22 @@ class Wgmma(ChannelsLast):
 
     def layout_defines(self, k: ConvShape) -> dict[str, int]:
         return {**super().layout_defines(k), "SWIZZLE": 1}
+
+    def defines(self, shape, epilogue=None):
+        base = super().defines(shape, epilogue)
+        t = self.config_for(shape, epilogue)
+        if t.schedule != "persistent":
+            return base
+        loaders, mma = wgmma.register_split(self.kernel_shape(shape), t, self.maths)
+        return {**base, "PERSISTENT": 1, "MIN_BLOCKS": wgmma.blocks_per_sm(t, self.maths),
+                "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma}
+
+    def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
+        """Persistent: as many blocks as the GPU holds at once (or tiles, if fewer)."""
+        if t.schedule != "persistent":
+            return super().launch_grid(k, t)
+        slots = hardware.current().sms * wgmma.blocks_per_sm(t, self.maths)
+        return (min(output_tiles(k, t), slots), 1, 1)
 
     def tiling_problem(self, t: Tiling) -> str:
         return wgmma.tiling_problem(t, self.maths)

@@ -22,14 +22,18 @@ def job_variant(kernel_file: str | None, variant: str | None):
 
 
 def exercise(shape: dict, kernel_file: str | None = None, variant: str | None = None,
-             epilogue: str | None = None, seed: int | None = None) -> dict:
-    """Prepare the kernel for `shape`, launch it once on random inputs into a poisoned output,
-    wait for it, and check the result against float64."""
+             epilogue: str | None = None, seed: int | None = None,
+             config: dict | None = None) -> dict:
+    """Prepare the kernel for `shape` (with `config`, a tunable variant's dict form, that
+    config), launch it once on random inputs into a poisoned output, wait for it, and check the
+    result against float64."""
     import cupy
 
     # Every array its own cudaMalloc (no pool), so compute-sanitizer sees each one's bounds.
     cupy.cuda.set_allocator(None)
     chosen, record = job_variant(kernel_file, variant)
+    if config is not None:
+        chosen = chosen.configured(config)
     layer = ConvShape(**shape)
     x, w, b = random_problem(layer, np.random.default_rng(seed), signed=True)
     op = chosen.prepare(layer, w, epilogue, b)

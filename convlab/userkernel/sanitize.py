@@ -177,14 +177,15 @@ class SanitizeReport:
 
 def sanitize(shape: ConvShape, kernel_file: str | Path | None = None, variant: str | None = None,
              tool: str = "memcheck", epilogue: str | None = None,
-             timeout_s: float = SANITIZER_TIMEOUT_S) -> SanitizeReport:
-    """One checked launch of a kernel file (or a built-in variant) under compute-sanitizer."""
+             timeout_s: float = SANITIZER_TIMEOUT_S, config: dict | None = None) -> SanitizeReport:
+    """One checked launch of a kernel file (or a built-in variant, in `config` if given: a
+    tunable variant's config as a dict) under compute-sanitizer."""
     command = sanitizer_command(tool)
     display, offset = None, 0
     if kernel_file is not None:
         display, offset = load_kernel_file(kernel_file).source_location()
     args = {"shape": shape.as_dict(), "kernel_file": None if kernel_file is None else str(kernel_file),
-            "variant": variant, "epilogue": epilogue}
+            "variant": variant, "epilogue": epilogue, "config": config}
     job = run_isolated("convlab.userkernel.exercise:exercise", args, timeout_s=timeout_s,
                        limit_s=max(timeout_s, 60.0) * 3, prefix=command)
     errors, summary = parse_output(job["stdout"] + "\n" + job["stderr"], display, offset)

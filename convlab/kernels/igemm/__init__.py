@@ -4,7 +4,9 @@ Device source, composed into one kernel in `kernels/pipelined.py` (the order is 
 `mainloop` (geometry macros, the PTX instructions, the kernel's frame, the A copy, the MMA
 K-step and the cp.async pipeline), `gather` (the im2col B operand: per-tap or through an offset
 table, and the host's table), `splitk` (the in-kernel reduction of K-split partial tiles) and
-`epilogue` (the C tile through shared memory, bias and ReLU, NCHW stores). Host side:
+`epilogue` (the C tile through shared memory, bias and ReLU, NCHW stores); the channels-last
+and Hopper kernels swap in `gather_nhwc`, `staging`, `wgmma` (warpgroup MMAs on swizzled shared
+memory) and `persistent` (its persistent, warp-specialised schedule). Host side:
 `tiling` (the Tiling config and its rules), `packing` (filters in fragment order, staged
 fp16/bf16 inputs) and `cost` (the model that ranks tilings for a layer).
 """

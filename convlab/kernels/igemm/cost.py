@@ -211,7 +211,7 @@ def diverse(tilings: tuple[Tiling, ...], count: int, per_block_tile: int = 2) ->
     seen: dict[tuple, int] = {}
     chosen = []
     for t in tilings:
-        key = (t.bm, t.bn, t.bk, t.gather, t.split_k)
+        key = (t.bm, t.bn, t.bk, t.gather, t.split_k, t.schedule)
         if seen.get(key, 0) < per_block_tile:
             seen[key] = seen.get(key, 0) + 1
             chosen.append(t)

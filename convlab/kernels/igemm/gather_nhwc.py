@@ -10,13 +10,16 @@ import numpy as np
 from ...shapes import ConvShape
 from .tiling import INVALID_TAP, Tiling, k_tiles
 
-ROW_ORIGINS = r"""
-    // This thread copies vector kc of rows row0, row0 + ROW_STEP, ...: where each row's pixel
-    // window starts, and its offset at tap (0, 0) (plus, in tap order, its vector's channels:
-    // the table's offsets hold those). A row past the last pixel gets a row origin that fails
-    // every bounds test, so it gathers zeros.
+LOADER_LANE = r"""
+    // This thread copies vector kc of rows row0, row0 + ROW_STEP, ... of every B tile.
     const int kc = tid % KCHUNKS;
     const int row0 = tid / KCHUNKS;
+"""
+
+ROW_ORIGINS = r"""
+    // Where each of this thread's rows has its pixel window start, and its offset at tap (0, 0)
+    // (plus, in tap order, its vector's channels: the table's offsets hold those). A row past
+    // the last pixel gets a row origin that fails every bounds test, so it gathers zeros.
     long long off[BN_ROWS];
     int ih0[BN_ROWS], iw0[BN_ROWS];
 #pragma unroll

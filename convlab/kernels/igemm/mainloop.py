@@ -21,6 +21,15 @@ typedef float elem_t;
 #define KK (K * K)
 #define NWARPS (WARPS_M * WARPS_N)
 #define THREADS (32 * NWARPS)
+// PERSISTENT (wgmma): THREADS multiply, a warpgroup more copies; otherwise every thread does both.
+#ifndef PERSISTENT
+#define PERSISTENT 0
+#endif
+#if PERSISTENT
+#define LOADERS 128
+#else
+#define LOADERS THREADS
+#endif
 #define WM (BM / WARPS_M)
 #define WN (BN / WARPS_N)
 #define MF (WM / 16)
@@ -56,9 +65,9 @@ typedef float elem_t;
 #endif
 #define B_WORDS (BN * B_LD * ELEM_BYTES / 4)
 #define B_IN_REGISTERS 0
-// A thread copies vector KC of BN_ROWS pixel rows, BN / BN_ROWS apart.
+// A loading thread copies vector KC of BN_ROWS pixel rows, BN / BN_ROWS apart.
 #define KCHUNKS (BK / VEC)
-#define ROW_STEP (THREADS / KCHUNKS)
+#define ROW_STEP (LOADERS / KCHUNKS)
 #define BN_ROWS (BN / ROW_STEP)
 // The epilogue stages C transposed, [n][m]: stores then run along the output channels.
 #define C_LD (BM + 4)

@@ -22,6 +22,11 @@ MAX_ACC = {"tf32": 128, "3xtf32": 64, "fp16": 128, "bf16": 128}
 MAX_IN_FLIGHT = 32
 # B rows a thread of a channels-last gather copies: each keeps a 64-bit offset and two ints.
 MAX_VECTOR_ROWS = 8
+# wgmma's threads hold at most 128 accumulators (the mma.sync kernels' 64x64 warp tiles, 128,
+# beside 8 rows) and its persistent schedule's loaders none: 16 rows (64 registers).
+MAX_WGMMA_ROWS = 16
+# Threads of the persistent schedule's loader warpgroup.
+LOADERS = 128
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,9 @@ class Tiling(Config):
     """One point of the tiling space: block tile bm x bn x bk, a warps_m x warps_n warp grid,
     `stages` shared-memory buffers, `split_k` K-splits, and the gather order ("tap": K runs
     (channel chunk, tap, channel) and needs bk channels per chunk; "table": K in the weights'
-    (c, p, q) order through an offset table)."""
+    (c, p, q) order through an offset table) and the schedule ("grid": a block per output tile,
+    every thread both copies and multiplies; "persistent": wgmma only, a block per SM slot
+    walks the tiles, a loader warpgroup copying for the MMA warpgroups)."""
 
     bm: int
     bn: int
@@ -39,10 +46,20 @@ class Tiling(Config):
     stages: int
     split_k: int
     gather: str
+    schedule: str = "grid"
 
     @property
     def threads(self) -> int:
         return 32 * self.warps_m * self.warps_n
+
+    @property
+    def loaders(self) -> int:
+        """Threads that copy the operand tiles: all of them, or the loader warpgroup."""
+        return LOADERS if self.schedule == "persistent" else self.threads
+
+    @property
+    def block_threads(self) -> int:
+        return self.threads + (LOADERS if self.schedule == "persistent" else 0)
 
     @property
     def wm(self) -> int:
@@ -65,9 +82,11 @@ class Tiling(Config):
         return self.bk * self.column_threads // self.threads
 
     def brief(self) -> str:
-        """'128x128x32 2x2w s3 k1 tap': short enough for an 80-column table."""
+        """'128x128x32 2x2w s3 k1 tap' (' ws' after it: the persistent, warp-specialised
+        schedule): short enough for an 80-column table."""
+        ws = " ws" if self.schedule == "persistent" else ""
         return (f"{self.bm}x{self.bn}x{self.bk} {self.warps_m}x{self.warps_n}w s{self.stages} "
-                f"k{self.split_k} {self.gather}")
+                f"k{self.split_k} {self.gather}{ws}")
 
 
 def k_step(maths: str) -> int:
@@ -108,12 +127,14 @@ def channel_vector(cg: int, maths: str) -> int:
 
 def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
     """Why `t` cannot be compiled for `maths`, or "" if it can (shape-independent rules)."""
-    ints = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "gather"}
+    ints = {f.name: getattr(t, f.name) for f in fields(t) if f.name not in ("gather", "schedule")}
     bad = [n for n, v in ints.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
     if bad:
         return f"{', '.join(bad)} must be positive integers"
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
+    if t.schedule != "grid":
+        return f"schedule must be 'grid' (the persistent schedule needs wgmma), not {t.schedule!r}"
     if t.warps_m * t.warps_n not in (4, 8):
         return "the warp grid must hold 4 or 8 warps (128 or 256 threads)"
     if t.bm % (16 * t.warps_m):
@@ -145,12 +166,12 @@ def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
 
 
 def vector_rows(t: Tiling, vec: int) -> int:
-    """B rows each thread of a channels-last gather copies (0: the copies do not split evenly
-    over the threads)."""
+    """B rows each loading thread of a channels-last gather copies (0: the copies do not split
+    evenly over the loaders)."""
     chunks = t.bk // vec
-    if t.bk % vec or t.threads % chunks or t.bn % (t.threads // chunks):
+    if t.bk % vec or t.loaders % chunks or t.bn % (t.loaders // chunks):
         return 0
-    return t.bn // (t.threads // chunks)
+    return t.bn // (t.loaders // chunks)
 
 
 def k_tiles(shape: ConvShape, t: Tiling) -> int:
@@ -172,16 +193,18 @@ def output_tiles(shape: ConvShape, t: Tiling) -> int:
     return shape.groups * m_tiles(shape, t) * n_tiles(shape, t)
 
 
-def shape_problem(shape: ConvShape, t: Tiling, layout: str = NCHW, maths: str = "tf32") -> str:
+def shape_problem(shape: ConvShape, t: Tiling, layout: str = NCHW, maths: str = "tf32",
+                  max_rows: int = MAX_VECTOR_ROWS) -> str:
     """Why `t` cannot run `shape` (32-bit index limits, too many K-splits, a channels-last
-    gather that does not split over the threads), or "". A channels-last `shape` is the one
-    the kernel runs: its group channels already padded (padded_group_channels)."""
+    gather that does not split into 1 to `max_rows` rows per loading thread), or "". A
+    channels-last `shape` is the one the kernel runs: its group channels already padded
+    (padded_group_channels)."""
     if layout == NHWC:
         vec = channel_vector(shape.Cg, maths)
         rows = vector_rows(t, vec)
-        if not 1 <= rows <= MAX_VECTOR_ROWS:
+        if not 1 <= rows <= max_rows:
             return (f"{t.bk // vec} vectors per row of a {t.bn}x{t.bk} B tile do not split "
-                    f"into 1 to {MAX_VECTOR_ROWS} rows for each of {t.threads} threads")
+                    f"into 1 to {max_rows} rows for each of {t.loaders} loading threads")
     if shape.B * shape.Ho * shape.Wo + t.bn > INT32_MAX:
         return (f"B*Ho*Wo = {shape.B * shape.Ho * shape.Wo} pixels overflow the kernel's "
                 f"32-bit pixel index")

@@ -9,16 +9,17 @@ the mma.sync pieces' epilogue and split-K reduce take them unchanged.
 """
 
 import itertools
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
 from ...gpu.hardware import H100
 from ...gpu.hopper import WGMMA_NS, WGMMA_PTX
-from ...shapes import ConvShape
+from ...shapes import NHWC, ConvShape
 from . import cost
-from .tiling import (MAX_SMEM, Tiling, a_parts, channel_vector, element_bytes, k_tiles,
-                     output_tiles, shape_problem)
+from .tiling import (MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, channel_vector, element_bytes,
+                     k_tiles, output_tiles, shape_problem, vector_rows)
 
 ROW_BYTES = 128  # one swizzle atom row, BK elements: a K-tile
 SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
@@ -54,6 +55,9 @@ COMPUTE = r"""
         }
         wgmma_commit();
     };
+"""
+
+SPLIT_B = r"""
 #if MODE == 1
     // wgmma reads a TF32 operand by dropping each float's low 13 bits. 3xTF32: the filters are
     // split on the host, and each thread splits the B vectors it copied once they land: the big
@@ -166,9 +170,50 @@ def swizzle_tiles(a: np.ndarray, t: Tiling) -> np.ndarray:
 
 def smem_bytes(t: Tiling, maths: str) -> int:
     """The stages (A and B rows of 128 bytes, unpadded; both twice for 3xTF32's big and small
-    parts) or the epilogue's C tile, plus the alignment slack."""
+    parts) or the epilogue's C tile (the persistent schedule stores from registers and keeps
+    two mbarriers per stage instead), plus the alignment slack."""
     stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
+    if t.schedule == "persistent":
+        return stages + 16 * t.stages + SWIZZLE_ALIGN
     return max(stages, t.bn * (t.bm + 4) * 4) + SWIZZLE_ALIGN
+
+
+def blocks_per_sm(t: Tiling, maths: str) -> int:
+    """Blocks of `t` an SM holds (at most 2): as shared memory allows, and for the persistent
+    schedule, whose launch bounds ask ptxas for this many, as registers allow: ptxas fits the
+    whole kernel in 65536 / (blocks x threads) registers a thread (rounded down to 8), and a
+    wgmma holds its accumulators (twice for 3xTF32) at once, plus PERSISTENT_OVERHEAD."""
+    per_block = smem_bytes(t, maths) + H100.limits.reserved_shared_per_block
+    blocks = max(1, min(2, H100.limits.shared_per_sm // per_block))
+    if t.schedule == "persistent" and blocks == 2:
+        cap = H100.limits.registers_per_sm // (2 * t.block_threads)
+        if a_parts(maths) * t.bn // 2 + PERSISTENT_OVERHEAD > cap - cap % 8:
+            blocks = 1
+    return blocks
+
+
+def register_split(shape: ConvShape, t: Tiling, maths: str) -> tuple[int, int]:
+    """setmaxnreg's counts for the persistent schedule, (loaders, MMA threads), or (0, 0) where
+    the cap every thread gets at launch already holds what an MMA thread is modelled to need
+    (mma_registers). A loader keeps 4 registers per B row it copies (a 64-bit offset, two ints)
+    and ~40 more; what it gives up goes to the MMA threads."""
+    if t.schedule != "persistent":
+        return 0, 0
+    cap = min(255, H100.limits.registers_per_sm // (blocks_per_sm(t, maths) * t.block_threads))
+    cap -= cap % 8
+    if mma_registers(t, maths) <= cap:
+        return 0, 0
+    rows = vector_rows(t, channel_vector(shape.Cg, maths))
+    loaders = -(-(4 * rows + 40) // 8) * 8
+    mma = min(256, (cap * t.block_threads - loaders * t.loaders) // t.threads)
+    mma -= mma % 8
+    return (loaders, mma) if mma > cap else (0, 0)
+
+
+def mma_registers(t: Tiling, maths: str) -> int:
+    """Registers an MMA thread is modelled to need: its accumulators (twice for 3xTF32) and ~56
+    more (in the grid schedule the gather's row origins among them)."""
+    return a_parts(maths) * t.bn // 2 + 56
 
 
 def k_elements(maths: str) -> int:
@@ -180,6 +225,10 @@ def tiling_problem(t: Tiling, maths: str) -> str:
     """Why a wgmma kernel cannot be compiled with `t`, or ""."""
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
+    if t.schedule not in ("grid", "persistent"):
+        return f"schedule must be 'grid' or 'persistent', not {t.schedule!r}"
+    if t.schedule == "persistent" and t.split_k != 1:
+        return "the persistent schedule has no split-K: split_k must be 1"
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
     if t.bm != 16 * t.warps_m:
@@ -203,10 +252,10 @@ def tiling_problem(t: Tiling, maths: str) -> str:
 def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
     """Why `t` cannot run the (channel-padded) layer, or "": the channels-last gather's rules,
     and rows a thread copies keeping one swizzle phase (8 | rows between them)."""
-    problem = shape_problem(shape, t, "NHWC", maths)
+    problem = shape_problem(shape, t, NHWC, maths, MAX_WGMMA_ROWS)
     if problem:
         return problem
-    step = t.threads // (t.bk // channel_vector(shape.Cg, maths))
+    step = t.loaders // (t.bk // channel_vector(shape.Cg, maths))
     if step % 8:
         return f"the gather's row step {step} must be a multiple of 8 for the swizzle"
     return ""
@@ -214,6 +263,11 @@ def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
 
 # 3xTF32 keeps a K-tile's partial sum beside the running one: 2 * 128/2 = 128 registers at bn 128.
 MAX_BN = {"3xtf32": 128}
+# Registers a thread of the persistent schedule needs beside a wgmma's accumulators: compiling
+# every persistent tiling of the ResNet layer and AlexNet's at two blocks per SM (NVRTC 12.9,
+# session 15), those with accumulators + 24 above the cap failed (C7602 at the wgmma: 64x224 at
+# 128 registers, 128x128 at 80) and all the others built.
+PERSISTENT_OVERHEAD = 24
 # Warpgroups an SM needs resident to issue at the wgmma peak: three, as gpu/measure.py measures
 # the peak. The sweeps in results/h100/wgmma-20261125 say that one warpgroup issues well below
 # it (the model without this term ordered 60% of their pairs as measured, its picks 1.37x the
@@ -227,13 +281,13 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     """Modelled microseconds, for ranking: the busiest SM's waves of blocks, each K-tile the
     larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient; fewer
     than WARPGROUPS_FOR_PEAK warpgroups on the SM issue at a fraction of the rate) and the
-    loads' latency over the STAGES-2 tiles in flight; at least the DRAM floor."""
-    threads = t.threads
-    registers = -(-(a_parts(maths) * t.bn // 2 + 56) // 8) * 8
-    resident = max(1, min(H100.limits.registers_per_sm // (registers * threads),
-                          H100.limits.shared_per_sm // (smem_bytes(t, maths)
-                                                        + H100.limits.reserved_shared_per_block),
-                          2))
+    loads' latency over the STAGES-2 tiles in flight; at least the DRAM floor. The persistent
+    schedule waits for a tile's first loads once per block, not once per tile (the loaders
+    run ahead into the next tile), with STAGES-1 K-tiles of copies in flight."""
+    resident = blocks_per_sm(t, maths)
+    if t.schedule == "grid":
+        registers = -(-mma_registers(t, maths) // 8) * 8 * t.threads
+        resident = max(1, min(H100.limits.registers_per_sm // registers, resident))
     tiles = output_tiles(shape, t) * t.split_k
     per_sm = -(-tiles // cost.SMS)
     resident = min(resident, per_sm)
@@ -241,9 +295,13 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     mma = 2 * t.bm * t.bn * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
     k_count = k_tiles(shape, t) / t.split_k
     latency = cost.load_latency(shape, t, maths, k_count)
-    k_tile = max(mma * resident / issuing, latency / (t.stages - 2)) / resident
     epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
-    total = per_sm * (k_count * k_tile + (latency + epilogue) / resident)
+    if t.schedule == "persistent":
+        k_tile = max(mma * resident / issuing, latency / (t.stages - 1)) / resident
+        total = per_sm * (k_count * k_tile + epilogue / resident) + latency
+    else:
+        k_tile = max(mma * resident / issuing, latency / (t.stages - 2)) / resident
+        total = per_sm * (k_count * k_tile + (latency + epilogue) / resident)
     total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
     if t.split_k > 1:
         total += tiles * t.bm * t.bn * 8 / cost.DRAM_BYTES_PER_CYCLE
@@ -252,19 +310,17 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
 
 def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
-    the tap gather (and the table where a group's channels are not a multiple of bk), and
-    `cost.split_options`' K-splits."""
+    the tap gather (and the table where a group's channels are not a multiple of bk),
+    `cost.split_options`' K-splits, and without a split the persistent schedule too."""
     bk = k_elements(maths)
     gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
     found = []
     for gather, warps, bn, stages in itertools.product(gathers, (8, 4), WGMMA_NS, range(3, 7)):
         base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
-        if tiling_problem(base, maths):
-            continue
-        for s in cost.split_options(shape, base):
-            t = Tiling(base.bm, bn, bk, warps, 1, stages, s, gather)
-            if not layer_problem(shape, t, maths):
-                found.append(t)
+        options = [replace(base, split_k=s) for s in cost.split_options(shape, base)]
+        options.append(replace(base, schedule="persistent"))
+        found += [t for t in options
+                  if not tiling_problem(t, maths) and not layer_problem(shape, t, maths)]
     return found
 
 

@@ -1,0 +1,239 @@
+"""The wgmma kernel's persistent, warp-specialised schedule (Tiling.schedule "persistent"): a
+block per SM slot walks the output tiles; one warpgroup copies, the others multiply, and the
+stages pass between them on mbarriers. Same gather, swizzled layout, MMAs and epilogue maths as
+the grid schedule beside it (igemm.wgmma).
+
+setmaxnreg moves registers from the loaders to the MMA warps where those need more than the
+launch's cap: without it such tilings ran 5-16% slower on an H100 (session 15). It cannot make room for one wgmma's accumulators beyond that cap (ptxas stops
+with C7602), so the host picks blocks per SM for those to fit (igemm.wgmma.blocks_per_sm)."""
+
+from . import gather_nhwc, wgmma
+
+INSTRUCTIONS = r"""
+#if PERSISTENT
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned bar)
+{
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n"
+                 :: "r"(bar) : "memory");
+}
+
+// One arrival that also announces `bytes` the copy engine will deliver (complete_tx).
+__device__ __forceinline__ void mbar_arrive_expect(unsigned bar, unsigned bytes)
+{
+    asm volatile("{\n.reg .b64 state;\n"
+                 "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// Until the barrier's phase of this parity has completed (a fresh barrier counts its phase
+// "-1", parity 1, as completed: the loaders' first pass over the stages does not wait).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+// The copy engine (TMA's 1-D form): `bytes` contiguous bytes, completing on the barrier.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
+                                          unsigned bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1], %2, [%3];\n"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+#endif
+"""
+
+# The kernel: its frame, the loader warpgroup's loop, the MMA warpgroups' loop. Each reads the
+# grid schedule's pieces where they are the same (gather, B split, MMAs).
+FRAME = r"""
+// wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][A_PARTS][BM*BK];
+// table: the "table" gather's per-vector offsets; ws and counters are unused (no split-K).
+extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
+conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
+             const int4* __restrict__ table, const float* __restrict__ bias,
+             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
+{
+    extern __shared__ __align__(16) float smem_raw[];
+    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
+    // After the stages: STAGES "full" barriers (the loaders' copies and A's bulk copy landed)
+    // and STAGES "empty" ones (every MMA thread is done reading the stage).
+    const unsigned full0 = smem_u32(smem + STAGES * STAGE_WORDS);
+    const unsigned empty0 = full0 + 8 * STAGES;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int npix = batch * HWO;  // < 2^31, checked by the host
+    const int ntiles = (npix + BN - 1) / BN;
+    const int tiles = G * MTILES * ntiles;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, LOADERS + 1);  // each loader, and A's expect_tx
+            mbar_init(empty0 + 8 * s, THREADS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    // Tiles m fastest (neighbours share their input rows in L2), then pixels, then groups;
+    // block b takes tiles b, b + gridDim.x, ...: both roles walk the same list.
+#define TILE_COORDS(t) \
+    const int mtile = (t) % MTILES; \
+    const int ntile = ((t) / MTILES) % ntiles; \
+    const int group = (t) / (MTILES * ntiles);
+"""
+
+LOADER_BEGIN = r"""
+    if (warp >= NWARPS) {
+#if PRODUCER_REGS
+        setmaxnreg_dec<PRODUCER_REGS>();
+#endif
+        // The loaders number themselves from 0, as the gather's pieces expect.
+        const int tid = threadIdx.x - THREADS;
+"""
+
+LOADER_LOOP = r"""
+        // K-tile j (counted over all of this block's tiles) goes to stage j % STAGES once the
+        // MMA threads released that stage's previous use. Its B copies are published LAG
+        // K-tiles later, when cp.async.wait_group says they landed: this thread fences them
+        // for the async proxy that wgmma reads through (and splits them for 3xTF32) before
+        // its arrival, so LAG + 1 K-tiles of copies stay in flight. A's tile comes by the copy
+        // engine, counted by the barrier's transaction bytes. LAG is at most STAGES - 2: the
+        // MMA threads free K-tile j's stage only after issuing j + 1, so a loader further
+        // behind would wait for a stage that waits for its own publication.
+#define LAG (STAGES - 2)
+        auto publish = [&](int p) {
+            const int stage = p % STAGES;
+#if MODE == 1
+            split_b(stage);
+#endif
+            fence_proxy_async();
+            mbar_arrive(full0 + 8 * stage);
+        };
+        int j = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            TILE_COORDS(t)
+"""
+
+LOAD_A_BULK = r"""
+            const float4* wtiles = wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
+            auto load_a = [&](int stage, int kt) {
+                if (tid == 0) {
+                    const unsigned bar = full0 + 8 * stage;
+                    mbar_arrive_expect(bar, A_WORDS * 4);
+                    bulk_copy(smem_u32(smem + stage * STAGE_WORDS),
+                              wtiles + (long long)kt * A_VECS, A_WORDS * 4, bar);
+                }
+            };
+"""
+
+LOADER_END = r"""
+            for (int kt = 0; kt < KTILES; ++kt, ++j) {
+                const int stage = j % STAGES;
+                mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
+                load_tile(stage, kt);
+                cp_async_commit();
+                if (j >= LAG) {
+                    cp_async_wait<LAG>();
+                    publish(j - LAG);
+                }
+            }
+        }
+        cp_async_wait<0>();
+        for (int p = j < LAG ? 0 : j - LAG; p < j; ++p) publish(p);
+    } else {
+#if CONSUMER_REGS
+        setmaxnreg_inc<CONSUMER_REGS>();
+#endif
+"""
+
+CONSUMER = r"""
+        // Warpgroup w multiplies rows 64w.. of each tile; each K-tile's stage is released
+        // once the wgmmas reading it have retired (one group stays in flight, so the release
+        // of K-tile j follows the issue of j + 1), and the tile's sum goes straight from the
+        // registers to the output while the loaders fill the stages for the next tile.
+        int j = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            TILE_COORDS(t)
+#pragma unroll
+            for (int f = 0; f < NF; ++f)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[0][f][e] = 0.0f;
+            fence_operands(acc);
+            for (int kt = 0; kt < KTILES; ++kt, ++j) {
+                const int stage = j % STAGES;
+                mbar_wait(full0 + 8 * stage, (j / STAGES) & 1);
+#if MODE == 1
+                // as the grid schedule: a K-tile's three products in a fresh partial sum,
+                // added with FP32 adds once they retire
+                compute(stage, part);
+                wgmma_wait<0>();
+                fence_operands(part);
+                mbar_arrive(empty0 + 8 * stage);
+#pragma unroll
+                for (int f = 0; f < NF; ++f)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[0][f][e] += part[0][f][e];
+#else
+                compute(stage, acc);
+                wgmma_wait<1>();
+                if (kt > 0) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+#endif
+            }
+#if MODE != 1
+            wgmma_wait<0>();
+            mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+#endif
+            fence_operands(acc);
+            // Element e of n-block f: output channel 16*warp + g8 + 8*(e/2) of the tile,
+            // pixel 8f + 2*t4 + e%2; a warp's store covers 8 channels of 4 pixels.
+#pragma unroll
+            for (int f = 0; f < NF; ++f)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int pix = ntile * BN + 8 * f + 2 * t4 + (e & 1);
+                    const int mg = mtile * BM + 16 * warp + g8 + 8 * (e >> 1);
+                    if (pix < npix && mg < MG)
+                        y[(long long)pix * M + group * MG + mg] =
+                            to_out(finish_output(acc[0][f][e], bias, group * MG + mg));
+                }
+        }
+    }
+}
+"""
+
+PARTIAL_SUM = r"""
+#if MODE == 1
+        float part[MF][NF][4];
+#pragma unroll
+        for (int f = 0; f < NF; ++f)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[0][f][e] = 0.0f;
+        fence_operands(part);
+#endif
+"""
+
+KERNEL = (FRAME + LOADER_BEGIN + gather_nhwc.LOADER_LANE + wgmma.SPLIT_B + LOADER_LOOP
+          + gather_nhwc.ROW_ORIGINS + LOAD_A_BULK + gather_nhwc.GATHER_B + LOADER_END
+          + wgmma.COMPUTE + PARTIAL_SUM + CONSUMER)
