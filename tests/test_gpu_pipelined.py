@@ -126,9 +126,14 @@ def persistent_tilings(variant, shape):
                          ids=lambda s: f"B{s.B}-{s.brief()}")
 @pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
 def test_the_persistent_schedule(variant, shape, rng):
-    failures = []
     tilings = persistent_tilings(variant, shape)
     assert tilings
+    check_tilings(variant, shape, tilings, rng)
+
+
+def check_tilings(variant, shape, tilings, rng):
+    """Each tiling against float64; the failures listed together."""
+    failures = []
     for t in tilings:
         result = check(variant.configured(t), shape, rng, RELU if shape.bias else None)
         if not result.passed:
@@ -136,17 +141,12 @@ def test_the_persistent_schedule(variant, shape, rng):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.smoke
-@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
-def test_the_persistent_schedule_writes_fp16_and_runs_again(variant, rng):
-    """Two launches give the same bits (the barriers start each launch afresh), the float32
-    output matches float64, and an fp16 output is it rounded to nearest even."""
+def check_relaunch_and_fp16(variant, t, shape, x, w, b):
+    """Two launches of tiling t give the same bits (the barriers start each launch afresh),
+    the float32 output matches float64, and an fp16 output is it rounded to nearest even."""
     import cupy
 
-    shape = MANY_TILES[0]
-    skip_off_its_gpu(variant, shape)
-    single = variant.configured(persistent_tilings(variant, shape)[0])
-    x, w, b = random_problem(shape, rng, signed=True)
+    single = variant.configured(t)
     outputs = {}
     for dtype in (np.float32, np.float32, np.float16):
         op = single.writing(dtype).prepare(shape, w, RELU, b)
@@ -155,11 +155,77 @@ def test_the_persistent_schedule_writes_fp16_and_runs_again(variant, rng):
         op(op.stage(cupy.asarray(x)), y)
         outputs.setdefault(dtype, []).append(cupy.asnumpy(op.output(y)))
     first, second = outputs[np.float32]
-    assert np.array_equal(first, second)
+    assert np.array_equal(first, second), t.brief()
     result = compare(first, reference_output(x, w, shape, RELU, b), single.precision)
-    assert result.passed, result.reason
+    assert result.passed, f"{t.brief()}: {result.reason}"
     assert np.array_equal(outputs[np.float16][0].view(np.uint16),
-                          first.astype(np.float16).view(np.uint16))
+                          first.astype(np.float16).view(np.uint16)), t.brief()
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_persistent_schedule_writes_fp16_and_runs_again(variant, rng):
+    shape = MANY_TILES[0]
+    skip_off_its_gpu(variant, shape)
+    x, w, b = random_problem(shape, rng, signed=True)
+    check_relaunch_and_fp16(variant, persistent_tilings(variant, shape)[0], shape, x, w, b)
+
+
+# Stride-1 layers whose groups hold whole 128-byte channel chunks, for the halo schedule: pad
+# 0, 1 and 2; 1x1, 3x3 and 5x5; odd and non-square images; groups; several m-tiles (M=130);
+# three fp16 chunks (192 channels); row counts that leave a short last row block; more tiles
+# than the grid's blocks (each block walks a run of them, its filters resident or not).
+HALO_SHAPES = [ConvShape(3, 64, 9, 11, 40, 3, pad=1, bias=True),
+               ConvShape(2, 128, 13, 13, 96, 3, pad=1, groups=2),
+               ConvShape(4, 64, 10, 7, 130, 5, pad=2, bias=True),
+               ConvShape(5, 64, 12, 12, 64, 3),
+               ConvShape(6, 64, 8, 8, 72, 1, bias=True),
+               ConvShape(2, 192, 6, 6, 64, 3, pad=1),
+               ConvShape(16, 64, 28, 28, 64, 3, pad=1),
+               MANY_TILES[1]]
+HALO_VARIANTS = [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()]
+
+
+def halo_tilings(variant, shape):
+    """The cost model's first halo tiling at each count of MMA warpgroups, of blocks per SM,
+    with filters resident or not and with registers moved or not; and the most rows a tile."""
+    chosen = {}
+    k = variant.kernel_shape(shape)
+    halo = [t for t in variant.ranked(shape) if t.schedule == "halo"]
+    for t in halo:
+        resident = t.stages == tiling.k_tiles(k, t)
+        moved = wgmma.register_split(k, t, variant.maths)[0] > 0
+        chosen.setdefault((t.warps_m, wgmma.blocks_per_sm(t, variant.maths, k), resident, moved),
+                          t)
+    if halo:
+        chosen.setdefault("rows", max(halo, key=lambda t: t.rows))
+    return list(chosen.values())
+
+
+@pytest.mark.parametrize("shape", HALO_SHAPES + list(ALEXNET.values()),
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", HALO_VARIANTS, ids=lambda v: v.name)
+def test_the_halo_schedule(variant, shape, rng):
+    tilings = halo_tilings(variant, shape)
+    if not tilings:
+        assert shape.stride != 1 or shape.Cg * tiling.element_bytes(variant.maths) % 128
+        pytest.skip("no halo tiling: stride > 1 or partial 128-byte channel chunks")
+    check_tilings(variant, shape, tilings, rng)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("variant", HALO_VARIANTS, ids=lambda v: v.name)
+def test_the_halo_schedule_writes_fp16_and_runs_again(variant, rng):
+    """As the persistent schedule's, with resident filters and with a ring of A buffers."""
+    shape = HALO_SHAPES[6]
+    skip_off_its_gpu(variant, shape)
+    k = variant.kernel_shape(shape)
+    halo = [t for t in variant.ranked(shape) if t.schedule == "halo"]
+    resident = next(t for t in halo if t.stages == tiling.k_tiles(k, t))
+    ring = next(t for t in halo if t.stages < tiling.k_tiles(k, t))
+    x, w, b = random_problem(shape, rng, signed=True)
+    for t in (resident, ring):
+        check_relaunch_and_fp16(variant, t, shape, x, w, b)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=IDS)

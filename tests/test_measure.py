@@ -82,6 +82,21 @@ def test_floor_picks_the_binding_ceiling():
     assert bound_tf32 == "compute" and ms_tf32 == pytest.approx(conv2.flops / 300000e9 * 1e3)
 
 
+def test_a_half_precision_floor_counts_16_bit_bytes():
+    """fp16 rows read and write 16-bit tensors: their memory floor (and GB/s) counted 4-byte
+    elements, so the ResNet 3x3 layer's fp16 rows showed 74-76% of a "copy" floor twice the
+    real one (session 16)."""
+    resnet = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
+    c = measure.Ceilings("test", 3000.0, 50000.0, 300000.0, fp16_gflops=650000.0,
+                         wgmma_tf32_gflops=600000.0, wgmma_fp16_gflops=980000.0)
+    ms, bound = c.floor_ms(resnet, "fp16")
+    assert bound == "memory" and ms == pytest.approx(resnet.min_bytes / 2 / 3000e9 * 1e3)
+    assert c.floor_ms(resnet, "tf32")[0] == pytest.approx(2 * ms)
+    assert measure.traffic_bytes(resnet, None, 2) == resnet.min_bytes // 2
+    assert measure.gbps(resnet, 1.0, None, 2) == pytest.approx(measure.gbps(resnet, 1.0) / 2)
+    assert measure.element_bytes("bf16") == 2 and measure.element_bytes("3xtf32") == 4
+
+
 def test_half_precision_floor_uses_the_half_precision_rate():
     """fp16/bf16 rows were held to the TF32 rate, so cuDNN bf16 showed 404% of its "floor"."""
     conv3 = ConvShape(128, 256, 13, 13, 384, 3, pad=1, bias=True)

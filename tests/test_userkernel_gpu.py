@@ -13,6 +13,7 @@ from convlab.gpu.isolate import run_isolated
 from convlab.gpu.jit import nvrtc_compile
 from convlab.kernels import VARIANTS, kernel_variants
 from convlab.kernels.base import Op
+from convlab.kernels.igemm.tiling import k_tiles
 from convlab.kernels.naive import Naive
 from convlab.shapes import ConvShape
 from convlab.userkernel.kernelfile import load_kernel_file
@@ -154,6 +155,21 @@ def test_memcheck_is_clean_on_the_persistent_schedule(name):
     config = next(t for t in variant.ranked(shape) if t.schedule == "persistent")
     report = sanitize(shape, variant=name, epilogue="relu", config=config.as_dict())
     assert report.clean, report.lines()
+
+
+@needs_sanitizer
+@pytest.mark.parametrize("name", ["wgmma", "wgmma-fp16", "wgmma-bf16"])
+def test_memcheck_is_clean_on_the_halo_schedule(name):
+    """Patches whose edges fall outside the image (zero-filled copies), a short last row
+    block, filters resident and in a ring, more tiles than blocks."""
+    shape = ConvShape(16, 64, 28, 26, 72, 3, pad=1, bias=True)
+    variant = VARIANTS[name]
+    k = variant.kernel_shape(shape)
+    halo = [t for t in variant.ranked(shape) if t.schedule == "halo" and t.rows == 3]
+    for config in (next(t for t in halo if t.stages == k_tiles(k, t)),
+                   next(t for t in halo if t.stages < k_tiles(k, t))):
+        report = sanitize(shape, variant=name, epilogue="relu", config=config.as_dict())
+        assert report.clean, f"{config.brief()}: {report.lines()}"
 
 
 # --- occupancy: convlab's rule against the driver's -------------------------------------------------

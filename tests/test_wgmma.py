@@ -288,3 +288,91 @@ def test_the_cubin_cache_falls_back_to_a_folder_of_this_users(monkeypatch, tmp_p
     assert jit.private_temp_dir() is None
     with pytest.raises(ConvlabError, match="nowhere to write its cubin"):
         jit.cubin_file("v", "other source", (), "sm_90a")
+
+
+# --- the halo schedule --------------------------------------------------------------------------
+
+RESNET = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
+
+
+def halo(bm, rows, stages, shape=RESNET, maths="fp16"):
+    bn = wgmma.halo.halo_bn(shape, rows)
+    return tiling.Tiling(bm, bn, wgmma.k_elements(maths), bm // 16, 1, stages, 1, "tap", "halo",
+                         rows)
+
+
+def test_a_halo_tile_is_whole_output_rows_on_the_padded_grid():
+    """4 rows of the 56-wide ResNet layer span 4 x 58 - 2 grid positions (the last row's 2
+    padding columns are never reached), 232 as wgmma's N; the patch holds what the last tap's
+    rows reach (232 + 2 x 59, in 8s); a tile per 4 rows of each image."""
+    t = halo(64, 4, 9)
+    assert t.bn == 232 and wgmma.halo.patch_rows(RESNET, t.bn) == 352
+    assert tiling.n_tiles(RESNET, t) == 64 * 14 and tiling.output_tiles(RESNET, t) == 64 * 14
+    assert wgmma.smem_bytes(t, "fp16", RESNET) == 9 * 64 * 128 + 2 * 352 * 128 + 8 * 22 + 1024
+    assert t.brief() == "64x232x64 4x1w s9 k1 tap halo4" and t.block_threads == 256
+    assert tiling.Tiling.from_dict(t.as_dict()) == t and t.as_dict()["rows"] == 4
+    grid = tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")
+    assert "rows" not in grid.as_dict() and tiling.Tiling.from_dict(grid.as_dict()) == grid
+    assert not W.WgmmaFP16().tiling_problem(t)
+    assert not W.WgmmaFP16().shape_problem(RESNET, t)
+    # 3 output rows of 13 + 2 columns: N 43 -> 48; a last row block of one row
+    conv3 = get_model("alexnet").conv_shapes(128)["conv3"]
+    assert wgmma.halo.halo_bn(conv3, 3) == 48
+    assert tiling.n_tiles(conv3, halo(64, 3, 4, conv3)) == 128 * 5
+
+
+def test_the_halo_schedule_refuses_what_it_cannot_run():
+    fp16 = W.WgmmaFP16()
+    t = halo(64, 2, 4)
+    assert "no split-K" in fp16.tiling_problem(dataclasses.replace(t, split_k=2))
+    assert "3xTF32" in W.Wgmma3xTF32().tiling_problem(halo(64, 2, 4, maths="3xtf32"))
+    assert "gather 'tap'" in fp16.tiling_problem(dataclasses.replace(t, gather="table"))
+    assert "bn must be 120" in fp16.shape_problem(RESNET, dataclasses.replace(t, bn=128))
+    assert "stride 1" in fp16.shape_problem(dataclasses.replace(RESNET, stride=2), t)
+    conv2 = get_model("alexnet").conv_shapes(128)["conv2"]  # 48 channels a group: 96 bytes
+    assert "128-byte channel chunks" in fp16.shape_problem(conv2, t)
+    assert "exceed the layer's 9 K-tiles" in fp16.shape_problem(RESNET, halo(64, 2, 10))
+    assert "exceed the layer's 56 output rows" in fp16.shape_problem(
+        RESNET, dataclasses.replace(t, rows=57))
+    assert "shared memory" in fp16.shape_problem(RESNET, halo(128, 4, 9))
+    grid = tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")
+    assert "halo schedule's" in fp16.tiling_problem(dataclasses.replace(grid, rows=2))
+    assert "needs wgmma" in VARIANTS["channels-last-fp16"].tiling_problem(
+        dataclasses.replace(grid, rows=2))
+    assert not [c for c in fp16.ranked(conv2) if c.schedule == "halo"]
+
+
+def test_the_tuner_is_offered_halo_tilings_where_a_layer_has_them(monkeypatch):
+    monkeypatch.setattr(hardware, "current", lambda: hardware.H100)
+    for variant in (W.WgmmaFP16(), W.Wgmma()):
+        configs = variant.configs(RESNET)
+        assert len(configs) == tiling.MAX_CONFIGS
+        assert sum(c.schedule == "halo" for c in configs) == W.HALO_CONFIGS
+        t = next(c for c in configs if c.schedule == "halo")
+        k = variant.kernel_shape(RESNET)
+        assert variant.launch_grid(k, t) == (132 * wgmma.blocks_per_sm(t, variant.maths, k), 1, 1)
+    small = ConvShape(2, 64, 5, 5, 64, 3, pad=1)  # 2 images x 1 row block < the SMs
+    t = halo(64, 5, 4, small)
+    assert W.WgmmaFP16().launch_grid(small, t) == (2, 1, 1)
+
+
+@pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16()], ids=lambda v: v.name)
+def test_halo_tilings_build_without_spills(variant):
+    """Filters resident (a buffer per K-tile) and in a ring, two warpgroups with registers
+    moved to them, an N past a multiple of 32 (a tail wgmma) and one below 32 (the tail
+    alone): ptxas builds each without spilling or serialising the wgmmas."""
+    tiny = ConvShape(2, 64, 6, 2, 64, 3, pad=1)  # 4-wide patch rows: N = 2 -> 8
+    maths = variant.maths
+    kt = tiling.k_tiles(RESNET, halo(64, 4, 2, maths=maths))
+    chosen = [(RESNET, halo(64, 3, kt, maths=maths)), (RESNET, halo(64, 2, 4, maths=maths)),
+              (RESNET, halo(128, 4, 4, maths=maths)), (tiny, halo(64, 1, 2, tiny, maths))]
+    assert chosen[0][1].bn % 32 and chosen[3][1].bn == 8
+    for shape, t in chosen:
+        assert not variant.tiling_problem(t) and not variant.shape_problem(shape, t), t.brief()
+        v = variant.configured(t)
+        options = v.compile_options(shape, "relu") + ("-Xptxas=-v",)
+        assert "-DHALO=1" in options
+        result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
+        assert result.cubin is not None, f"{t.brief()}: {result.log}"
+        assert " 0 bytes spill stores" in result.log, f"{t.brief()}: {result.log}"
+        assert "C7514" not in result.log and "C7508" not in result.log, result.log

@@ -80,7 +80,10 @@ class Row:
 
     @property
     def gbps(self) -> float | None:
-        return measure.gbps(self.shape, self.median_ms, self.epilogue) if self.valid else None
+        if not self.valid:
+            return None
+        return measure.gbps(self.shape, self.median_ms, self.epilogue,
+                            measure.element_bytes(self.precision))
 
     @property
     def pct_floor(self) -> float | None:

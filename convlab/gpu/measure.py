@@ -354,20 +354,30 @@ def time_host(fn: Callable[[], None], policy: TimingPolicy | None = None,
 
 # --- what the times mean --------------------------------------------------------------------
 
-def traffic_bytes(shape: ConvShape, epilogue: str | None = None) -> int:
-    """Fewest bytes through device memory: inputs, weights and the output written, once each."""
-    if epilogue is None:
-        return shape.min_bytes
-    pooled = shape.B * shape.M * (shape.Ho // 2) * (shape.Wo // 2)
-    return shape.min_bytes - FLOAT_BYTES * (shape.B * shape.M * shape.Ho * shape.Wo - pooled)
+def element_bytes(precision: str) -> int:
+    """Bytes an element of a precision class's inputs and outputs takes: fp16 and bf16 rows
+    read and write 16-bit tensors (cuDNN's, and ours in a single-layer run)."""
+    return 2 if precision in ("fp16", "bf16") else FLOAT_BYTES
+
+
+def traffic_bytes(shape: ConvShape, epilogue: str | None = None,
+                  element: int = FLOAT_BYTES) -> int:
+    """Fewest bytes through device memory: inputs, weights and the output written, once each,
+    `element` bytes each."""
+    elements = shape.min_bytes // FLOAT_BYTES
+    if epilogue is not None:
+        elements -= shape.B * shape.M * shape.Ho * shape.Wo - shape.B * shape.M * (
+            shape.Ho // 2) * (shape.Wo // 2)
+    return element * elements
 
 
 def gflops(shape: ConvShape, ms: float) -> float:
     return shape.flops / (ms * 1e-3) / 1e9
 
 
-def gbps(shape: ConvShape, ms: float, epilogue: str | None = None) -> float:
-    return traffic_bytes(shape, epilogue) / (ms * 1e-3) / 1e9
+def gbps(shape: ConvShape, ms: float, epilogue: str | None = None,
+         element: int = FLOAT_BYTES) -> float:
+    return traffic_bytes(shape, epilogue, element) / (ms * 1e-3) / 1e9
 
 
 # --- device ceilings ------------------------------------------------------------------------
@@ -472,8 +482,9 @@ class Ceilings:
     def floor_ms(self, shape: ConvShape, rate: str = "fp32", epilogue: str | None = None,
                  flops: float | None = None) -> tuple[float, str]:
         """max(bytes / copy bandwidth, FLOPs / rate) and which of the two binds; `flops` are
-        what the variant issues at `rate` (default: the direct conv's)."""
-        mem = traffic_bytes(shape, epilogue) / (self.copy_gbps * 1e9) * 1e3
+        what the variant issues at `rate` (default: the direct conv's), the bytes those of the
+        rate's element size (16-bit for fp16 and bf16)."""
+        mem = traffic_bytes(shape, epilogue, element_bytes(rate)) / (self.copy_gbps * 1e9) * 1e3
         flops = shape.flops if flops is None else flops
         compute = flops / (self.rate(rate) * 1e9) * 1e3
         return (mem, "memory") if mem >= compute else (compute, "compute")

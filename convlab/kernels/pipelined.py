@@ -102,7 +102,8 @@ class Pipelined(Variant):
     def smallest_tiling(self) -> Tiling:
         return Tiling(32, 32, k_step(self.maths), 1, 4, 2, 1, "table")
 
-    def smem_bytes(self, t: Tiling) -> int:
+    def smem_bytes(self, t: Tiling, shape: ConvShape | None = None) -> int:
+        """Dynamic shared memory a block of `t` takes (on the layer `shape`, where it varies)."""
         return smem_bytes(t, self.maths, self.layout)
 
     def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
@@ -190,7 +191,7 @@ class Pipelined(Variant):
         k = self.kernel_shape(shape)
         compiled = self.compile(shape, epilogue)
         kernel = compiled.module.get_function("conv_forward")
-        smem = self.smem_bytes(t)
+        smem = self.smem_bytes(t, shape)
         kernel.max_dynamic_shared_size_bytes = smem
         wpack = cupy.asarray(self.packed_weights(weights, k, t))
         table = cupy.asarray(self.gather_table(k, t) if t.gather == "table"

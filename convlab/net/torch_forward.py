@@ -4,7 +4,10 @@ graphs and `torch.compile`, so each of those is a candidate, in the precision cl
 being compared (fp32 with TF32 off, tf32, fp16, bf16), and the fastest is the baseline.
 
 Candidates: layout (NCHW, channels-last) x mode (eager, a captured CUDA graph, torch.compile in
-its default mode). Each is warmed up (cuDNN's algorithm search, compilation) before it is timed
+its default mode), and torch.compile's max-autotune mode (Triton conv and GEMM templates timed
+against cuDNN's, CUDA graphs) in channels-last, the layout its user picks for speed; it compiles
+for minutes (more than five for AlexNet in fp32 on an H100), so it is not timed in NCHW. Each is
+warmed up (cuDNN's algorithm search, compilation) before it is timed
 with measure.time_device, and its top-1 predictions are checked against the reference's. The
 input's conversion to the candidate's dtype and layout is staging, outside the time. PyTorch is
 optional; without it (or without CUDA) this reports why. A candidate that fails (torch.compile
@@ -23,8 +26,9 @@ from ..gpu.isolate import gpu_wait
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 
 LAYOUTS = ("nchw", "nhwc")
-MODES = ("eager", "graph", "compile")
-MODE_WORDS = {"eager": "eager", "graph": "CUDA graph", "compile": "torch.compile"}
+MODES = ("eager", "graph", "compile", "max-autotune")
+MODE_WORDS = {"eager": "eager", "graph": "CUDA graph", "compile": "torch.compile",
+              "max-autotune": "torch.compile max-autotune"}
 LAYOUT_WORDS = {"nchw": "NCHW", "nhwc": "channels-last"}
 # precision class -> (torch dtype name, TF32 allowed)
 DTYPES = {"fp32": ("float32", False), "tf32": ("float32", True), "fp16": ("float16", False),
@@ -134,6 +138,11 @@ def network_function(weights: Weights, precision: str = "fp32", layout: str = "n
     return forward, stage
 
 
+def layout_modes(layout: str) -> tuple[str, ...]:
+    """The modes timed in `layout`: max-autotune in channels-last only."""
+    return MODES if layout == "nhwc" else tuple(m for m in MODES if m != "max-autotune")
+
+
 def _runner(torch, forward, xt, mode: str, tf32: bool) -> Callable[[], object]:
     """A function that launches one forward pass of `mode` and returns its output tensor."""
     _set_precision(torch, tf32)
@@ -143,8 +152,8 @@ def _runner(torch, forward, xt, mode: str, tf32: bool) -> Callable[[], object]:
             return forward(xt)
 
         return run
-    if mode == "compile":
-        compiled = torch.compile(forward)
+    if mode in ("compile", "max-autotune"):
+        compiled = torch.compile(forward, mode=None if mode == "compile" else mode)
 
         def run():
             _set_precision(torch, tf32)
@@ -184,9 +193,10 @@ def candidates(weights: Weights, x, precision: str, reference_top1: np.ndarray,
             forward, stage = network_function(weights, precision, layout)
             xt = stage(x)
         except Exception as exc:  # noqa: BLE001 - a layout PyTorch cannot run is reported
-            rows += [TorchRow(precision, layout, mode, error=_error(exc)) for mode in MODES]
+            rows += [TorchRow(precision, layout, mode, error=_error(exc))
+                     for mode in layout_modes(layout)]
             continue
-        for mode in MODES:
+        for mode in layout_modes(layout):
             row = TorchRow(precision, layout, mode)
             try:
                 with gpu_wait():  # graph capture and compilation synchronise the device

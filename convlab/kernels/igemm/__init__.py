@@ -6,7 +6,8 @@ K-step and the cp.async pipeline), `gather` (the im2col B operand: per-tap or th
 table, and the host's table), `splitk` (the in-kernel reduction of K-split partial tiles) and
 `epilogue` (the C tile through shared memory, bias and ReLU, NCHW stores); the channels-last
 and Hopper kernels swap in `gather_nhwc`, `staging`, `wgmma` (warpgroup MMAs on swizzled shared
-memory) and `persistent` (its persistent, warp-specialised schedule). Host side:
+memory), `persistent` (its persistent, warp-specialised schedule) and `halo` (that schedule
+reading every tap's B out of one input patch per tile, and the rules of its tilings). Host side:
 `tiling` (the Tiling config and its rules), `packing` (filters in fragment order, staged
 fp16/bf16 inputs) and `cost` (the model that ranks tilings for a layer).
 """

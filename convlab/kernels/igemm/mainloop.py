@@ -194,6 +194,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
 #endif
 """
 
+# The entry point of both warp-specialised schedules (igemm.persistent and igemm.halo): the launch
+# bounds name the loader warpgroup and the blocks per SM; shared memory starts on 1 KB for the
+# swizzle.
+WARP_SPECIALISED_ENTRY = r"""extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
+conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
+             const int4* __restrict__ table, const float* __restrict__ bias,
+             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
+{
+    extern __shared__ __align__(16) float smem_raw[];
+    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;"""
+
 # The kernel's frame: its parameters and which tile, split and group this block computes.
 KERNEL_BEGIN = r"""
 // wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]

@@ -4,10 +4,11 @@ stages pass between them on mbarriers. Same gather, swizzled layout, MMAs and ep
 the grid schedule beside it (igemm.wgmma).
 
 setmaxnreg moves registers from the loaders to the MMA warps where those need more than the
-launch's cap: without it such tilings ran 5-16% slower on an H100 (session 15). It cannot make room for one wgmma's accumulators beyond that cap (ptxas stops
-with C7602), so the host picks blocks per SM for those to fit (igemm.wgmma.blocks_per_sm)."""
+launch's cap: without it such tilings ran 5-16% slower on an H100 (session 15). It cannot make
+room for one wgmma's accumulators beyond that cap (ptxas stops with C7602), so the host picks
+blocks per SM for those to fit (igemm.wgmma.blocks_per_sm)."""
 
-from . import gather_nhwc, wgmma
+from . import gather_nhwc, mainloop, wgmma
 
 INSTRUCTIONS = r"""
 #if PERSISTENT
@@ -71,13 +72,7 @@ __device__ __forceinline__ void setmaxnreg_inc()
 FRAME = r"""
 // wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][A_PARTS][BM*BK];
 // table: the "table" gather's per-vector offsets; ws and counters are unused (no split-K).
-extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
-conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
-             const int4* __restrict__ table, const float* __restrict__ bias,
-             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
-{
-    extern __shared__ __align__(16) float smem_raw[];
-    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
+""" + mainloop.WARP_SPECIALISED_ENTRY + r"""
     // After the stages: STAGES "full" barriers (the loaders' copies and A's bulk copy landed)
     // and STAGES "empty" ones (every MMA thread is done reading the stage).
     const unsigned full0 = smem_u32(smem + STAGES * STAGE_WORDS);

@@ -36,7 +36,9 @@ class Tiling(Config):
     (channel chunk, tap, channel) and needs bk channels per chunk; "table": K in the weights'
     (c, p, q) order through an offset table) and the schedule ("grid": a block per output tile,
     every thread both copies and multiplies; "persistent": wgmma only, a block per SM slot
-    walks the tiles, a loader warpgroup copying for the MMA warpgroups)."""
+    walks the tiles, a loader warpgroup copying for the MMA warpgroups; "halo": as persistent,
+    but a tile is `rows` whole output rows whose input patch is copied once for all the taps,
+    and `stages` counts A's buffers alone)."""
 
     bm: int
     bn: int
@@ -47,6 +49,15 @@ class Tiling(Config):
     split_k: int
     gather: str
     schedule: str = "grid"
+    rows: int = 0
+
+    def as_dict(self) -> dict:
+        """Config's dict, less `rows` where the schedule has none (0): the grid and persistent
+        schedules' tilings read in tables and caches as they did before the halo schedule."""
+        d = super().as_dict()
+        if not self.rows:
+            del d["rows"]
+        return d
 
     @property
     def threads(self) -> int:
@@ -55,11 +66,11 @@ class Tiling(Config):
     @property
     def loaders(self) -> int:
         """Threads that copy the operand tiles: all of them, or the loader warpgroup."""
-        return LOADERS if self.schedule == "persistent" else self.threads
+        return self.threads if self.schedule == "grid" else LOADERS
 
     @property
     def block_threads(self) -> int:
-        return self.threads + (LOADERS if self.schedule == "persistent" else 0)
+        return self.threads + (0 if self.schedule == "grid" else LOADERS)
 
     @property
     def wm(self) -> int:
@@ -83,8 +94,9 @@ class Tiling(Config):
 
     def brief(self) -> str:
         """'128x128x32 2x2w s3 k1 tap' (' ws' after it: the persistent, warp-specialised
-        schedule): short enough for an 80-column table."""
-        ws = " ws" if self.schedule == "persistent" else ""
+        schedule; ' halo4': the halo schedule, 4 output rows a tile): short enough for an
+        80-column table."""
+        ws = {"grid": "", "persistent": " ws"}.get(self.schedule, f" {self.schedule}{self.rows}")
         return (f"{self.bm}x{self.bn}x{self.bk} {self.warps_m}x{self.warps_n}w s{self.stages} "
                 f"k{self.split_k} {self.gather}{ws}")
 
@@ -127,14 +139,17 @@ def channel_vector(cg: int, maths: str) -> int:
 
 def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
     """Why `t` cannot be compiled for `maths`, or "" if it can (shape-independent rules)."""
-    ints = {f.name: getattr(t, f.name) for f in fields(t) if f.name not in ("gather", "schedule")}
+    ints = {f.name: getattr(t, f.name) for f in fields(t)
+            if f.name not in ("gather", "schedule", "rows")}
     bad = [n for n, v in ints.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
     if bad:
         return f"{', '.join(bad)} must be positive integers"
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
     if t.schedule != "grid":
-        return f"schedule must be 'grid' (the persistent schedule needs wgmma), not {t.schedule!r}"
+        return f"schedule must be 'grid' (the {t.schedule} schedule needs wgmma), not {t.schedule!r}"
+    if t.rows:
+        return "rows must be 0 (rows are the halo schedule's, which needs wgmma)"
     if t.warps_m * t.warps_n not in (4, 8):
         return "the warp grid must hold 4 or 8 warps (128 or 256 threads)"
     if t.bm % (16 * t.warps_m):
@@ -186,6 +201,9 @@ def m_tiles(shape: ConvShape, t: Tiling) -> int:
 
 
 def n_tiles(shape: ConvShape, t: Tiling) -> int:
+    """Pixel tiles: bn pixels each, or under the halo schedule `rows` output rows of an image."""
+    if t.schedule == "halo":
+        return shape.B * blocks(shape.Ho, t.rows)
     return blocks(shape.B * shape.Ho * shape.Wo, t.bn)
 
 

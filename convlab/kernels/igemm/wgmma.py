@@ -17,7 +17,7 @@ import numpy as np
 from ...gpu.hardware import H100
 from ...gpu.hopper import WGMMA_NS, WGMMA_PTX
 from ...shapes import NHWC, ConvShape
-from . import cost
+from . import cost, halo
 from .tiling import (MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, channel_vector, element_bytes,
                      k_tiles, output_tiles, shape_problem, vector_rows)
 
@@ -168,24 +168,27 @@ def swizzle_tiles(a: np.ndarray, t: Tiling) -> np.ndarray:
     return np.ascontiguousarray(out).reshape(G, mt, kt, t.bm * t.bk)
 
 
-def smem_bytes(t: Tiling, maths: str) -> int:
+def smem_bytes(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
     """The stages (A and B rows of 128 bytes, unpadded; both twice for 3xTF32's big and small
     parts) or the epilogue's C tile (the persistent schedule stores from registers and keeps
-    two mbarriers per stage instead), plus the alignment slack."""
+    two mbarriers per stage instead), plus the alignment slack. The halo schedule's patches
+    depend on the layer (`shape`, which it needs)."""
+    if t.schedule == "halo":
+        return halo.smem_bytes(shape, t, maths, SWIZZLE_ALIGN)
     stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
     if t.schedule == "persistent":
         return stages + 16 * t.stages + SWIZZLE_ALIGN
     return max(stages, t.bn * (t.bm + 4) * 4) + SWIZZLE_ALIGN
 
 
-def blocks_per_sm(t: Tiling, maths: str) -> int:
+def blocks_per_sm(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
     """Blocks of `t` an SM holds (at most 2): as shared memory allows, and for the persistent
-    schedule, whose launch bounds ask ptxas for this many, as registers allow: ptxas fits the
-    whole kernel in 65536 / (blocks x threads) registers a thread (rounded down to 8), and a
-    wgmma holds its accumulators (twice for 3xTF32) at once, plus PERSISTENT_OVERHEAD."""
-    per_block = smem_bytes(t, maths) + H100.limits.reserved_shared_per_block
+    and halo schedules, whose launch bounds ask ptxas for this many, as registers allow: ptxas
+    fits the whole kernel in 65536 / (blocks x threads) registers a thread (rounded down to 8),
+    and a wgmma holds its accumulators (twice for 3xTF32) at once, plus PERSISTENT_OVERHEAD."""
+    per_block = smem_bytes(t, maths, shape) + H100.limits.reserved_shared_per_block
     blocks = max(1, min(2, H100.limits.shared_per_sm // per_block))
-    if t.schedule == "persistent" and blocks == 2:
+    if t.schedule != "grid" and blocks == 2:
         cap = H100.limits.registers_per_sm // (2 * t.block_threads)
         if a_parts(maths) * t.bn // 2 + PERSISTENT_OVERHEAD > cap - cap % 8:
             blocks = 1
@@ -197,14 +200,18 @@ def register_split(shape: ConvShape, t: Tiling, maths: str) -> tuple[int, int]:
     the cap every thread gets at launch already holds what an MMA thread is modelled to need
     (mma_registers). A loader keeps 4 registers per B row it copies (a 64-bit offset, two ints)
     and ~40 more; what it gives up goes to the MMA threads."""
-    if t.schedule != "persistent":
+    if t.schedule == "grid":
         return 0, 0
-    cap = min(255, H100.limits.registers_per_sm // (blocks_per_sm(t, maths) * t.block_threads))
+    cap = min(255, H100.limits.registers_per_sm
+              // (blocks_per_sm(t, maths, shape) * t.block_threads))
     cap -= cap % 8
     if mma_registers(t, maths) <= cap:
         return 0, 0
-    rows = vector_rows(t, channel_vector(shape.Cg, maths))
-    loaders = -(-(4 * rows + 40) // 8) * 8
+    if t.schedule == "halo":  # no row origins, but HALO_LOADER_REGISTERS for the patch loop
+        loaders = HALO_LOADER_REGISTERS
+    else:
+        rows = vector_rows(t, channel_vector(shape.Cg, maths))
+        loaders = -(-(4 * rows + 40) // 8) * 8
     mma = min(256, (cap * t.block_threads - loaders * t.loaders) // t.threads)
     mma -= mma % 8
     return (loaders, mma) if mma > cap else (0, 0)
@@ -212,8 +219,9 @@ def register_split(shape: ConvShape, t: Tiling, maths: str) -> tuple[int, int]:
 
 def mma_registers(t: Tiling, maths: str) -> int:
     """Registers an MMA thread is modelled to need: its accumulators (twice for 3xTF32) and ~56
-    more (in the grid schedule the gather's row origins among them)."""
-    return a_parts(maths) * t.bn // 2 + 56
+    more (in the grid schedule the gather's row origins among them; the halo schedule's
+    epilogue, which finds each output's row, takes HALO_OVERHEAD)."""
+    return a_parts(maths) * t.bn // 2 + (HALO_OVERHEAD if t.schedule == "halo" else 56)
 
 
 def k_elements(maths: str) -> int:
@@ -225,10 +233,14 @@ def tiling_problem(t: Tiling, maths: str) -> str:
     """Why a wgmma kernel cannot be compiled with `t`, or ""."""
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
-    if t.schedule not in ("grid", "persistent"):
-        return f"schedule must be 'grid' or 'persistent', not {t.schedule!r}"
-    if t.schedule == "persistent" and t.split_k != 1:
-        return "the persistent schedule has no split-K: split_k must be 1"
+    if t.schedule not in ("grid", "persistent", "halo"):
+        return f"schedule must be 'grid', 'persistent' or 'halo', not {t.schedule!r}"
+    if t.schedule != "grid" and t.split_k != 1:
+        return f"the {t.schedule} schedule has no split-K: split_k must be 1"
+    if t.schedule == "halo":
+        return halo_tiling_problem(t, maths)
+    if t.rows:
+        return "rows are the halo schedule's: 0 for the others"
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
     if t.bm != 16 * t.warps_m:
@@ -249,9 +261,35 @@ def tiling_problem(t: Tiling, maths: str) -> str:
     return ""
 
 
+def halo_tiling_problem(t: Tiling, maths: str) -> str:
+    """The halo schedule's shape-independent rules (beside the split-K one)."""
+    if maths == "3xtf32":
+        return "the halo schedule runs fp16, bf16 and tf32 (3xTF32 would split the patches)"
+    if t.gather != "tap":
+        return "the halo schedule reads whole channel chunks: gather 'tap'"
+    if t.warps_n != 1 or t.warps_m not in (4, 8) or t.bm != 16 * t.warps_m:
+        return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1, bm 64 each"
+    if t.bk != k_elements(maths):
+        return f"bk must be {k_elements(maths)} (one 128-byte row of {maths})"
+    if t.bn % 8 or not 8 <= t.bn <= 256:
+        return "bn must be a multiple of 8 from 8 to 256 (one wgmma's N)"
+    if t.rows < 1:
+        return "rows (output rows a tile) must be at least 1"
+    if t.stages < 1 or t.stages * t.bm * ROW_BYTES > MAX_SMEM:
+        return "stages (A's buffers) must be at least 1 and fit shared memory"
+    return ""
+
+
 def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
     """Why `t` cannot run the (channel-padded) layer, or "": the channels-last gather's rules,
-    and rows a thread copies keeping one swizzle phase (8 | rows between them)."""
+    and rows a thread copies keeping one swizzle phase (8 | rows between them); the halo
+    schedule's own (igemm.halo.problem) and its shared memory."""
+    if t.schedule == "halo":
+        problem = halo.problem(shape, t, maths, k_tiles(shape, t))
+        if not problem and smem_bytes(t, maths, shape) > MAX_SMEM:
+            problem = (f"needs {smem_bytes(t, maths, shape)} bytes of shared memory; "
+                       f"at most {MAX_SMEM}")
+        return problem
     problem = shape_problem(shape, t, NHWC, maths, MAX_WGMMA_ROWS)
     if problem:
         return problem
@@ -268,6 +306,11 @@ MAX_BN = {"3xtf32": 128}
 # session 15), those with accumulators + 24 above the cap failed (C7602 at the wgmma: 64x224 at
 # 128 registers, 128x128 at 80) and all the others built.
 PERSISTENT_OVERHEAD = 24
+# The halo schedule's MMA threads beside their accumulators, and its loaders: compiling the
+# halo tilings of the ResNet layer and AlexNet's conv3 (NVRTC 12.9), 72 left 64x120 (fp16)
+# and 64x104 (tf32) spilling at two blocks per SM, and loaders held to 40 registers spilled.
+HALO_OVERHEAD = 80
+HALO_LOADER_REGISTERS = 56
 # Warpgroups an SM needs resident to issue at the wgmma peak: three, as gpu/measure.py measures
 # the peak. The sweeps in results/h100/wgmma-20261125 say that one warpgroup issues well below
 # it (the model without this term ordered 60% of their pairs as measured, its picks 1.37x the
@@ -284,6 +327,8 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     loads' latency over the STAGES-2 tiles in flight; at least the DRAM floor. The persistent
     schedule waits for a tile's first loads once per block, not once per tile (the loaders
     run ahead into the next tile), with STAGES-1 K-tiles of copies in flight."""
+    if t.schedule == "halo":
+        return estimate_halo(shape, t, maths)
     resident = blocks_per_sm(t, maths)
     if t.schedule == "grid":
         registers = -(-mma_registers(t, maths) // 8) * 8 * t.threads
@@ -308,10 +353,47 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     return total / cost.CLOCK_MHZ
 
 
+def estimate_halo(shape: ConvShape, t: Tiling, maths: str) -> float:
+    """As `estimate`, but each K-tile brings from L2 a K*K-th of its chunk's patch and, unless
+    the filters stay resident, its A tile; the loads' latency is paid once per block."""
+    resident = blocks_per_sm(t, maths, shape)
+    per_sm = -(-output_tiles(shape, t) // cost.SMS)
+    resident = min(resident, per_sm)
+    issuing = min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
+    tail = t.bn % 32
+    mma = 2 * t.bm * (t.bn + (32 - tail if tail else 0)) * t.bk / WGMMA_FLOP_PER_CYCLE[maths]
+    mma *= 1 + 32 / t.bn
+    k_count = k_tiles(shape, t)
+    a_bytes = 0 if t.stages == k_count else t.bm * ROW_BYTES
+    l2 = halo.patch_rows(shape, t.bn) * ROW_BYTES / (shape.K * shape.K) + a_bytes
+    k_tile = max(mma * resident / issuing, l2 * resident / cost.L2_BYTES_PER_CYCLE) / resident
+    epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
+    total = per_sm * (k_count * k_tile + epilogue / resident) + cost.LOAD_LATENCY
+    total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
+    return total / cost.CLOCK_MHZ
+
+
+def halo_candidates(shape: ConvShape, maths: str) -> list[Tiling]:
+    """Halo tilings: one or two warpgroups, each row count whose N fits a wgmma, 2, 3, 4 or 6
+    A buffers (no more than the layer's K-tiles) and, where it fits, one per K-tile (resident
+    filters)."""
+    bk = k_elements(maths)
+    found = []
+    for warps, rows in itertools.product((8, 4), halo.row_options(shape)):
+        base = Tiling(16 * warps, halo.halo_bn(shape, rows), bk, warps, 1, 2, 1, "tap", "halo",
+                      rows)
+        for stages in sorted({2, 3, 4, 6, k_tiles(shape, base)}):
+            t = replace(base, stages=stages)
+            if not tiling_problem(t, maths) and not layer_problem(shape, t, maths):
+                found.append(t)
+    return found
+
+
 def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
     the tap gather (and the table where a group's channels are not a multiple of bk),
-    `cost.split_options`' K-splits, and without a split the persistent schedule too."""
+    `cost.split_options`' K-splits, and without a split the persistent schedule too; and the
+    halo schedule's tilings (halo_candidates)."""
     bk = k_elements(maths)
     gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
     found = []
@@ -321,7 +403,7 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
         options.append(replace(base, schedule="persistent"))
         found += [t for t in options
                   if not tiling_problem(t, maths) and not layer_problem(shape, t, maths)]
-    return found
+    return found + halo_candidates(shape, maths)
 
 
 @lru_cache(maxsize=256)

@@ -1,0 +1,271 @@
+"""The wgmma kernel's halo schedule (Tiling.schedule "halo"): persistent and warp-specialised as
+igemm.persistent, but B is not gathered per tap. A tile is `rows` whole output rows of one image
+(stride 1); the loaders copy the input patch those rows read (rows + K - 1 input rows, padding
+as zeros) once per channel chunk, and each of the K*K taps reads B straight out of that patch at
+a shift. An input pixel then crosses L2 once per tile instead of once per tap (9x fewer B bytes
+on a 3x3 layer), where ncu had the persistent schedule on the ResNet 3x3 layer waiting on its
+gather (long scoreboard, L2 at 66%) with the tensor pipe 39% active.
+
+The shift works on a padded output grid: output q = i*PW + j (PW = W + 2*PAD, the patch's
+width) reads patch pixel q + p*PW + s at tap (p, s), so one tap's B rows are a contiguous run
+of patch pixels. The K - 1 columns past each row's last output are computed and dropped
+(2 of 58 on the ResNet layer). The patch is stored as B is elsewhere, a pixel's 128 bytes of
+channels a row with 16-byte chunk c at c ^ (row % 8), the patch starting on 1 KB; a tap's
+descriptor starts at its first pixel, mid-atom. The H100 applies the 128-byte swizzle to the
+shared address itself, so that start reads right with the descriptor's base offset left at 0
+(set to (address >> 7) & 7, the outputs were wrong: session 16), and 128-byte-swizzled B ran
+the ResNet layer 1.2x faster than B stored unswizzled as 8-row x 16-byte core matrices (which
+any 16-byte shift could start), in fp16 and tf32 alike.
+
+A (the filters, host-packed and swizzled as in the other schedules) comes by the copy engine
+into a ring of `stages` K-tile buffers; where the ring holds every K-tile of the layer, a block
+keeps its tiles' filters resident and walks a contiguous run of tiles sharing them (A is then
+copied once per block or per m-tile change instead of once per tile)."""
+
+from ...shapes import ConvShape
+from ..base import blocks
+from . import mainloop
+from .tiling import INT32_MAX, Tiling, element_bytes
+
+ROW_BYTES = 128
+# Two patch buffers: a third cost blocks per SM and was slower on the ResNet layer's tilings
+# that ran two blocks (0.0498 against 0.0461 ms, session 16).
+PATCH_STAGES = 2
+# Loader warp 0 brings A (one lane issues the bulk copies); warps 1-3 copy the patches.
+PATCHERS = 96
+
+KERNEL = r"""
+// The 128-byte swizzle follows the shared address (the patch starts on 1 KB): a tap's B starts
+// at any pixel, mid-atom, with the descriptor's base offset 0.
+#define PW (W + 2 * PAD)
+#define PROWS ((BN + (K - 1) * (PW + 1) + 7) / 8 * 8)
+#define PATCH_BYTES (PROWS * 128)
+#define ROW_BLOCKS ((HO + HALO_ROWS - 1) / HALO_ROWS)
+#define A_RESIDENT (STAGES == KTILES)
+#define PATCHERS 96
+#define A_BYTES (A_WORDS * 4)
+
+// wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][BM*BK] in the
+// tap gather's K order (channel chunk, tap, channel); table, ws and counters are unused.
+""" + mainloop.WARP_SPECIALISED_ENTRY + r"""
+    // The A ring, two patches, then the barriers: A full (the bulk copy landed) and empty
+    // (every MMA thread is done with it) per A buffer, patch full (each patch copier's copies
+    // landed) and empty per patch.
+    const unsigned a0 = smem_u32(smem);
+    const unsigned patch0 = a0 + STAGES * A_BYTES;
+    const unsigned afull0 = patch0 + PATCH_STAGES * PATCH_BYTES;
+    const unsigned aempty0 = afull0 + 8 * STAGES;
+    const unsigned pfull0 = aempty0 + 8 * STAGES;
+    const unsigned pempty0 = pfull0 + 8 * PATCH_STAGES;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    // Tiles in (group, m-tile, image, row block) order; block b takes a contiguous run of
+    // them, so consecutive tiles share their filters and their patches' edge rows.
+    const int ntiles = batch * ROW_BLOCKS;
+    const long long tiles = (long long)G * MTILES * ntiles;  // < 2^31, checked by the host
+    const int first = (int)(tiles * blockIdx.x / gridDim.x);
+    const int last = (int)(tiles * (blockIdx.x + 1) / gridDim.x);
+    if (tid == 0) {
+#pragma unroll 1
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(afull0 + 8 * s, 1);
+            mbar_init(aempty0 + 8 * s, THREADS);
+        }
+        for (int s = 0; s < PATCH_STAGES; ++s) {
+            mbar_init(pfull0 + 8 * s, PATCHERS);
+            mbar_init(pempty0 + 8 * s, THREADS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+#define HALO_TILE(t) \
+    const int gm = (t) / ntiles; \
+    const int group = gm / MTILES; \
+    const int image = ((t) - gm * ntiles) / ROW_BLOCKS; \
+    const int h0 = ((t) - gm * ntiles - image * ROW_BLOCKS) * HALO_ROWS;
+
+    if (warp >= NWARPS) {
+#if PRODUCER_REGS
+        setmaxnreg_dec<PRODUCER_REGS>();
+#endif
+        if (warp == NWARPS) {
+            // A: K-tile j to buffer j % STAGES once the MMA threads released its last use;
+            // resident filters are copied only when the tile's (group, m-tile) changes.
+            if (lane == 0) {
+                int j = 0, held = -1;
+                for (int t = first; t < last; ++t) {
+                    const int gm = t / ntiles;
+                    if (A_RESIDENT && gm == held) continue;
+                    held = gm;
+                    const float4* wtiles = wpack + (long long)gm * KTILES * A_VECS;
+                    for (int kt = 0; kt < KTILES; ++kt, ++j) {
+                        const int stage = j % STAGES;
+                        const unsigned bar = afull0 + 8 * stage;
+                        mbar_wait(aempty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
+                        mbar_arrive_expect(bar, A_BYTES);
+                        bulk_copy(a0 + stage * A_BYTES, wtiles + (long long)kt * A_VECS, A_BYTES,
+                                  bar);
+                    }
+                }
+            }
+        } else {
+            // Patch u (a tile's channel chunk) goes to buffer u % PATCH_STAGES once the MMA
+            // threads released it; it is published when its copies landed, before the next one
+            // starts, so it lands while the MMA threads work through the chunk before it.
+            // Thread ptid copies 16-byte chunk kc of patch pixels row0, row0 + 12, ... (to
+            // chunk kc ^ (pixel % 8)): a warp covers four whole pixels, 512 contiguous bytes
+            // read and written.
+            const int ptid = tid - THREADS - 32;
+            const int kc = ptid & 7, row0 = ptid >> 3;
+            int u = 0;
+            auto publish = [&](int p) {
+                cp_async_wait<0>();
+                fence_proxy_async();
+                mbar_arrive(pfull0 + 8 * (p % PATCH_STAGES));
+            };
+            for (int t = first; t < last; ++t) {
+                HALO_TILE(t)
+                const elem_t* img = x + (long long)image * H * W * C + group * CG + kc * VEC;
+                for (int cc = 0; cc < CCHUNKS; ++cc, ++u) {
+                    if (u > 0) publish(u - 1);
+                    const int ps = u % PATCH_STAGES;
+                    mbar_wait(pempty0 + 8 * ps, ((u / PATCH_STAGES) & 1) ^ 1);
+                    const unsigned dst = patch0 + ps * PATCH_BYTES;
+#pragma unroll 4
+                    for (int r = row0; r < PROWS; r += PATCHERS / 8) {
+                        const int ih = h0 - PAD + r / PW, iw = r % PW - PAD;
+                        cp_async_vec(dst + r * 128 + ((kc ^ (r & 7)) << 4),
+                                     img + ((long long)ih * W + iw) * C + cc * BK,
+                                     (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W);
+                    }
+                    cp_async_commit();
+                }
+            }
+            if (u > 0) publish(u - 1);
+        }
+    } else {
+#if CONSUMER_REGS
+        setmaxnreg_inc<CONSUMER_REGS>();
+#endif
+        float acc[MF][NF][4];
+        // Warpgroup w multiplies rows 64w.. of A; tap (p, s) reads the patch p*PW + s pixels
+        // in (mid-atom: the swizzle follows the address, see above). A K-tile's A buffer (and
+        // a chunk's patch, after its last tap) is released once the wgmmas reading it
+        // retired: one group stays in flight, so K-tile j's release follows the issue of j + 1.
+        const unsigned wg_rows = (warp / 4) * 64 * 128;
+        int j = 0, u = 0, round = 0, held = -1;
+        for (int t = first; t < last; ++t) {
+            HALO_TILE(t)
+            const int mtile = gm - group * MTILES;
+            const bool fresh = !A_RESIDENT || gm != held;
+            const bool keep = A_RESIDENT && t + 1 < last && (t + 1) / ntiles == gm;
+            held = gm;
+#pragma unroll
+            for (int f = 0; f < NF; ++f)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[0][f][e] = 0.0f;
+            fence_operands(acc);
+            for (int cc = 0; cc < CCHUNKS; ++cc, ++u) {
+                mbar_wait(pfull0 + 8 * (u % PATCH_STAGES), (u / PATCH_STAGES) & 1);
+                const unsigned sp = patch0 + (u % PATCH_STAGES) * PATCH_BYTES;
+                for (int tap = 0; tap < KK; ++tap, ++j) {
+                    const int kt = cc * KK + tap;
+                    const int stage = A_RESIDENT ? kt : j % STAGES;
+                    if (fresh)
+                        mbar_wait(afull0 + 8 * stage, A_RESIDENT ? round & 1 : (j / STAGES) & 1);
+                    const int p = tap / K, s = tap - p * K;
+                    const unsigned sa = a0 + stage * A_BYTES + wg_rows;
+                    const unsigned sb = sp + (p * PW + s) * 128;
+                    wgmma_fence();
+#pragma unroll
+                    for (int ks = 0; ks < KSTEPS; ++ks) {
+#if WGMMA_N
+                        wgmma_tile(acc, swizzle128_desc(sa + ks * 32),
+                                   swizzle128_desc(sb + ks * 32));
+#endif
+#if WGMMA_TAIL
+                        wgmma_tail(acc, swizzle128_desc(sa + ks * 32),
+                                   swizzle128_desc(sb + ks * 32 + WGMMA_N * 128));
+#endif
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>();
+                    if (!A_RESIDENT && kt > 0) mbar_arrive(aempty0 + 8 * ((j - 1) % STAGES));
+                    if (tap == 0 && cc > 0) mbar_arrive(pempty0 + 8 * ((u - 1) % PATCH_STAGES));
+                }
+            }
+            wgmma_wait<0>();
+            if (!A_RESIDENT) mbar_arrive(aempty0 + 8 * ((j - 1) % STAGES));
+            mbar_arrive(pempty0 + 8 * ((u - 1) % PATCH_STAGES));
+            if (fresh) ++round;
+            if (A_RESIDENT && !keep)
+                for (int kt = 0; kt < KTILES; ++kt) mbar_arrive(aempty0 + 8 * kt);
+            fence_operands(acc);
+            // Element e of n-block f: output channel 16*warp + g8 + 8*(e/2) of the tile, grid
+            // position q = 8f + 2*t4 + e%2, output (h0 + q / PW, q % PW) where that is one.
+#pragma unroll
+            for (int f = 0; f < NF; ++f)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int q = 8 * f + 2 * t4 + (e & 1);
+                    const int i = q / PW, col = q - i * PW;
+                    const int mg = mtile * BM + 16 * warp + g8 + 8 * (e >> 1);
+                    if (col < WO && i < HALO_ROWS && h0 + i < HO && mg < MG) {
+                        const long long pix = ((long long)image * HO + h0 + i) * WO + col;
+                        y[pix * M + group * MG + mg] =
+                            to_out(finish_output(acc[0][f][e], bias, group * MG + mg));
+                    }
+                }
+        }
+    }
+}
+"""
+
+
+def patch_width(shape: ConvShape) -> int:
+    return shape.W + 2 * shape.pad
+
+
+def halo_bn(shape: ConvShape, rows: int) -> int:
+    """The GEMM's N for `rows` output rows: the padded grid's positions from the first output
+    to the last, rounded up to wgmma's step of 8."""
+    return blocks(rows * patch_width(shape) - (shape.K - 1), 8) * 8
+
+
+def patch_rows(shape: ConvShape, bn: int) -> int:
+    """Patch pixels a tile's buffer holds: every pixel the last tap's B rows reach, in 8s."""
+    return blocks(bn + (shape.K - 1) * (patch_width(shape) + 1), 8) * 8
+
+
+def patch_bytes(shape: ConvShape, t: Tiling) -> int:
+    return patch_rows(shape, t.bn) * ROW_BYTES
+
+
+def smem_bytes(shape: ConvShape, t: Tiling, maths: str, align: int) -> int:
+    """The A ring, the two patches and the barriers, plus the alignment slack."""
+    a_ring = t.stages * t.bm * ROW_BYTES
+    return (a_ring + PATCH_STAGES * patch_bytes(shape, t) + 8 * (2 * t.stages + 2 * PATCH_STAGES)
+            + align)
+
+
+def problem(shape: ConvShape, t: Tiling, maths: str, k_tiles: int) -> str:
+    """Why the halo tiling `t` cannot run the (channel-padded) layer, or ""."""
+    if shape.stride != 1:
+        return "the halo schedule needs stride 1 (a tap's B rows are a shift of the patch)"
+    if shape.Cg * element_bytes(maths) % ROW_BYTES:
+        return (f"the halo schedule needs whole 128-byte channel chunks: {shape.Cg} channels "
+                f"of {maths} per group")
+    if t.rows > shape.Ho:
+        return f"rows {t.rows} exceed the layer's {shape.Ho} output rows"
+    if t.bn != halo_bn(shape, t.rows):
+        return f"bn must be {halo_bn(shape, t.rows)} for {t.rows} rows of this layer"
+    if t.stages > k_tiles:
+        return f"stages {t.stages} exceed the layer's {k_tiles} K-tiles"
+    if shape.groups * blocks(shape.Mg, t.bm) * shape.B * blocks(shape.Ho, t.rows) > INT32_MAX:
+        return "the layer has more tiles than the kernel's 32-bit tile index holds"
+    return ""
+
+
+def row_options(shape: ConvShape) -> list[int]:
+    """Rows a tile may take: each count whose N fits one wgmma (up to 256)."""
+    return [r for r in range(1, shape.Ho + 1) if halo_bn(shape, r) <= 256]
