@@ -240,7 +240,7 @@ COMPARE_COLUMNS = [
     Col("runs", key=False, priority=7), Col("GFLOP/s", key=False, priority=1),
     Col("GB/s", key=False, priority=5), Col("%floor"), Col("floor", "left", key=False, priority=3),
     Col("x naive", key=False, priority=3),
-    Col("x cuDNN"), Col("rel err"), Col("err/bound", key=False, priority=2),
+    Col("x cuDNN"), Col("rel err", key=False, priority=0), Col("err/bound", key=False, priority=2),
     Col("accuracy", key=False, priority=8),
 ]
 
