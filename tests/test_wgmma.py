@@ -335,10 +335,18 @@ def test_the_halo_schedule_refuses_what_it_cannot_run():
     assert "exceed the layer's 56 output rows" in fp16.shape_problem(
         RESNET, dataclasses.replace(t, rows=57))
     assert "shared memory" in fp16.shape_problem(RESNET, halo(128, 4, 9))
+    # one A buffer on a 9-K-tile layer would deadlock: K-tile j's buffer is freed after j + 1
+    assert "at least 2" in fp16.shape_problem(RESNET, halo(64, 2, 1))
+    one_tile = ConvShape(2, 64, 8, 8, 64, 1)  # 1x1, 64 fp16 channels: one K-tile
+    assert not fp16.shape_problem(one_tile, halo(64, 2, 1, one_tile))
+    with pytest.raises(ValueError, match="pass its shape"):
+        wgmma.smem_bytes(t, "fp16")
     grid = tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")
     assert "halo schedule's" in fp16.tiling_problem(dataclasses.replace(grid, rows=2))
     assert "needs wgmma" in VARIANTS["channels-last-fp16"].tiling_problem(
         dataclasses.replace(grid, rows=2))
+    assert "schedule must be 'grid', not 'foo'" in VARIANTS["channels-last-fp16"].tiling_problem(
+        dataclasses.replace(grid, schedule="foo"))
     assert not [c for c in fp16.ranked(conv2) if c.schedule == "halo"]
 
 

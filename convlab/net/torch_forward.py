@@ -153,6 +153,10 @@ def _runner(torch, forward, xt, mode: str, tf32: bool) -> Callable[[], object]:
 
         return run
     if mode in ("compile", "max-autotune"):
+        # Every candidate compiles the same code object with new closures, each a Dynamo cache
+        # entry; past its limit (8) Dynamo runs eager without failing. A multi-batch run makes
+        # three a batch: each compile starts from an empty cache.
+        torch._dynamo.reset()
         compiled = torch.compile(forward, mode=None if mode == "compile" else mode)
 
         def run():

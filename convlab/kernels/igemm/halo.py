@@ -31,9 +31,8 @@ ROW_BYTES = 128
 # Two patch buffers: a third cost blocks per SM and was slower on the ResNet layer's tilings
 # that ran two blocks (0.0498 against 0.0461 ms, session 16).
 PATCH_STAGES = 2
-# Loader warp 0 brings A (one lane issues the bulk copies); warps 1-3 copy the patches.
-PATCHERS = 96
 
+# PATCHERS: loader warp 0 brings A (one lane issues the bulk copies), warps 1-3 copy patches.
 KERNEL = r"""
 // The 128-byte swizzle follows the shared address (the patch starts on 1 KB): a tap's B starts
 // at any pixel, mid-atom, with the descriptor's base offset 0.
@@ -241,7 +240,7 @@ def patch_bytes(shape: ConvShape, t: Tiling) -> int:
     return patch_rows(shape, t.bn) * ROW_BYTES
 
 
-def smem_bytes(shape: ConvShape, t: Tiling, maths: str, align: int) -> int:
+def smem_bytes(shape: ConvShape, t: Tiling, align: int) -> int:
     """The A ring, the two patches and the barriers, plus the alignment slack."""
     a_ring = t.stages * t.bm * ROW_BYTES
     return (a_ring + PATCH_STAGES * patch_bytes(shape, t) + 8 * (2 * t.stages + 2 * PATCH_STAGES)
@@ -261,6 +260,9 @@ def problem(shape: ConvShape, t: Tiling, maths: str, k_tiles: int) -> str:
         return f"bn must be {halo_bn(shape, t.rows)} for {t.rows} rows of this layer"
     if t.stages > k_tiles:
         return f"stages {t.stages} exceed the layer's {k_tiles} K-tiles"
+    if t.stages == 1 and k_tiles > 1:
+        # the MMA threads free K-tile j's buffer after issuing j + 1, which needs that buffer
+        return "one A buffer holds only a one-K-tile layer's filters: stages must be at least 2"
     if shape.groups * blocks(shape.Mg, t.bm) * shape.B * blocks(shape.Ho, t.rows) > INT32_MAX:
         return "the layer has more tiles than the kernel's 32-bit tile index holds"
     return ""

@@ -146,8 +146,10 @@ def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
         return f"{', '.join(bad)} must be positive integers"
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
-    if t.schedule != "grid":
+    if t.schedule in ("persistent", "halo"):
         return f"schedule must be 'grid' (the {t.schedule} schedule needs wgmma), not {t.schedule!r}"
+    if t.schedule != "grid":
+        return f"schedule must be 'grid', not {t.schedule!r}"
     if t.rows:
         return "rows must be 0 (rows are the halo schedule's, which needs wgmma)"
     if t.warps_m * t.warps_n not in (4, 8):

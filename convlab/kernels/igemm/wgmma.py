@@ -174,7 +174,9 @@ def smem_bytes(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
     two mbarriers per stage instead), plus the alignment slack. The halo schedule's patches
     depend on the layer (`shape`, which it needs)."""
     if t.schedule == "halo":
-        return halo.smem_bytes(shape, t, maths, SWIZZLE_ALIGN)
+        if shape is None:
+            raise ValueError("a halo tiling's shared memory depends on the layer: pass its shape")
+        return halo.smem_bytes(shape, t, SWIZZLE_ALIGN)
     stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
     if t.schedule == "persistent":
         return stages + 16 * t.stages + SWIZZLE_ALIGN
@@ -361,6 +363,7 @@ def estimate_halo(shape: ConvShape, t: Tiling, maths: str) -> float:
     resident = min(resident, per_sm)
     issuing = min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
     tail = t.bn % 32
+    # the tail wgmma charged as 32 columns; a narrow N re-reads A, as in `estimate`
     mma = 2 * t.bm * (t.bn + (32 - tail if tail else 0)) * t.bk / WGMMA_FLOP_PER_CYCLE[maths]
     mma *= 1 + 32 / t.bn
     k_count = k_tiles(shape, t)
