@@ -83,11 +83,11 @@ class Wgmma(ChannelsLast):
         base = super().defines(shape, epilogue)
         t = self.config_for(shape, epilogue)
         if t.schedule == "grid":
-            return {**base, "HALO": 0}
+            return base
         k = self.kernel_shape(shape)
         loaders, mma = wgmma.register_split(k, t, self.maths)
         defines = {**base, "PERSISTENT": 1, "MIN_BLOCKS": wgmma.blocks_per_sm(t, self.maths, k),
-                   "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma, "HALO": 0}
+                   "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma}
         if t.schedule == "halo":
             defines.update(HALO=1, HALO_ROWS=t.rows, WGMMA_N=t.bn - t.bn % 32,
                            WGMMA_TAIL=t.bn % 32, PATCH_STAGES=halo.PATCH_STAGES)

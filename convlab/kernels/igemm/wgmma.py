@@ -239,16 +239,16 @@ def tiling_problem(t: Tiling, maths: str) -> str:
         return f"schedule must be 'grid', 'persistent' or 'halo', not {t.schedule!r}"
     if t.schedule != "grid" and t.split_k != 1:
         return f"the {t.schedule} schedule has no split-K: split_k must be 1"
-    if t.schedule == "halo":
-        return halo_tiling_problem(t, maths)
-    if t.rows:
-        return "rows are the halo schedule's: 0 for the others"
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
     if t.bm != 16 * t.warps_m:
         return f"bm must be 64 per warpgroup: {16 * t.warps_m}"
     if t.bk != k_elements(maths):
         return f"bk must be {k_elements(maths)} (one 128-byte swizzle row of {maths})"
+    if t.schedule == "halo":
+        return halo_tiling_problem(t, maths)
+    if t.rows:
+        return "rows are the halo schedule's: 0 for the others"
     if t.bn not in WGMMA_NS:
         return f"bn must be one of {', '.join(map(str, WGMMA_NS))}"
     if t.bn > MAX_BN.get(maths, t.bn):
@@ -264,15 +264,12 @@ def tiling_problem(t: Tiling, maths: str) -> str:
 
 
 def halo_tiling_problem(t: Tiling, maths: str) -> str:
-    """The halo schedule's shape-independent rules (beside the split-K one)."""
+    """The halo schedule's own shape-independent rules (after the warpgroup, bm and bk ones
+    every wgmma tiling has)."""
     if maths == "3xtf32":
         return "the halo schedule runs fp16, bf16 and tf32 (3xTF32 would split the patches)"
     if t.gather != "tap":
         return "the halo schedule reads whole channel chunks: gather 'tap'"
-    if t.warps_n != 1 or t.warps_m not in (4, 8) or t.bm != 16 * t.warps_m:
-        return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1, bm 64 each"
-    if t.bk != k_elements(maths):
-        return f"bk must be {k_elements(maths)} (one 128-byte row of {maths})"
     if t.bn % 8 or not 8 <= t.bn <= 256:
         return "bn must be a multiple of 8 from 8 to 256 (one wgmma's N)"
     if t.rows < 1:
