@@ -60,9 +60,15 @@ COMPUTE = r"""
 SPLIT_B = r"""
 #if MODE == 1
     // wgmma reads a TF32 operand by dropping each float's low 13 bits. 3xTF32: the filters are
-    // split on the host, and each thread splits the B vectors it copied once they land: the big
-    // part rounded to nearest in place, the rounded residual to B's small tile. One vector
-    // access per copy, as it was copied: a warp's lanes cover whole 128-byte rows.
+    // split on the host; B's big part is the vector as it landed (wgmma truncates it), and each
+    // thread writes the exact residual, rounded to TF32, to B's small tile once its copies land.
+    // One vector load and store per copy, as it was copied: a warp's lanes cover whole 128-byte
+    // rows. Rounding the big part in place as well cost a store per vector and its
+    // shared-memory bandwidth: 4-9% on every AlexNet layer and the ResNet one (H200, session
+    // 17). The truncated big part leaves a residual up to 2^-10 of the input (not 2^-11), so
+    // the small part's rounding and the dropped small x small product err by up to 2^-21 of
+    // each product instead of 2^-22: on same-sign data at n = 64 the error went from 0.11 to
+    // 0.14-0.17 of the fp32 bound (n = 4,608: 0.022 to 0.025-0.028).
     // TF32 (MODE 0) reads B as it landed, truncated: that errs by at most 2^-10 of each input,
     // 1.5 * 2^-10 * sum|x*w| in all with the host-rounded filters, under the tf32 bound of
     // 8 * sqrt(n) * 2^-11 * sum|x*w| at every n and whatever the signs. Rounding in place cost
@@ -79,16 +85,13 @@ SPLIT_B = r"""
         for (int i = 0; i < BN_ROWS; ++i) {
             vec_t* p = reinterpret_cast<vec_t*>(sb + (B_VEC_OFFSET(row0 + i * ROW_STEP, kc)) / 4);
             vec_t v = *p;
-            float* f = reinterpret_cast<float*>(&v);
+            const float* f = reinterpret_cast<const float*>(&v);
             vec_t r;
             float* small = reinterpret_cast<float*>(&r);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                const float big = __uint_as_float(to_tf32(f[e]));
-                small[e] = __uint_as_float(to_tf32(f[e] - big));
-                f[e] = big;
-            }
-            *p = v;
+            for (int e = 0; e < VEC; ++e)
+                small[e] = __uint_as_float(
+                    to_tf32(f[e] - __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u)));
             p[B_WORDS / VEC] = r;
         }
     };
