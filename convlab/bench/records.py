@@ -22,6 +22,7 @@ class LayerResult:
     compile_s: float
     variant: str = ""
     note: str = ""  # what the op chose when prepared (Op.note)
+    precision: str = "fp32"  # the variant's class: fp16 and bf16 layers move 16-bit tensors
 
     @property
     def gflops(self) -> float:
@@ -29,20 +30,23 @@ class LayerResult:
 
     @property
     def gbps(self) -> float:
-        return measure.gbps(self.shape, self.timing.median_ms, self.epilogue)
+        return measure.gbps(self.shape, self.timing.median_ms, self.epilogue,
+                            measure.element_bytes(self.precision))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "label": self.label, "shape": self.shape.as_dict(),
                 "epilogue": self.epilogue, "timing": self.timing.as_dict(),
                 "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
-                "compile_s": self.compile_s, "variant": self.variant, "note": self.note}
+                "compile_s": self.compile_s, "variant": self.variant, "note": self.note,
+                "precision": self.precision}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LayerResult":
         return cls(name=d["name"], label=d["label"], shape=ConvShape(**d["shape"]),
                    epilogue=d["epilogue"], timing=measure.Timing.from_dict(d["timing"]),
                    check=Check(**d["check"]), compile_s=d["compile_s"],
-                   variant=d.get("variant", ""), note=d.get("note", ""))
+                   variant=d.get("variant", ""), note=d.get("note", ""),
+                   precision=d.get("precision", "fp32"))
 
 
 @dataclass
