@@ -100,18 +100,18 @@ def test_a_half_precision_floor_counts_16_bit_bytes():
 def test_a_half_precision_layer_of_a_run_counts_16_bit_bytes():
     """`convlab run`'s per-layer GB/s counted 4-byte elements for fp16 and bf16 layers as
     compare's rows did before session 16 (left then, fixed in session 17); a record saved
-    before the layer kept its class reads as fp32."""
+    before the layer kept its element size reads as 4 bytes."""
     from convlab.bench.records import LayerResult
     from convlab.oracle.verify import Check
 
     resnet = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
-    layers = {p: LayerResult("conv", "conv", resnet, None, measure.Timing([0.05]),
-                             Check(True, 1e-3, 0.01), 0.1, "v", "", p) for p in ("fp32", "fp16")}
-    assert layers["fp16"].gbps == pytest.approx(layers["fp32"].gbps / 2)
-    saved = json.loads(json.dumps(layers["fp16"].as_dict()))
-    assert LayerResult.from_dict(saved) == layers["fp16"]
-    del saved["precision"]
-    assert LayerResult.from_dict(saved).gbps == pytest.approx(layers["fp32"].gbps)
+    layers = {b: LayerResult("conv", "conv", resnet, None, measure.Timing([0.05]),
+                             Check(True, 1e-3, 0.01), 0.1, "v", "", b) for b in (4, 2)}
+    assert layers[2].gbps == pytest.approx(layers[4].gbps / 2)
+    saved = json.loads(json.dumps(layers[2].as_dict()))
+    assert LayerResult.from_dict(saved) == layers[2]
+    del saved["element_bytes"]
+    assert LayerResult.from_dict(saved).gbps == pytest.approx(layers[4].gbps)
 
 
 def test_half_precision_floor_uses_the_half_precision_rate():

@@ -362,7 +362,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
         timing, check = time_and_verify(step, step_variant, policy, verify)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
                             step.op.compile_seconds, step_variant.name, step.op.note,
-                            step_variant.precision)
+                            (step.input if step.staged is None else step.staged).dtype.itemsize)
         layers.append(layer)
         emit("layer", layer)
 
@@ -509,7 +509,7 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     if op.output_dtype == FLOAT16:
         note = "; ".join(filter(None, [note, "fp16 output, as cuDNN's fp16 rows write"]))
     return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel,
-                       note, variant.precision)
+                       note, step.staged.dtype.itemsize)
 
 
 def layer_variant(variant: Variant) -> Variant:

@@ -22,7 +22,11 @@ class LayerResult:
     compile_s: float
     variant: str = ""
     note: str = ""  # what the op chose when prepared (Op.note)
-    precision: str = "fp32"  # the variant's class: fp16 and bf16 layers move 16-bit tensors
+    # Bytes of each element the layer reads (its input as staged: 2 for fp16 and bf16
+    # variants, 4 for the rest and for kernel files, which take float32 tensors). GB/s counts
+    # every element at that size, as compare's rows do by class: an approximation where a
+    # 16-bit layer writes float32 (bf16 variants, an fp16 layer before a float32 one).
+    element_bytes: int = 4
 
     @property
     def gflops(self) -> float:
@@ -31,14 +35,14 @@ class LayerResult:
     @property
     def gbps(self) -> float:
         return measure.gbps(self.shape, self.timing.median_ms, self.epilogue,
-                            measure.element_bytes(self.precision))
+                            self.element_bytes)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "label": self.label, "shape": self.shape.as_dict(),
                 "epilogue": self.epilogue, "timing": self.timing.as_dict(),
                 "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
                 "compile_s": self.compile_s, "variant": self.variant, "note": self.note,
-                "precision": self.precision}
+                "element_bytes": self.element_bytes}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LayerResult":
@@ -46,7 +50,7 @@ class LayerResult:
                    epilogue=d["epilogue"], timing=measure.Timing.from_dict(d["timing"]),
                    check=Check(**d["check"]), compile_s=d["compile_s"],
                    variant=d.get("variant", ""), note=d.get("note", ""),
-                   precision=d.get("precision", "fp32"))
+                   element_bytes=d.get("element_bytes", 4))
 
 
 @dataclass

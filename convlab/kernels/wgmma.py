@@ -21,8 +21,9 @@ SOURCE = (r"""
 // writes B's 16-byte cp.async copies to the swizzled chunk. A K-tile is one 128-byte row (64
 // fp16/bf16 or 32 tf32 channels); one group of wgmmas stays in flight across K-tiles.
 // 3xTF32 (the fp32 class) keeps both operands' small parts in shared memory too (the host
-// splits the filters; each thread splits the B vectors it copied) and sums each K-tile's three
-// products apart, adding them to the total with FP32 adds, as channels-last-3xtf32 does.
+// splits the filters; each thread writes the rounded residual of the B vectors it copied, whose
+// big part wgmma reads as they landed, truncated) and sums each K-tile's three products apart,
+// adding them to the total with FP32 adds, as channels-last-3xtf32 does.
 //
 // PERSISTENT (the tiling's schedule): in the grid schedule every thread both copies and
 // multiplies, so each block waits for its first K-tiles' loads before any MMA and the tensor
