@@ -12,6 +12,13 @@ corrupt cache is no entry (and the next store rewrites a corrupt file whole). Th
 JSON file under CONVLAB_CACHE_DIR (default ~/.cache/convlab); a store is a read-modify-write
 under an exclusive lock on a side file, written to a temporary file and moved into place with
 os.replace, so concurrent tuners lose no entry and a reader never sees half a file.
+
+Beside it, read-only, the tunings shipped with convlab (SHIPPED, the same format and keys):
+the tuner's results on the GPUs the README's figures come from, so that a fresh install on
+such a GPU runs the tilings those figures were measured with. The user's own cache wins. A
+kernel edit changes its source hash and its shipped entries stop matching (a CPU test says
+so): re-tune, or re-key with scripts/rekey_tune_cache.py where the edit leaves the tilings'
+meaning alone.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from .shapes import ConvShape
 
 CACHE_FILE = "tune-cache.json"
 CACHE_FORMAT = 1
+SHIPPED = Path(__file__).parent / "assets" / "tunings.json"
 
 
 # --- the layer ------------------------------------------------------------------------------
@@ -115,16 +123,20 @@ def _read_entries(path: Path) -> dict:
 
 
 def lookup(variant, shape: ConvShape, epilogue: str | None = None) -> dict | None:
-    """The tuned configuration of `variant` for this layer on the current GPU, or None: no GPU,
-    no entry, or an unreadable cache. Never raises."""
+    """The tuned configuration of `variant` for this layer on the current GPU, from the user's
+    cache, else from the shipped tunings; or None: no GPU, no entry, or an unreadable file.
+    Never raises."""
     try:
         device = device_key()
         if device is None:
             return None
         key = cache_key(device, variant.name, source_hash(variant), shape, epilogue)
-        entry = _read_entries(cache_path()).get(key)
-        config = entry.get("config") if isinstance(entry, dict) else None
-        return dict(config) if isinstance(config, dict) else None
+        for path in (cache_path(), SHIPPED):
+            entry = _read_entries(path).get(key)
+            config = entry.get("config") if isinstance(entry, dict) else None
+            if isinstance(config, dict):
+                return dict(config)
+        return None
     except Exception:  # a variant's default choice must not fail because of its cache
         return None
 

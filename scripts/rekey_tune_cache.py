@@ -3,7 +3,8 @@ refactor of the shared pieces): every entry is re-keyed to its variant's current
 Entries of variants that no longer exist are dropped. Only for edits you have verified do not
 change which tiling is fastest; otherwise tune afresh.
 
-Usage: python scripts/rekey_tune_cache.py CACHE.json
+Usage: python scripts/rekey_tune_cache.py CACHE.json (your cache, or convlab's shipped tunings:
+convlab/assets/tunings.json, which a CPU test holds to today's source hashes)
 """
 
 import json

@@ -474,3 +474,55 @@ def test_cli_exits_as_the_signal_says_on_an_interrupted_sweep(monkeypatch):
                                         "register-tiled", "--json"])
     assert as_json.exit_code == 143
     assert json.loads(as_json.output)["interrupted"] == "stopped after 2 of 6 candidates"
+
+
+# --- the shipped tunings ---------------------------------------------------------------------
+
+def shipped_entries() -> dict:
+    data = json.loads(tuning.SHIPPED.read_text())
+    assert data["format"] == tuning.CACHE_FORMAT
+    return data["entries"]
+
+
+def test_shipped_tunings_match_todays_kernels_and_their_layers():
+    """Each shipped entry names a registered variant, is keyed by that variant's current source
+    hash and holds a tiling its layer accepts. A kernel edit changes the hash and leaves its
+    entries unmatched (a fresh install would run the heuristic's tilings): tune again, or
+    where the edit leaves the tilings' meaning alone, re-key with
+    `python scripts/rekey_tune_cache.py convlab/assets/tunings.json`."""
+    from convlab.kernels import VARIANTS
+
+    entries = shipped_entries()
+    assert entries
+    stale = []
+    for key, entry in entries.items():
+        variant = VARIANTS[entry["variant"]]
+        shape = ConvShape(**entry["shape"])
+        if key != tuning.cache_key(entry["device"], variant.name, tuning.source_hash(variant),
+                                   shape, entry["epilogue"]):
+            stale.append(key)
+        config = variant.config_type.from_dict(entry["config"])
+        assert variant.accepts(config, shape, entry["epilogue"]), key
+    assert not stale, f"{len(stale)} shipped tunings keyed to an older source, e.g. {stale[0]}"
+
+
+def test_lookup_falls_back_to_the_shipped_tunings(tmp_path, monkeypatch):
+    """A fresh install on a GPU the shipped tunings cover gets their tiling; another GPU gets
+    none (the heuristic's); the user's own `convlab tune` result wins over the shipped one."""
+    from convlab.kernels import VARIANTS
+
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    entry = next(e for e in shipped_entries().values()
+                 if e["variant"] == "wgmma-fp16" and e["shape"]["B"] == 64)  # the ResNet layer
+    variant, shape = VARIANTS["wgmma-fp16"], ConvShape(**entry["shape"])
+    monkeypatch.setattr(tuning, "device_key", lambda: entry["device"])
+    assert tuning.lookup(variant, shape, entry["epilogue"]) == entry["config"]
+    assert variant.config_for(shape, entry["epilogue"]).as_dict() == entry["config"]
+    other = next(t for t in variant.configs(shape, entry["epilogue"])
+                 if t.as_dict() != entry["config"])
+    key = tuning.cache_key(entry["device"], variant.name, tuning.source_hash(variant), shape,
+                           entry["epilogue"])
+    tuning.store(key, {**entry, "config": other.as_dict()})
+    assert variant.config_for(shape, entry["epilogue"]) == other
+    monkeypatch.setattr(tuning, "device_key", lambda: "Another GPU (CC 9.0)")
+    assert tuning.lookup(variant, shape, entry["epilogue"]) is None

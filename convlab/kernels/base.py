@@ -264,7 +264,8 @@ class Variant:
 
     def config_for(self, shape: ConvShape, epilogue: str | None = None) -> Config | None:
         """The config a layer gets: the fields fixed by the constructor, the rest tuned on this
-        GPU for this layer and epilogue (`convlab tune`'s cache), else the heuristic's."""
+        GPU for this layer and epilogue (`convlab tune`'s cache, else the tunings shipped with
+        convlab), else the heuristic's."""
         if self.config_type is None:
             return None
         fixed = self.fixed_config()
