@@ -324,14 +324,14 @@ WGMMA_FLOP_PER_CYCLE = {"fp16": 4096, "bf16": 4096, "tf32": 2048, "3xtf32": 2048
 
 def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     """Modelled microseconds, for ranking: the busiest SM's waves of blocks, each K-tile the
-    larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient; fewer
-    than WARPGROUPS_FOR_PEAK warpgroups on the SM issue at a fraction of the rate) and the
-    loads' latency over the STAGES-2 tiles in flight; at least the DRAM floor. The persistent
-    schedule waits for a tile's first loads once per block, not once per tile (the loaders
-    run ahead into the next tile), with STAGES-1 K-tiles of copies in flight."""
-    if t.schedule == "halo":
-        return estimate_halo(shape, t, maths)
-    resident = blocks_per_sm(t, maths)
+    larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient; a
+    tail wgmma is charged as 32 columns; fewer than WARPGROUPS_FOR_PEAK warpgroups on the SM
+    issue at a fraction of the rate) and its loads; at least the DRAM floor. The grid schedule
+    waits for the loads' latency over the STAGES-2 tiles in flight, once per tile; the
+    persistent one over STAGES-1, once per block (the loaders run ahead into the next tile);
+    the halo one brings a K*K-th of its chunk's patch from L2 per K-tile and, unless the
+    filters stay resident, its A tile, paying the latency once per block."""
+    resident = blocks_per_sm(t, maths, shape)
     if t.schedule == "grid":
         registers = -(-mma_registers(t, maths) // 8) * 8 * t.threads
         resident = max(1, min(H100.limits.registers_per_sm // registers, resident))
@@ -339,40 +339,26 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     per_sm = -(-tiles // cost.SMS)
     resident = min(resident, per_sm)
     issuing = min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
-    mma = 2 * t.bm * t.bn * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
+    columns = -(-t.bn // 32) * 32
+    mma = 2 * t.bm * columns * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
     k_count = k_tiles(shape, t) / t.split_k
-    latency = cost.load_latency(shape, t, maths, k_count)
     epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
-    if t.schedule == "persistent":
-        k_tile = max(mma * resident / issuing, latency / (t.stages - 1)) / resident
-        total = per_sm * (k_count * k_tile + epilogue / resident) + latency
+    if t.schedule == "halo":
+        a_bytes = 0 if t.stages == k_count else t.bm * ROW_BYTES
+        l2 = halo.patch_rows(shape, t.bn) * ROW_BYTES / (shape.K * shape.K) + a_bytes
+        k_tile = max(mma * resident / issuing, l2 * resident / cost.L2_BYTES_PER_CYCLE) / resident
+        total = per_sm * (k_count * k_tile + epilogue / resident) + cost.LOAD_LATENCY
     else:
-        k_tile = max(mma * resident / issuing, latency / (t.stages - 2)) / resident
-        total = per_sm * (k_count * k_tile + (latency + epilogue) / resident)
+        latency = cost.load_latency(shape, t, maths, k_count)
+        in_flight = t.stages - 1 if t.schedule == "persistent" else t.stages - 2
+        k_tile = max(mma * resident / issuing, latency / in_flight) / resident
+        if t.schedule == "persistent":
+            total = per_sm * (k_count * k_tile + epilogue / resident) + latency
+        else:
+            total = per_sm * (k_count * k_tile + (latency + epilogue) / resident)
     total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
     if t.split_k > 1:
         total += tiles * t.bm * t.bn * 8 / cost.DRAM_BYTES_PER_CYCLE
-    return total / cost.CLOCK_MHZ
-
-
-def estimate_halo(shape: ConvShape, t: Tiling, maths: str) -> float:
-    """As `estimate`, but each K-tile brings from L2 a K*K-th of its chunk's patch and, unless
-    the filters stay resident, its A tile; the loads' latency is paid once per block."""
-    resident = blocks_per_sm(t, maths, shape)
-    per_sm = -(-output_tiles(shape, t) // cost.SMS)
-    resident = min(resident, per_sm)
-    issuing = min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
-    tail = t.bn % 32
-    # the tail wgmma charged as 32 columns; a narrow N re-reads A, as in `estimate`
-    mma = 2 * t.bm * (t.bn + (32 - tail if tail else 0)) * t.bk / WGMMA_FLOP_PER_CYCLE[maths]
-    mma *= 1 + 32 / t.bn
-    k_count = k_tiles(shape, t)
-    a_bytes = 0 if t.stages == k_count else t.bm * ROW_BYTES
-    l2 = halo.patch_rows(shape, t.bn) * ROW_BYTES / (shape.K * shape.K) + a_bytes
-    k_tile = max(mma * resident / issuing, l2 * resident / cost.L2_BYTES_PER_CYCLE) / resident
-    epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
-    total = per_sm * (k_count * k_tile + epilogue / resident) + cost.LOAD_LATENCY
-    total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
     return total / cost.CLOCK_MHZ
 
 
