@@ -27,6 +27,9 @@ GENERAL = [
     ConvShape(2, 3, 23, 23, 16, 11, stride=4, bias=True),
     ConvShape(1, 4, 9, 9, 140, 3, pad=3, groups=2, bias=True),
     ConvShape(2, 512, 9, 9, 64, 3, pad=1, groups=2),
+    # depthwise: one channel a group (the second compiled with a ReLU)
+    ConvShape(2, 6, 11, 9, 6, 3, stride=2, pad=1, groups=6, bias=True),
+    ConvShape(1, 16, 9, 9, 16, 5, pad=2, groups=16, bias=True),
 ]
 # AlexNet's conv layers at the largest batch (batch is not compiled in; ReLU is what they run).
 ALEXNET = list(MODELS["alexnet"].conv_shapes(1024).values())

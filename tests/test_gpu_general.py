@@ -29,6 +29,7 @@ HAND_PICKED = [
     (ConvShape(7, 5, 12, 13, 10, 4, stride=4, pad=3), RELU, True),  # even K; ReLU, no bias
     (ConvShape(9, 40, 8, 11, 24, 3, pad=1, groups=2, bias=True), RELU, True),  # 9 images
     (ConvShape(3, 12, 6, 13, 36, 1, stride=2, groups=4, bias=True), None, False),  # 1x1, stride 2
+    (ConvShape(2, 24, 11, 9, 24, 3, stride=2, pad=1, groups=24, bias=True), RELU, True),  # depthwise
 ]
 TANH_POOL_CASES = [(shape, TANH_POOL, signed) for shape, _, signed in HAND_PICKED[1:4]]
 

@@ -131,9 +131,11 @@ def test_memcheck_clean_kernel_file(tmp_path):
 
 
 # Small layers for memcheck, the first one a variant supports is used; winograd needs a 3x3
-# filter over at least 8 input channels per group, which only the last offers.
+# filter over at least 8 input channels per group, which the fourth offers; the depthwise
+# variants take only the last (its 70 channels in two chunks of 18 lanes of 2, one partial).
 MEMCHECK_SHAPES = (SMALL, ConvShape(3, 1, 28, 28, 50, 5), ConvShape(2, 12, 21, 21, 24, 7),
-                   ConvShape(2, 16, 10, 9, 8, 3, pad=1, groups=2, bias=True))
+                   ConvShape(2, 16, 10, 9, 8, 3, pad=1, groups=2, bias=True),
+                   ConvShape(2, 70, 11, 9, 70, 3, stride=2, pad=1, groups=70, bias=True))
 
 
 @needs_sanitizer

@@ -7,6 +7,7 @@ from .constant import Constant
 from .cpu import Cpu
 from .cudnn import (Cudnn, CudnnBF16, CudnnFP16, CudnnNHWC, CudnnNHWCBF16, CudnnNHWCFP16,
                     CudnnNHWCTF32, CudnnTF32)
+from .depthwise import Depthwise, DepthwiseBF16, DepthwiseFP16
 from .fused import Fused
 from .im2col import Im2col
 from .implicit_gemm import ImplicitGemm
@@ -27,7 +28,8 @@ VARIANTS: dict[str, Variant] = {
         ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Pipelined(), Pipelined3xTF32(),
         PipelinedFP16(), PipelinedBF16(), ChannelsLast(), ChannelsLast3xTF32(),
         ChannelsLastFP16(), ChannelsLastBF16(), Wgmma(), Wgmma3xTF32(), WgmmaFP16(), WgmmaBF16(),
-        Fused(), Cudnn(), CudnnNHWC(), CudnnTF32(), CudnnNHWCTF32(), CudnnFP16(), CudnnNHWCFP16(),
+        Depthwise(), DepthwiseFP16(), DepthwiseBF16(), Fused(), Cudnn(), CudnnNHWC(), CudnnTF32(),
+        CudnnNHWCTF32(), CudnnFP16(), CudnnNHWCFP16(),
         CudnnBF16(), CudnnNHWCBF16(),
     )
 }

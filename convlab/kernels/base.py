@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from .. import tuning
+from ..errors import ConvlabError
 from ..gpu import compute_capability
 from ..gpu.elements import FLOAT32
 from ..gpu.jit import build_options, load_module
@@ -320,6 +321,13 @@ def check_bias(shape: ConvShape, bias) -> None:
 def check_inputs(variant: Variant, shape: ConvShape, epilogue: str | None, bias) -> None:
     check_epilogue(variant, epilogue)
     check_bias(shape, bias)
+
+
+def check_supported(variant: Variant, shape: ConvShape) -> None:
+    """prepare's refusal of a layer the variant does not support, with its reason."""
+    support = variant.supports(shape)
+    if not support:
+        raise ConvlabError(f"'{variant.name}' cannot run {shape.describe()}: {support.reason}")
 
 
 class ConstantWeights:

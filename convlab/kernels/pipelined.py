@@ -43,8 +43,8 @@ import numpy as np  # noqa: E402
 from ..errors import ConvlabError  # noqa: E402
 from ..gpu.elements import FLOAT16, FLOAT32, element_defines  # noqa: E402
 from ..shapes import FEATURES, ConvShape  # noqa: E402
-from .base import (RELU, Op, Support, Variant, check_inputs, device_weights,  # noqa: E402
-                   split_tf32_arithmetic)
+from .base import (RELU, Op, Support, Variant, check_inputs, check_supported,  # noqa: E402
+                   device_weights, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
 from .igemm.packing import pack_weights, stage_dtype, stage_nchw  # noqa: E402
@@ -182,9 +182,7 @@ class Pipelined(Variant):
 
     def prepare(self, shape, weights, epilogue=None, bias=None):
         check_inputs(self, shape, epilogue, bias)
-        support = self.supports(shape)
-        if not support:
-            raise ConvlabError(f"'{self.name}' cannot run {shape.describe()}: {support.reason}")
+        check_supported(self, shape)
         import cupy
 
         t = self.config_for(shape, epilogue)
