@@ -66,12 +66,12 @@ typedef raw<COPY_BYTES>::t copy_vec;
 typedef raw<OUT_BYTES>::t out_vec;
 #define CB (LANES * VEC)
 #define CHUNKS ((C + CB - 1) / CB)
-#define COL_TILES ((WO + COLS - 1) / COLS)
 #define SPAN_H ((ROWS - 1) * STRIDE + K)
 #define SPAN_W ((COLS - 1) * STRIDE + K)
 
 // COPY_VEC elements of the patch: copied asynchronously (zero-filled outside the input), or,
-// where a block's channels are one 2-byte element, below cp.async's minimum, through a register.
+// as one 2-byte element (a block of an odd count of 16-bit channels), below cp.async's 4-byte
+// minimum, through a register.
 __device__ __forceinline__ void copy_vector(elem_t* dst, const elem_t* src, bool inside)
 {
 #if COPY_BYTES >= 4
@@ -86,7 +86,7 @@ __device__ __forceinline__ void copy_vector(elem_t* dst, const elem_t* src, bool
 
 extern "C" __global__ void __launch_bounds__(LANES * COLS)
 conv_forward(const elem_t* __restrict__ x, const float* __restrict__ w,
-             const float* __restrict__ bias, out_t* __restrict__ y, int batch)
+             const float* __restrict__ bias, out_t* __restrict__ y)
 {
     extern __shared__ __align__(16) unsigned char shared[];
     elem_t* patch = reinterpret_cast<elem_t*>(shared);  // [SPAN_H][SPAN_W][CB]
@@ -396,7 +396,6 @@ class Depthwise(Variant):
         b = device_bias(bias)
         launch_grid = grid(shape, t, self.maths)
         block = (lanes(shape, t.vec, self.maths) * t.cols,)
-        batch = np.int32(shape.B)
         dtype, cp, maths = self.input_dtype(), self.staged_channels(shape), self.maths
         # The staging treats the layer as one group of C channels: no group is padded alone.
         ungrouped = replace(shape, groups=1)
@@ -407,7 +406,7 @@ class Depthwise(Variant):
                 raise ConvlabError(f"'{name}' reads a channels-last {dtype} input of {cp} "
                                    f"channels, got {x.dtype} of shape {tuple(x.shape)}, strides "
                                    f"{tuple(x.strides)}: pass op.stage(x)")
-            kernel(launch_grid, block, (x, w, b, y, batch), shared_mem=smem)
+            kernel(launch_grid, block, (x, w, b, y), shared_mem=smem)
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue,
                   lambda x, out: stage_channels_last(x, out, ungrouped, cp, maths),
