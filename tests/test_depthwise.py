@@ -8,8 +8,8 @@ import pytest
 from convlab.bench.compare import parse_kernels
 from convlab.kernels import RELU
 from convlab.kernels.depthwise import (BlockTile, Depthwise, DepthwiseBF16, DepthwiseFP16,
-                                       copy_vector, heuristic_tile, lanes, patch_bytes, rounded_filters,
-                                       tap_major, tile_problem)
+                                       copy_vector, heuristic_tile, lanes, patch_bytes,
+                                       rounded_filters, tap_major, tile_problem)
 from convlab.shapes import ConvShape
 
 pytestmark = pytest.mark.usefixtures("private_cache")

@@ -52,6 +52,22 @@ def test_speedups_floor_and_best():
     assert fused.best and fused.speedup_cudnn == pytest.approx(4.0) and fused.speedup_naive is None
 
 
+def test_a_16_bit_row_computing_in_fp32_counts_16_bit_bytes():
+    """depthwise-fp16 issues FP32 FMAs on 16-bit tensors: its copy floor is that of 2-byte
+    elements (the class's, as its GB/s), not of the FP32 rate's 4-byte ones, which doubled
+    it (session 18: 133-195% of the floor on an H100)."""
+    depthwise = ConvShape(64, 128, 56, 56, 128, 3, pad=1, groups=128)
+    rows = [compare.Row(variant=name, precision="fp16", batch=64, layer="layer", label="layer",
+                        shape=depthwise, epilogue=None, status="PASS", reason="",
+                        timing=measure.Timing([0.05] * 5))
+            for name in ("depthwise-fp16", "cudnn-fp16")]
+    compare.finish(rows, CEILINGS)
+    ours, cudnn = rows
+    assert ours.floor_basis == cudnn.floor_basis == "copy"
+    assert ours.floor_ms == pytest.approx(cudnn.floor_ms)
+    assert ours.floor_ms == pytest.approx(measure.traffic_bytes(depthwise, None, 2) / 3e9)
+
+
 def test_fail_and_skip_rows_show_no_speed():
     rows = {r.variant: r for r in sample().rows if r.epilogue is None}
     for name in ("broken", "cudnn-tf32"):

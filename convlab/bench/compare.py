@@ -312,8 +312,9 @@ def finish(rows: list[Row], ceilings: measure.Ceilings | None) -> None:
     for r in rows:
         if ceilings is not None:
             arithmetic = arithmetic_of(r)
-            r.floor_ms, r.floor_bound = ceilings.floor_ms(r.shape, arithmetic.rate, r.epilogue,
-                                                          arithmetic.flops)
+            r.floor_ms, r.floor_bound = ceilings.floor_ms(
+                r.shape, arithmetic.rate, r.epilogue, arithmetic.flops,
+                measure.element_bytes(r.precision))
             r.floor_basis = "copy" if r.floor_bound == "memory" else arithmetic.label
         r.speedup_naive = r.speedup_cudnn = None
         r.cudnn_basis, r.best = "", False

@@ -480,11 +480,13 @@ class Ceilings:
         return self.fp32_gflops
 
     def floor_ms(self, shape: ConvShape, rate: str = "fp32", epilogue: str | None = None,
-                 flops: float | None = None) -> tuple[float, str]:
+                 flops: float | None = None, element: int | None = None) -> tuple[float, str]:
         """max(bytes / copy bandwidth, FLOPs / rate) and which of the two binds; `flops` are
-        what the variant issues at `rate` (default: the direct conv's), the bytes those of the
-        rate's element size (16-bit for fp16 and bf16)."""
-        mem = traffic_bytes(shape, epilogue, element_bytes(rate)) / (self.copy_gbps * 1e9) * 1e3
+        what the variant issues at `rate` (default: the direct conv's), the bytes those of
+        `element`-byte tensors (default: the rate's, 16-bit for fp16 and bf16; a 16-bit class
+        computing in FP32, as the depthwise variants do, passes its own)."""
+        element = element_bytes(rate) if element is None else element
+        mem = traffic_bytes(shape, epilogue, element) / (self.copy_gbps * 1e9) * 1e3
         flops = shape.flops if flops is None else flops
         compute = flops / (self.rate(rate) * 1e9) * 1e3
         return (mem, "memory") if mem >= compute else (compute, "compute")
