@@ -33,7 +33,7 @@ def test_depthwise_layers_are_supported(shape):
 def test_other_layers_are_refused_with_the_reason(shape):
     support = Depthwise().supports(shape)
     assert not support
-    assert f"this layer has {shape.Cg} and {shape.Mg}" in support.reason
+    assert f"this layer has {shape.Cg} input and {shape.Mg} output channels" in support.reason
     assert "implicit GEMM" in support.reason
 
 

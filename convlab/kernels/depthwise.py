@@ -357,8 +357,8 @@ class Depthwise(Variant):
             return base
         if shape.Cg != 1 or shape.Mg != 1:
             return Support(False, f"runs depthwise layers (one input and one output channel a "
-                                  f"group); this layer has {shape.Cg} and {shape.Mg}: the "
-                                  f"implicit GEMM variants run it")
+                                  f"group); this layer has {shape.Cg} input and {shape.Mg} "
+                                  f"output channels a group: the implicit GEMM variants run it")
         t = self.config_for(shape)
         problem = tile_problem(t, self.maths, shape)
         if problem:
