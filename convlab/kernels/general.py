@@ -16,15 +16,24 @@ from .base import RELU, device_weights
 # The store's epilogue, included by every source: the layer's bias, then the fused ReLU. For a
 # plain conv both switches are 0 and the function is the identity.
 EPILOGUE_SOURCE = r"""
-__device__ __forceinline__ float finish_output(float v, const float* __restrict__ bias, int m)
+__device__ __forceinline__ float finish_value(float v, float b)
 {
 #if HAS_BIAS
-    v += __ldg(bias + m);
+    v += b;
 #endif
 #if RELU
     v = v < 0.0f ? 0.0f : v;  // not fmaxf: a NaN (an element computed wrong) stays visible
 #endif
     return v;
+}
+
+__device__ __forceinline__ float finish_output(float v, const float* __restrict__ bias, int m)
+{
+#if HAS_BIAS
+    return finish_value(v, __ldg(bias + m));
+#else
+    return finish_value(v, 0.0f);
+#endif
 }
 """
 

@@ -24,7 +24,7 @@ copied once per block or per m-tile change instead of once per tile)."""
 
 from ...shapes import ConvShape
 from ..base import blocks
-from . import mainloop
+from . import epilogue, mainloop
 from .tiling import INT32_MAX, Tiling, element_bytes
 
 ROW_BYTES = 128
@@ -200,21 +200,15 @@ KERNEL = r"""
             if (A_RESIDENT && !keep)
                 for (int kt = 0; kt < KTILES; ++kt) mbar_arrive(aempty0 + 8 * kt);
             fence_operands(acc);
-            // Element e of n-block f: output channel 16*warp + g8 + 8*(e/2) of the tile, grid
-            // position q = 8f + 2*t4 + e%2, output (h0 + q / PW, q % PW) where that is one.
-#pragma unroll
-            for (int f = 0; f < NF; ++f)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int q = 8 * f + 2 * t4 + (e & 1);
-                    const int i = q / PW, col = q - i * PW;
-                    const int mg = mtile * BM + 16 * warp + g8 + 8 * (e >> 1);
-                    if (col < WO && i < HALO_ROWS && h0 + i < HO && mg < MG) {
-                        const long long pix = ((long long)image * HO + h0 + i) * WO + col;
-                        y[pix * M + group * MG + mg] =
-                            to_out(finish_output(acc[0][f][e], bias, group * MG + mg));
-                    }
-                }
+            // GEMM column q is grid position (h0 + q / PW, q % PW), an output where that is one.
+            out_t* const ytile = y + ((long long)image * HO + h0) * WO * M + group * MG
+                                 + mtile * BM;
+            auto pixel = [&](int q, unsigned& at) {
+                const int i = q / PW, col = q - i * PW;
+                at = (i * WO + col) * M;
+                return col < WO && i < HALO_ROWS && h0 + i < HO;
+            };
+""" + epilogue.STORE_REGISTERS_NHWC + r"""
         }
     }
 }

@@ -8,7 +8,7 @@ launch's cap: without it such tilings ran 5-16% slower on an H100 (session 15). 
 room for one wgmma's accumulators beyond that cap (ptxas stops with C7602), so the host picks
 blocks per SM for those to fit (igemm.wgmma.blocks_per_sm)."""
 
-from . import gather_nhwc, mainloop, wgmma
+from . import epilogue, gather_nhwc, mainloop, wgmma
 
 INSTRUCTIONS = r"""
 #if PERSISTENT
@@ -201,18 +201,13 @@ CONSUMER = r"""
             mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
 #endif
             fence_operands(acc);
-            // Element e of n-block f: output channel 16*warp + g8 + 8*(e/2) of the tile,
-            // pixel 8f + 2*t4 + e%2; a warp's store covers 8 channels of 4 pixels.
-#pragma unroll
-            for (int f = 0; f < NF; ++f)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int pix = ntile * BN + 8 * f + 2 * t4 + (e & 1);
-                    const int mg = mtile * BM + 16 * warp + g8 + 8 * (e >> 1);
-                    if (pix < npix && mg < MG)
-                        y[(long long)pix * M + group * MG + mg] =
-                            to_out(finish_output(acc[0][f][e], bias, group * MG + mg));
-                }
+            out_t* const ytile = y + (long long)ntile * BN * M + group * MG + mtile * BM;
+            const int tile_pixels = npix - ntile * BN;
+            auto pixel = [&](int q, unsigned& at) {
+                at = q * M;
+                return q < tile_pixels;
+            };
+""" + epilogue.STORE_REGISTERS_NHWC + r"""
         }
     }
 }
