@@ -2,7 +2,8 @@
 ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE), stored as float32 or fp16
 (gpu.elements' `to_out`, OUT_HALF). NCHW stores: a warp per
 output channel row, lanes along consecutive pixels; NHWC stores: a warp per pixel, lanes along
-consecutive output channels."""
+consecutive output channels. The wgmma kernel's warp-specialised schedules store straight from
+the registers instead (STORE_REGISTERS_NHWC)."""
 
 STORE_NCHW = r"""
     // Accumulator (i, j) element e: row 16i + g + 8*(e/2), column 8j + 2t + e%2 of the warp tile.
