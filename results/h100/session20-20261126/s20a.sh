@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 20, call 1 (one H100): 3xTF32 partial sums of two K-tiles. GPU tests of the 3xTF32
+# variants (bound ratios printed), then the fp32 class's tilings timed under HEAD's tree
+# (gpu-out/base) and this one.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 COLUMNS=120
+L=$OUT/logs; R=$OUT/records; mkdir -p "$L" "$R"
+T0=$(date +%s); END=$((T0 + ${BUDGET:-570}))
+el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+left() { local l=$(( END - $(date +%s) )); [[ $l -lt $1 ]] && echo $l || echo $1; }
+pack() { tar -C "$OUT" -czf "$OUT/all.tar.gz.part" logs records && mv "$OUT/all.tar.gz.part" "$OUT/all.tar.gz"; }
+python -m pip install --no-deps --no-build-isolation -q -e . > "$L/install.log" 2>&1 || { cat "$L/install.log"; exit 1; }
+nvidia-smi -L > "$L/gpus.log"; cat "$L/gpus.log"
+t() { local name=$1 lim=$2; shift 2
+  CONVLAB_CACHE_DIR=$PWD/gpu-out/cache PYTHONPATH=$PWD timeout "$(left "$lim")" python -m pytest -m gpu -q -s -p no:cacheprovider -rfE --durations=5 "$@" > "$L/$name.log" 2>&1
+  el "$name: $(tail -n 1 "$L/$name.log")"; grep -E "^(FAILED|ERROR)" "$L/$name.log" | cut -c1-400 | head; grep -E "same-sign" "$L/$name.log" | head -20; pack; }
+t smoke3x 200 -n 12 tests/test_gpu_pipelined.py tests/test_gpu.py -k "3xtf32"
+ab() { local tag=$1 tree=$2; shift 2
+  CONVLAB_CACHE_DIR=$PWD/gpu-out/cache-$tag PYTHONPATH=$tree timeout "$(left 70)" python gpu-out/ab.py $tag "$@" >> "$L/ab-$tag.log" 2>&1
+  grep "^AB" "$L/ab-$tag.log" | tail -n +1 > "$L/ab-$tag.txt"; }
+for c in conv2f32 conv1x3 conv3x3 conv4x3 conv5x3 resnetx3; do
+  [[ $(left 60) -lt 40 ]] && break
+  ab old $PWD/gpu-out/base $c; ab new $PWD $c
+  el "$c"; grep -h "^AB .* $c " "$L/ab-old.txt" "$L/ab-new.txt"; pack
+done
+el done

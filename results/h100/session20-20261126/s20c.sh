@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 20, call 5 (one H100): the staged fp16 store. GPU tests of the warp-specialised
+# schedules' fp16 output, then fp16-output tilings timed under HEAD's tree and this one.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 COLUMNS=120
+L=$OUT/logs; R=$OUT/records; mkdir -p "$L" "$R"
+T0=$(date +%s); END=$((T0 + ${BUDGET:-570}))
+el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+left() { local l=$(( END - $(date +%s) )); [[ $l -lt $1 ]] && echo $l || echo $1; }
+pack() { tar -C "$OUT" -czf "$OUT/all.tar.gz.part" logs records && mv "$OUT/all.tar.gz.part" "$OUT/all.tar.gz"; }
+python -m pip install --no-deps --no-build-isolation -q -e . > "$L/install.log" 2>&1 || { cat "$L/install.log"; exit 1; }
+nvidia-smi -L > "$L/gpus.log"; cat "$L/gpus.log"
+t() { local name=$1 lim=$2; shift 2
+  CONVLAB_CACHE_DIR=$PWD/gpu-out/cache PYTHONPATH=$PWD timeout "$(left "$lim")" python -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=5 "$@" > "$L/$name.log" 2>&1
+  el "$name: $(tail -n 1 "$L/$name.log")"; grep -E "^(FAILED|ERROR)" "$L/$name.log" | cut -c1-300 | head; pack; }
+t staged 240 -n 14 tests/test_gpu_pipelined.py -k "staged or fp16_and_runs_again or fp16_output_is or (wgmma and halo_schedule) or (wgmma-fp16 and persistent_schedule)"
+ab() { local tag=$1 tree=$2; shift 2
+  CONVLAB_CACHE_DIR=$PWD/gpu-out/cache-$tag PYTHONPATH=$tree timeout "$(left 70)" python gpu-out/ab.py $tag "$@" >> "$L/ab-$tag.log" 2>&1
+  grep "^AB" "$L/ab-$tag.log" > "$L/ab-$tag.txt"; }
+for c in vggS conv3S resnetS conv4S conv5S; do
+  [[ $(left 60) -lt 40 ]] && break
+  ab old $PWD/gpu-out/base $c; ab new $PWD $c
+  el "$c"; grep -h "^AB .* $c " "$L/ab-old.txt" "$L/ab-new.txt"; pack
+done
+el done
