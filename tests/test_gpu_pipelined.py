@@ -228,6 +228,23 @@ def test_the_halo_schedule_writes_fp16_and_runs_again(variant, rng):
         check_relaunch_and_fp16(variant, t, shape, x, w, b)
 
 
+@pytest.mark.parametrize("shape", GENERAL + list(ALEXNET.values()) + MANY_TILES + HALO_SHAPES,
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+def test_the_register_store_writes_fp16_as_the_float32_output_rounded(shape, rng):
+    """The warp-specialised schedules' fp16 store: under the persistent schedule, where M and a
+    group's channels are multiples of 8, 8 channels a 16-byte store after a transpose through
+    shared memory (element stores elsewhere, for an odd last n-block, and under the halo
+    schedule); channel tails (MG not a multiple of bm), pixel tails, groups. Each layer's
+    persistent tilings (one and two warpgroups, one and two blocks per SM) and its first halo
+    tiling: the fp16 bits equal the float32 output rounded."""
+    variant = W.WgmmaFP16()
+    skip_off_its_gpu(variant, shape)
+    halo = [t for t in variant.ranked(shape) if t.schedule == "halo"]
+    x, w, b = random_problem(shape, rng, signed=True)
+    for t in persistent_tilings(variant, shape) + halo[:1]:
+        check_relaunch_and_fp16(variant, t, shape, x, w, b)
+
+
 def crossing_runs(variant, shape, t) -> int:
     """Blocks of the halo schedule whose contiguous run of tiles crosses from one (group,
     m-tile) to the next: where the filters are resident, such a block reloads them mid-run."""

@@ -45,10 +45,10 @@ SOURCE = (r"""
 // Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under
 // HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, MIN_BLOCKS (blocks per SM),
-// PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg); HALO and HALO_ROWS.
+// PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH; HALO and HALO_ROWS.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + wgmma.INSTRUCTIONS + EPILOGUE_SOURCE
-          + persistent.INSTRUCTIONS + ELEMENT_SOURCE
+          + ELEMENT_SOURCE + persistent.INSTRUCTIONS
           + "#if HALO\n" + halo.KERNEL + "#elif PERSISTENT\n" + persistent.KERNEL + "#else\n"
           + mainloop.KERNEL_BEGIN
           + gather_nhwc.LOADER_LANE + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A
@@ -88,7 +88,8 @@ class Wgmma(ChannelsLast):
         k = self.kernel_shape(shape)
         loaders, mma = wgmma.register_split(k, t, self.maths)
         defines = {**base, "PERSISTENT": 1, "MIN_BLOCKS": wgmma.blocks_per_sm(t, self.maths, k),
-                   "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma}
+                   "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma,
+                   "STORE_SCRATCH": wgmma.STORE_SCRATCH}
         if t.schedule == "halo":
             defines.update(HALO=1, HALO_ROWS=t.rows, WGMMA_N=t.bn - t.bn % 32,
                            WGMMA_TAIL=t.bn % 32, PATCH_STAGES=halo.PATCH_STAGES)

@@ -83,8 +83,22 @@ STORE_NHWC = r"""
 # n-block, two columns: their bias is read once a tile and each column's address is reckoned
 # once for both channels. Both schedules had a copy of this loop reading the bias and forming
 # a 64-bit address per element, about 13 instructions an output (SASS of the VGG 3x3 tiles);
-# this one takes half that. On an H100 it timed the same (session 19, within 1% on six
-# layers): the stores are not what bounds these kernels.
+# this one takes half that, and on an H100 it timed the same (session 19).
+# What the stores cost is their count: an fp16 tile of 128x256 written an element at a time is
+# 128 2-byte stores a thread. With the stores switched off the persistent kernels took 1.15-1.17x
+# (AlexNet conv3) and 1.35-1.38x (VGG 3x3) fewer cycles; with the same bytes in 16-byte stores,
+# 16 a thread, 1.08x and 1.21x (H100, session 21; aiming them at a slice that stays in L2
+# changed nothing, so it is not the traffic). Turning the fragments around in registers (movmatrix and
+# a 4x4 shuffle within each quad) cost more than it saved. So under VECTOR_STORE (fp16 output of
+# the persistent schedule, each group's channels on 16 bytes) a warp writes each pair of
+# n-blocks, 16 channels x 16 columns, to STORE_SCRATCH bytes of shared memory with one
+# transposing stmatrix, reads it back 8 channels of one column a lane, and stores those as one
+# 16-byte vector. Column P's two 16-byte halves swap places when P & 4: the eight rows of each
+# matrix then fill distinct bank quads. On an H100 run back to back, where the 700 W cap held
+# the clock at 1,500-1,790 MHz, this took conv3, conv4 and the VGG layer 1.04x, 1.04x and 1.11x
+# less time; in the tuner's and compare's timing (short bursts after a spin kernel, 1.15-1.29x
+# faster than back to back; the clock was not sampled there) the same tilings timed the same
+# as before (session 21, call 11).
 STORE_REGISTERS_NHWC = r"""
         {
             const int m0 = mtile * BM + 16 * warp + g8;
@@ -94,10 +108,42 @@ STORE_REGISTERS_NHWC = r"""
             if (first) b0 = __ldg(bias + group * MG + m0);
             if (second) b1 = __ldg(bias + group * MG + m0 + 8);
 #endif
-            out_t* const yc = ytile + 16 * warp + g8;
-            // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2.
+#if VECTOR_STORE
+            {
+                // Matrix i (0-3) is n-block f + i/2, channels 8(i%2)..; lane L names row L%8 of
+                // matrix L/8, which lands as scratch column P = 8(L/16) + L%8, half (L/8)%2.
+                // Lane L then reads column P = L/2, half L%2: channels 16w + 8(L%2).. of tile
+                // column 8f + P.
+                const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
+                const int sp = 8 * (lane >> 4) + (lane & 7), sh = (lane >> 3) & 1;
+                const unsigned row = scratch + sp * 32 + ((sh ^ (sp >> 2)) & 1) * 16;
+                const int lp = lane >> 1, lh = lane & 1;
+                const unsigned mine = scratch + lp * 32 + ((lh ^ (lp >> 2)) & 1) * 16;
+                const bool live = MG % BM == 0 || mtile * BM + 16 * warp + 8 * lh < MG;
+                out_t* const yv = ytile + 16 * warp + 8 * lh;
 #pragma unroll
-            for (int f = 0; f < NF; ++f)
+                for (int f = 0; f + 1 < NF; f += 2) {
+                    unsigned v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float* a = acc[0][f + i / 2] + 2 * (i & 1);
+                        const float b = i & 1 ? b1 : b0;
+                        v[i] = half_pair(finish_value(a[0], b), finish_value(a[1], b));
+                    }
+                    stmatrix_x4_trans(row, v);
+                    __syncwarp();
+                    const uint4 out = load_shared16(mine);
+                    __syncwarp();  // read before the next pair's stmatrix
+                    unsigned at;
+                    if (live && pixel(8 * f + lp, at)) store16(yv + at, out);
+                }
+            }
+#endif
+            out_t* const yc = ytile + 16 * warp + g8;
+            // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (under
+            // VECTOR_STORE, an odd last n-block).
+#pragma unroll
+            for (int f = VECTOR_STORE ? NF - NF % 2 : 0; f < NF; ++f)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     unsigned at;

@@ -53,6 +53,42 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// The register store's 16-byte path (igemm.epilogue): fp16 output of the persistent schedule
+// whose groups' channels start on 16 bytes; each warp turns its fragments around in
+// STORE_SCRATCH bytes of shared memory after the barriers (the host's count, defined by it).
+#ifndef HALO
+#define HALO 0
+#endif
+#define VECTOR_STORE (OUT_HALF && MODE == 2 && !HALO && M % 8 == 0 && MG % 8 == 0)
+
+// Two outputs as the 32 bits of an fp16 pair, the first in the low half (the lower address).
+__device__ __forceinline__ unsigned half_pair(float lo, float hi)
+{
+    return (unsigned)to_out(lo) | ((unsigned)to_out(hi) << 16);
+}
+
+// Four 8x8 fp16 matrices from the warp's fragments to shared memory, each transposed: lanes
+// 8i..8i+7 name the rows of matrix i.
+__device__ __forceinline__ void stmatrix_x4_trans(unsigned row, const unsigned (&v)[4])
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(row), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory");
+}
+
+__device__ __forceinline__ uint4 load_shared16(unsigned p)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store16(out_t* p, uint4 v)
+{
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                 :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec()
 {

@@ -174,15 +174,17 @@ def swizzle_tiles(a: np.ndarray, t: Tiling) -> np.ndarray:
 def smem_bytes(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
     """The stages (A and B rows of 128 bytes, unpadded; both twice for 3xTF32's big and small
     parts) or the epilogue's C tile (the persistent schedule stores from registers and keeps
-    two mbarriers per stage instead), plus the alignment slack. The halo schedule's patches
-    depend on the layer (`shape`, which it needs)."""
+    two mbarriers per stage instead, and in fp16 STORE_SCRATCH bytes a warp for its store's
+    transpose), plus the alignment slack. The halo schedule's patches depend on the layer
+    (`shape`, which it needs)."""
     if t.schedule == "halo":
         if shape is None:
             raise ValueError("a halo tiling's shared memory depends on the layer: pass its shape")
         return halo.smem_bytes(shape, t, SWIZZLE_ALIGN)
     stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
     if t.schedule == "persistent":
-        return stages + 16 * t.stages + SWIZZLE_ALIGN
+        scratch = STORE_SCRATCH * t.warps_m if maths == "fp16" else 0
+        return stages + 16 * t.stages + scratch + SWIZZLE_ALIGN
     return max(stages, t.bn * (t.bm + 4) * 4) + SWIZZLE_ALIGN
 
 
@@ -301,6 +303,9 @@ def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
     return ""
 
 
+# Shared memory a warp of the persistent schedule's fp16 store turns 16 output columns of its 16
+# channels around in (igemm.epilogue).
+STORE_SCRATCH = 512
 # 3xTF32 keeps a K-tile's partial sum beside the running one: 2 * 128/2 = 128 registers at bn 128.
 MAX_BN = {"3xtf32": 128}
 # Registers a thread of the persistent schedule needs beside a wgmma's accumulators: compiling
