@@ -245,6 +245,33 @@ def test_the_register_store_writes_fp16_as_the_float32_output_rounded(shape, rng
         check_relaunch_and_fp16(variant, t, shape, x, w, b)
 
 
+@pytest.mark.smoke
+def test_the_fp16_register_store_takes_an_output_view_off_16_bytes(rng):
+    """y a view 8 bytes into its buffer, where a 16-byte store would fault: the kernel stores
+    element by element instead, and the bits equal those it writes to an aligned y."""
+    import cupy
+
+    shape = MANY_TILES[0]
+    variant = W.WgmmaFP16()
+    skip_off_its_gpu(variant, shape)
+    t = persistent_tilings(variant, shape)[0]
+    x, w, b = random_problem(shape, rng, signed=True)
+    op = variant.configured(t).writing(np.float16).prepare(shape, w, RELU, b)
+    xs = op.stage(cupy.asarray(x))
+    size = int(np.prod(op.output_shape))
+    aligned = cupy.empty(op.output_shape, dtype=np.float16)
+    buffer = cupy.empty(size + 8, dtype=np.float16)
+    poison(aligned)
+    poison(buffer)
+    off = buffer[4:4 + size].reshape(op.output_shape)
+    assert off.data.ptr % 16 == 8
+    op(xs, aligned)
+    op(xs, off)
+    got, want = cupy.asnumpy(op.output(off)), cupy.asnumpy(op.output(aligned))
+    assert not np.isnan(got).any(), "the view was not written"
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
 def crossing_runs(variant, shape, t) -> int:
     """Blocks of the halo schedule whose contiguous run of tiles crosses from one (group,
     m-tile) to the next: where the filters are resident, such a block reloads them mid-run."""

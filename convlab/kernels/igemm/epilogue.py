@@ -95,10 +95,10 @@ STORE_NHWC = r"""
 # transposing stmatrix, reads it back 8 channels of one column a lane, and stores those as one
 # 16-byte vector. Column P's two 16-byte halves swap places when P & 4: the eight rows of each
 # matrix then fill distinct bank quads. On an H100 run back to back, where the 700 W cap held
-# the clock at 1,500-1,790 MHz, this took conv3, conv4 and the VGG layer 1.04x, 1.04x and 1.11x
+# the clock at 1,485-1,790 MHz, this took conv3 and conv4 1.02-1.04x and the VGG layer 1.11x
 # less time; in the tuner's and compare's timing (short bursts after a spin kernel, 1.15-1.29x
 # faster than back to back; the clock was not sampled there) the same tilings timed the same
-# as before (session 21, call 11).
+# as before, within 1% (session 21, calls 11 and 14).
 STORE_REGISTERS_NHWC = r"""
         {
             const int m0 = mtile * BM + 16 * warp + g8;
@@ -109,7 +109,9 @@ STORE_REGISTERS_NHWC = r"""
             if (second) b1 = __ldg(bias + group * MG + m0 + 8);
 #endif
 #if VECTOR_STORE
-            {
+            // A caller's y may be a view that does not start on 16 bytes: element stores then.
+            const bool vector = (reinterpret_cast<unsigned long long>(y) & 15) == 0;
+            if (vector) {
                 // Matrix i (0-3) is n-block f + i/2, channels 8(i%2)..; lane L names row L%8 of
                 // matrix L/8, which lands as scratch column P = 8(L/16) + L%8, half (L/8)%2.
                 // Lane L then reads column P = L/2, half L%2: channels 16w + 8(L%2).. of tile
@@ -138,14 +140,17 @@ STORE_REGISTERS_NHWC = r"""
                     if (live && pixel(8 * f + lp, at)) store16(yv + at, out);
                 }
             }
+#else
+            const bool vector = false;
 #endif
             out_t* const yc = ytile + 16 * warp + g8;
-            // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (under
-            // VECTOR_STORE, an odd last n-block).
+            // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (after the
+            // vector stores, an odd last n-block).
 #pragma unroll
-            for (int f = VECTOR_STORE ? NF - NF % 2 : 0; f < NF; ++f)
+            for (int f = 0; f < NF; ++f)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
+                    if (vector && f < NF - NF % 2) continue;
                     unsigned at;
                     if (pixel(8 * f + 2 * t4 + h, at)) {
                         out_t* const p = yc + at;

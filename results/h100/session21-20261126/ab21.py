@@ -29,10 +29,11 @@ CASES = {
     "1x1": ("64,256,56,56,64,1", None, False, [T(64, 256, 4, "persistent")]),
 }
 
-tag = sys.argv[1]
+tag, names = sys.argv[1], sys.argv[2:] or list(CASES)
 import convlab  # noqa: E402
 print(f"AB {tag} runs {convlab.__file__}", flush=True)
-for name, (layer, epilogue, bias, configs) in CASES.items():
+for name in names:
+    layer, epilogue, bias, configs = CASES[name]
     variant = get_variant("wgmma-fp16")
     shape = parse_layer(layer, bias=bias)
     tilings = [Tiling.from_dict(c) for c in configs]
