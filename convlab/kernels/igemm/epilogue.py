@@ -88,12 +88,12 @@ STORE_NHWC = r"""
 # 128 2-byte stores a thread. With the stores switched off the persistent kernels took 1.15-1.17x
 # (AlexNet conv3) and 1.35-1.38x (VGG 3x3) fewer cycles; with the same bytes in 16-byte stores,
 # 16 a thread, 1.08x and 1.21x (H100, session 21; aiming them at a slice that stays in L2
-# changed nothing, so it is not the traffic). Turning the fragments around in registers (movmatrix and
-# a 4x4 shuffle within each quad) cost more than it saved. So under VECTOR_STORE (fp16 output of
-# the persistent schedule, each group's channels on 16 bytes) a warp writes each pair of
-# n-blocks, 16 channels x 16 columns, to STORE_SCRATCH bytes of shared memory with one
-# transposing stmatrix, reads it back 8 channels of one column a lane, and stores those as one
-# 16-byte vector. Column P's two 16-byte halves swap places when P & 4: the eight rows of each
+# changed nothing, so it is not the traffic). Turning the fragments around in registers
+# (movmatrix and a 4x4 shuffle within each quad) cost more than it saved. So under VECTOR_STORE
+# (fp16 output of the persistent schedule, each group's channels on 16 bytes, y itself on 16
+# bytes) a warp writes each pair of n-blocks, 16 channels x 16 columns, to STORE_SCRATCH bytes
+# of shared memory with one transposing stmatrix, reads it back 8 channels of one column a
+# lane, and stores those as one 16-byte vector. Column P's two 16-byte halves swap places when P & 4: the eight rows of each
 # matrix then fill distinct bank quads. On an H100 run back to back, where the 700 W cap held
 # the clock at 1,485-1,790 MHz, this took conv3 and conv4 1.02-1.04x and the VGG layer 1.11x
 # less time; in the tuner's and compare's timing (short bursts after a spin kernel, 1.15-1.29x
