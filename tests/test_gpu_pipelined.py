@@ -111,14 +111,16 @@ MANY_TILES = [ConvShape(16, 32, 48, 48, 160, 3, pad=1, groups=2, bias=True),
 
 
 def persistent_tilings(variant, shape):
-    """The cost model's first persistent tiling at each count of MMA warpgroups and of blocks
-    per SM, with and without registers moved to the MMA warps (setmaxnreg)."""
+    """The cost model's first persistent tiling of each gather (cp.async, the copy engine's)
+    at each count of MMA warpgroups and of blocks per SM, with and without registers moved to
+    the MMA warps (setmaxnreg)."""
     chosen = {}
     k = variant.kernel_shape(shape)
     for t in variant.ranked(shape):
         if t.schedule == "persistent":
             moved = wgmma.register_split(k, t, variant.maths)[0] > 0
-            chosen.setdefault((t.warps_m, wgmma.blocks_per_sm(t, variant.maths), moved), t)
+            chosen.setdefault((t.gather, t.warps_m, wgmma.blocks_per_sm(t, variant.maths),
+                               moved), t)
     return list(chosen.values())
 
 
@@ -169,6 +171,87 @@ def test_the_persistent_schedule_writes_fp16_and_runs_again(variant, rng):
     skip_off_its_gpu(variant, shape)
     x, w, b = random_problem(shape, rng, signed=True)
     check_relaunch_and_fp16(variant, persistent_tilings(variant, shape)[0], shape, x, w, b)
+
+
+# Layers whose groups hold whole 128-byte channel chunks (64 fp16 / 32 tf32 channels), for
+# the copy engine's im2col box: strides 1-4; pad 0-3, pad beyond the filter's reach (3 on a
+# 3x3); 1x1, 3x3, 5x5, 7x7 and 11x11 filters; odd, non-square and tiny images; groups; batch
+# and channel tails; more tiles than the grid's blocks.
+TMA_SHAPES = [ConvShape(3, 64, 9, 11, 40, 3, pad=1, bias=True),
+              ConvShape(2, 128, 13, 13, 96, 3, pad=1, groups=2),
+              ConvShape(5, 64, 17, 15, 72, 5, stride=2, pad=2, bias=True),
+              ConvShape(4, 64, 23, 19, 64, 7, stride=2, pad=3),
+              ConvShape(2, 64, 31, 29, 48, 11, stride=4, pad=2, bias=True),
+              ConvShape(7, 64, 6, 5, 130, 3, pad=3),
+              ConvShape(6, 192, 8, 8, 64, 1, stride=2),
+              ConvShape(1, 64, 5, 4, 24, 3, stride=3, pad=1),
+              ConvShape(9, 64, 12, 12, 64, 3, bias=True),
+              MANY_TILES[1]]
+TMA_VARIANTS = [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()]
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.smoke) if i in (3, 9) else s
+                                   for i, s in enumerate(TMA_SHAPES)],
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", TMA_VARIANTS, ids=lambda v: v.name)
+def test_the_tma_gather_lands_what_the_cp_async_gather_does(variant, shape, rng):
+    """The copy engine's im2col box puts in shared memory what the loaders' cp.async copies
+    put there, so each persistent "tma" tiling's output has the bits of its "tap" twin's (one
+    and two warpgroups, the narrowest and widest N), and matches float64; a second input
+    buffer gets its own map."""
+    import cupy
+
+    skip_off_its_gpu(variant, shape)
+    ranked = [t for t in variant.ranked(shape) if t.gather == "tma"]
+    chosen = []
+    for warps in (4, 8):
+        mine = [t for t in ranked if t.warps_m == warps]
+        if mine:
+            chosen += [min(mine, key=lambda t: (t.bn, t.stages)),
+                       max(mine, key=lambda t: (t.bn, -t.stages))]
+    assert chosen
+    x, w, b = random_problem(shape, rng, signed=True)
+    x2 = rng.standard_normal(x.shape).astype(np.float32)
+    epilogue = RELU if shape.bias else None
+    failures = []
+    for t in dict.fromkeys(chosen):
+        outputs = []
+        for gather in ("tap", "tma"):
+            op = variant.configured(dataclasses.replace(t, gather=gather)).prepare(
+                shape, w, epilogue, b)
+            for data in (x, x2):
+                y = cupy.empty(op.output_shape, dtype=np.float32)
+                poison(y)
+                op(op.stage(cupy.asarray(data)), y)
+                outputs.append(cupy.asnumpy(op.output(y)))
+        if not (np.array_equal(outputs[0], outputs[2]) and np.array_equal(outputs[1], outputs[3])):
+            failures.append(f"{t.brief()}: not the tap gather's bits")
+        result = compare(outputs[2], reference_output(x, w, shape, epilogue, b), variant.precision)
+        if not result.passed:
+            failures.append(f"{t.brief()}: {result.reason}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.smoke
+def test_the_tma_gather_names_an_input_off_16_bytes(rng):
+    """The copy engine reads from a 16-byte boundary: an input view 8 bytes into its buffer
+    is refused with the reason, not read wrong."""
+    import cupy
+
+    shape = TMA_SHAPES[0]
+    variant = W.WgmmaFP16()
+    skip_off_its_gpu(variant, shape)
+    t = next(t for t in variant.ranked(shape) if t.gather == "tma")
+    x, w, b = random_problem(shape, rng, signed=True)
+    op = variant.configured(t).prepare(shape, w, None, b)
+    staged = op.stage(cupy.asarray(x))
+    buffer = cupy.empty(staged.size + 4, dtype=staged.dtype)
+    view = buffer[4:].reshape(shape.B, shape.H, shape.W, shape.C).transpose(0, 3, 1, 2)
+    view[...] = staged
+    assert view.data.ptr % 16 == 8
+    y = cupy.empty(op.output_shape, dtype=np.float32)
+    with pytest.raises(ConvlabError, match="starts on 16 bytes"):
+        op(view, y)
 
 
 # Stride-1 layers whose groups hold whole 128-byte channel chunks, for the halo schedule: pad

@@ -161,6 +161,20 @@ def test_memcheck_is_clean_on_the_persistent_schedule(name):
 
 @needs_sanitizer
 @pytest.mark.parametrize("name", ["wgmma", "wgmma-fp16", "wgmma-bf16"])
+def test_memcheck_is_clean_on_the_tma_gather(name):
+    """The copy engine's im2col boxes: windows over the image's edges and boxes past the last
+    pixel (zero-filled), more tiles than blocks, one warpgroup of MMAs and two."""
+    shape = ConvShape(16, 64, 28, 26, 72, 3, pad=1, bias=True)
+    variant = VARIANTS[name]
+    tma = [t for t in variant.ranked(shape) if t.gather == "tma"]
+    for warps in (4, 8):
+        config = next(t for t in tma if t.warps_m == warps)
+        report = sanitize(shape, variant=name, epilogue="relu", config=config.as_dict())
+        assert report.clean, f"{config.brief()}: {report.lines()}"
+
+
+@needs_sanitizer
+@pytest.mark.parametrize("name", ["wgmma", "wgmma-fp16", "wgmma-bf16"])
 def test_memcheck_is_clean_on_the_halo_schedule(name):
     """Patches whose edges fall outside the image (zero-filled copies), a short last row
     block, filters resident and in a ring, more tiles than blocks."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.gpu import hardware, jit
+from convlab.gpu import hardware, jit, tensormap
 from convlab.kernels import VARIANTS, base, wgmma as W
 from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
@@ -413,3 +413,93 @@ def test_halo_tilings_build_without_spills(variant):
         assert " 0 bytes spill stores" in result.log, f"{t.brief()}: {result.log}"
         assert not [c for c in SERIALIZED + ("C7508",) if c in result.log], result.log
 
+
+
+def tma(t: tiling.Tiling) -> tiling.Tiling:
+    return dataclasses.replace(t, schedule="persistent", gather="tma")
+
+
+def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks():
+    """The copy engine's im2col box brings bk channels of one group at a time, into the
+    persistent schedule's stages; 3xTF32 splits B as its copies land, which a copy engine
+    cannot; the mma.sync family has no copy engine loader at all."""
+    t = tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tap")
+    fp16 = W.WgmmaFP16()
+    assert not fp16.tiling_problem(tma(t))
+    assert "persistent schedule only" in fp16.tiling_problem(dataclasses.replace(t, gather="tma"))
+    assert "persistent schedule only" in fp16.tiling_problem(
+        dataclasses.replace(tma(t), schedule="halo", rows=2))
+    assert "3xTF32" in W.Wgmma3xTF32().tiling_problem(tma(dataclasses.replace(t, bk=32)))
+    assert "needs wgmma" in tiling.tiling_problem(dataclasses.replace(t, gather="tma"), "fp16")
+    whole = ConvShape(8, 128, 14, 14, 64, 3, pad=1, groups=2)  # 64 channels a group
+    part = ConvShape(8, 96, 14, 14, 64, 3, pad=1, groups=2)  # 48
+    assert not fp16.shape_problem(whole, tma(t))
+    assert "multiple" in fp16.shape_problem(part, tma(t))
+    far = ConvShape(1, 64, 8, 8, 64, 3, pad=130)
+    assert "corners" in fp16.shape_problem(far, tma(t))
+    assert "steps at most 8" in fp16.shape_problem(ConvShape(1, 64, 40, 40, 64, 9, stride=9),
+                                                   tma(t))
+
+
+@pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()],
+                         ids=lambda v: v.name)
+def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
+    """Every persistent tap tiling of a layer with whole channel chunks has its "tma" twin,
+    which packs the same filters; the stem's 3 channels get none."""
+    conv3 = SHAPES[2]
+    ranked = variant.ranked(conv3)
+    taps = {dataclasses.replace(t, gather="tma") for t in ranked
+            if t.schedule == "persistent" and t.gather == "tap"}
+    assert taps and taps == {t for t in ranked if t.gather == "tma"}
+    assert any(t.gather == "tma" for t in variant.configs(conv3))
+    assert not any(t.gather == "tma" for t in variant.ranked(SHAPES[6]))
+    t = next(iter(taps))
+    w = np.random.default_rng(1).standard_normal((conv3.M, conv3.Cg, 3, 3))
+    assert np.array_equal(packing.gemm_weights(w, conv3, t, "NHWC"),
+                          packing.gemm_weights(w, conv3, dataclasses.replace(t, gather="tap"),
+                                               "NHWC"))
+
+
+@pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()],
+                         ids=lambda v: v.name)
+def test_the_tma_gather_builds_with_one_loader_thread(variant):
+    """conv3's widest two-warpgroup tma tiling builds without spills or serialized wgmmas;
+    its loaders keep TMA_LOADER_REGISTERS (no row origins) and the map is a kernel parameter."""
+    shape = SHAPES[2]
+    bn = 256 if variant.maths != "tf32" else 128
+    t = tma(tiling.Tiling(128, bn, wgmma.k_elements(variant.maths), 8, 1, 4, 1, "tap"))
+    loaders, _ = wgmma.register_split(shape, t, variant.maths)
+    assert loaders in (0, wgmma.TMA_LOADER_REGISTERS)
+    v = variant.configured(t)
+    options = v.compile_options(shape, "relu") + ("-Xptxas=-v",)
+    assert "-DGATHER_TMA=1" in options and "-DGATHER_TAP=1" in options
+    result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
+    assert result.cubin is not None, result.log
+    assert " 0 bytes spill stores" in result.log, result.log
+    assert not [c for c in SERIALIZED + ("C7508",) if c in result.log], result.log
+
+
+def test_the_im2col_map_describes_the_nhwc_input_and_its_windows(monkeypatch):
+    """What the driver is asked to encode: dims C, W, H, N with byte strides, the box's
+    corners -pad and pad - (K - 1), the stride as the traversal step, bk channels x bn pixels
+    128-byte swizzled; a failure names the CUresult."""
+    seen = {}
+
+    def encode(out, dtype, rank, address, dims, strides, lows, highs, channels, pixels, steps,
+               interleave, swizzle, promotion, fill):
+        seen.update(dtype=dtype, rank=rank, address=address, dims=list(dims),
+                    strides=list(strides), corners=(list(lows), list(highs)), steps=list(steps),
+                    box=(channels, pixels), swizzle=swizzle, aligned=out % 64 == 0)
+        return seen.get("result", 0)
+
+    monkeypatch.setattr(tensormap, "_encoder", lambda: encode)
+    shape = ConvShape(4, 64, 27, 31, 96, 5, stride=2, pad=2)
+    encoded = tensormap.im2col_map(4096, np.float16, shape, 64, 128)
+    assert encoded.nbytes == tensormap.MAP_BYTES and seen["aligned"]
+    assert seen["dims"] == [64, 31, 27, 4] and seen["strides"] == [128, 31 * 128, 27 * 31 * 128]
+    assert seen["corners"] == ([-2, -2], [-2, -2]) and seen["steps"] == [1, 2, 2, 1]
+    assert seen["box"] == (64, 128) and seen["swizzle"] == tensormap.SWIZZLE_128B
+    assert seen["dtype"] == tensormap.DATA_TYPES[np.dtype(np.float16)] and seen["rank"] == 4
+    seen["result"] = 1
+    with pytest.raises(ConvlabError, match="CUresult 1"):
+        tensormap.im2col_map(4096, np.float32, shape, 32, 128)

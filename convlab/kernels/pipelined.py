@@ -173,6 +173,11 @@ class Pipelined(Variant):
         maths = self.maths
         return lambda x, out: stage_nchw(x, out, maths)
 
+    def input_argument(self, k: ConvShape, t: Tiling):
+        """x -> a last kernel argument that depends on the input, for tilings that take one
+        (None: none do here)."""
+        return None
+
     def input_problem(self, x, k: ConvShape) -> str:
         """Why the kernel compiled for `k` cannot read the array x, or "" (a launch checks)."""
         dtype = np.dtype(self.input_dtype())
@@ -206,12 +211,16 @@ class Pipelined(Variant):
         block = (t.block_threads, 1, 1)
         batch = np.int32(shape.B)
         problem = self.input_problem
+        input_argument = self.input_argument(k, t)
 
         def launch(x, y):
             message = problem(x, k)
             if message:
                 raise ConvlabError(message)
-            kernel(grid, block, (x, wpack, table, bias_d, y, ws, counters, batch), shared_mem=smem)
+            args = (x, wpack, table, bias_d, y, ws, counters, batch)
+            if input_argument is not None:
+                args += (input_argument(x),)
+            kernel(grid, block, args, shared_mem=smem)
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stager(shape),
                   layout=self.layout, output_dtype=self.output_dtype)

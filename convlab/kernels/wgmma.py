@@ -35,6 +35,17 @@ SOURCE = (r"""
 // setmaxnreg gives the MMA warps the loaders' spare registers where the launch's cap is below
 // what they are modelled to need.
 //
+// GATHER_TMA (the tiling's gather "tma", persistent schedule): the loader warpgroup's threads
+// each issued a cp.async per B row and vector (16 a K-tile on conv3's 128x256 fp16 tile),
+// waited for them, fenced them for the async proxy and arrived on the stage's barrier; run
+// back to back under the 700 W cap, those copies cost clock (session 21: without B's gather
+// VGG ran the same cycles 12% faster). Here one thread brings B by the copy engine's im2col
+// mode (cp.async.bulk.tensor with a tensor map of the NHWC input, passed by value): a box of
+// BN output pixels x BK channels at one tap, zeros outside the image, written in the 128-byte
+// swizzle the wgmmas read; its bytes and A's complete the stage's barrier, so no loader waits
+// to publish and every free stage is in flight. H100, tuner's timing: conv3 fp16 0.0592 ->
+// 0.0532 ms, tf32 0.1052 -> 0.0977 on the same tiling (session 22).
+//
 // HALO (the tiling's schedule "halo", stride 1): the persistent schedule still gathers each
 // input pixel once per tap, K*K times a tile (ncu, ResNet 3x3 layer: L2 at 66%, the loaders
 // waiting on their copies, the tensor pipe 39% active). Here a tile is HALO_ROWS whole output
@@ -45,7 +56,8 @@ SOURCE = (r"""
 // Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under
 // HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, MIN_BLOCKS (blocks per SM),
-// PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH; HALO and HALO_ROWS.
+// PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA; HALO and
+// HALO_ROWS.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + wgmma.INSTRUCTIONS + EPILOGUE_SOURCE
           + ELEMENT_SOURCE + persistent.INSTRUCTIONS
@@ -57,7 +69,7 @@ SOURCE = (r"""
 
 import numpy as np  # noqa: E402
 
-from ..gpu import hardware  # noqa: E402
+from ..gpu import hardware, tensormap  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
 from .channels_last import ChannelsLast  # noqa: E402
 from .base import split_tf32_arithmetic  # noqa: E402
@@ -90,10 +102,18 @@ class Wgmma(ChannelsLast):
         defines = {**base, "PERSISTENT": 1, "MIN_BLOCKS": wgmma.blocks_per_sm(t, self.maths, k),
                    "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma,
                    "STORE_SCRATCH": wgmma.STORE_SCRATCH}
+        if t.gather == "tma":
+            defines.update(GATHER_TAP=1, GATHER_TMA=1)
         if t.schedule == "halo":
             defines.update(HALO=1, HALO_ROWS=t.rows, WGMMA_N=t.bn - t.bn % 32,
                            WGMMA_TAIL=t.bn % 32, PATCH_STAGES=halo.PATCH_STAGES)
         return defines
+
+    def input_argument(self, k: ConvShape, t: Tiling):
+        """The "tma" gather's im2col tensor map of the input, by value (gpu.tensormap)."""
+        if t.gather != "tma":
+            return None
+        return tensormap.Im2colMaps(self.input_dtype(), k, t.bk, t.bn)
 
     def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
         """Persistent and halo: as many blocks as the GPU holds at once (or tiles, if fewer)."""

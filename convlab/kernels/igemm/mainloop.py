@@ -200,7 +200,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
 WARP_SPECIALISED_ENTRY = r"""extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
 conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const int4* __restrict__ table, const float* __restrict__ bias,
-             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
+             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch
+#if GATHER_TMA
+             , const __grid_constant__ TensorMap im2col_map
+#endif
+             )
 {
     extern __shared__ __align__(16) float smem_raw[];
     float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;"""

@@ -28,7 +28,7 @@ def gemm_weights(weights: np.ndarray, shape: ConvShape, t: Tiling,
     a = np.zeros((G, m_tiles(shape, t) * t.bm, k_tiles(shape, t) * t.bk), dtype=np.float32)
     if t.gather == "table" and layout == NHWC:
         a[:, :Mg, :Cg * kk] = w.transpose(0, 1, 3, 2).reshape(G, Mg, kk * Cg)
-    elif t.gather == "tap":
+    elif t.tap_order:
         chunks = blocks(Cg, t.bk)
         padded = np.zeros((G, Mg, chunks * t.bk, kk), dtype=np.float32)
         padded[:, :, :Cg] = w

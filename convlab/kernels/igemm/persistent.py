@@ -1,7 +1,8 @@
 """The wgmma kernel's persistent, warp-specialised schedule (Tiling.schedule "persistent"): a
 block per SM slot walks the output tiles; one warpgroup copies, the others multiply, and the
 stages pass between them on mbarriers. Same gather, swizzled layout, MMAs and epilogue maths as
-the grid schedule beside it (igemm.wgmma).
+the grid schedule beside it (igemm.wgmma); or, with the "tma" gather, one loader thread has the
+copy engine bring both operands (B through an im2col tensor map, gpu.tensormap).
 
 setmaxnreg moves registers from the loaders to the MMA warps where those need more than the
 launch's cap: without it such tilings ran 5-16% slower on an H100 (session 15). It cannot make
@@ -52,6 +53,29 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  "[%0], [%1], %2, [%3];\n"
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
+
+#ifndef GATHER_TMA
+#define GATHER_TMA 0
+#endif
+#if GATHER_TMA
+// The copy engine's descriptor of the input (gpu.tensormap encodes it on the host), passed by
+// value: a launch's parameters are constant, so the copies read it without a fence.
+struct __align__(64) TensorMap { unsigned long long bytes[16]; };
+
+// B by the copy engine's im2col mode: from the map's NHWC input, BK channels of each of BN
+// output pixels in a row, starting at pixel (w, h, n) -- its window's top-left corner -- and
+// walking w, then h, then the image, as the output pixels run; each read at the tap's offset
+// (q, p), zeros outside the image and past the last one. The map's 128-byte swizzle writes the
+// box as the gather's cp.async did.
+__device__ __forceinline__ void im2col_copy(unsigned dst, const TensorMap& map, int c, int w,
+                                            int h, int n, int q, int p, unsigned bar)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col"
+                 ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n"
+                 :: "r"(dst), "l"(&map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar),
+                    "h"((unsigned short)q), "h"((unsigned short)p) : "memory");
+}
+#endif
 
 // The register store's 16-byte path (igemm.epilogue): fp16 output of the persistent schedule
 // whose groups' channels start on 16 bytes; each warp turns its fragments around in
@@ -107,10 +131,12 @@ __device__ __forceinline__ void setmaxnreg_inc()
 # grid schedule's pieces where they are the same (gather, B split, MMAs).
 FRAME = r"""
 // wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][A_PARTS][BM*BK];
-// table: the "table" gather's per-vector offsets; ws and counters are unused (no split-K).
+// table: the "table" gather's per-vector offsets; ws and counters are unused (no split-K);
+// im2col_map (GATHER_TMA): the input's tensor map.
 """ + mainloop.WARP_SPECIALISED_ENTRY + r"""
-    // After the stages: STAGES "full" barriers (the loaders' copies and A's bulk copy landed)
-    // and STAGES "empty" ones (every MMA thread is done reading the stage).
+    // After the stages: STAGES "full" barriers (the loaders' copies and A's bulk copy landed;
+    // under GATHER_TMA both copies, counted in bytes behind one arrival) and STAGES "empty"
+    // ones (every MMA thread is done reading the stage).
     const unsigned full0 = smem_u32(smem + STAGES * STAGE_WORDS);
     const unsigned empty0 = full0 + 8 * STAGES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -121,7 +147,7 @@ FRAME = r"""
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, LOADERS + 1);  // each loader, and A's expect_tx
+            mbar_init(full0 + 8 * s, GATHER_TMA ? 1 : LOADERS + 1);  // each loader, A's expect_tx
             mbar_init(empty0 + 8 * s, THREADS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -193,6 +219,39 @@ LOADER_END = r"""
         }
         cp_async_wait<0>();
         for (int p = j < LAG ? 0 : j - LAG; p < j; ++p) publish(p);
+"""
+
+# The loader of the "tma" gather: one thread, two copies a K-tile.
+LOADER_TMA = r"""
+        // Each K-tile is two copies, A's bulk one and B's im2col box, whose bytes the stage's
+        // full barrier counts: no loader waits for its copies, fences or publishes them, so
+        // every free stage has its copies in flight, and one thread issues them all.
+        if (tid == 0) {
+            int j = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                TILE_COORDS(t)
+                const float4* wtiles =
+                    wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
+                // the tile's first pixel, as the gather's ROW_ORIGINS finds it
+                const int n0 = ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
+                const int ho = r / WO, wo = r - ho * WO;
+                const int w0 = wo * STRIDE - PAD, h0 = ho * STRIDE - PAD;
+                for (int kt = 0; kt < KTILES; ++kt, ++j) {
+                    const int stage = j % STAGES;
+                    mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
+                    const unsigned bar = full0 + 8 * stage;
+                    const unsigned sa = smem_u32(smem + stage * STAGE_WORDS);
+                    mbar_arrive_expect(bar, (A_WORDS + B_WORDS) * 4);
+                    bulk_copy(sa, wtiles + (long long)kt * A_VECS, A_WORDS * 4, bar);
+                    const int cc = kt / KK, tap = kt - cc * KK, p = tap / K;
+                    im2col_copy(sa + A_WORDS * 4, im2col_map, group * CG + cc * BK, w0, h0, b,
+                                tap - p * K, p, bar);
+                }
+            }
+        }
+"""
+
+CONSUMER_BEGIN = r"""
     } else {
 #if CONSUMER_REGS
         setmaxnreg_inc<CONSUMER_REGS>();
@@ -260,6 +319,7 @@ PARTIAL_SUM = r"""
 #endif
 """
 
-KERNEL = (FRAME + LOADER_BEGIN + gather_nhwc.LOADER_LANE + wgmma.SPLIT_B + LOADER_LOOP
-          + gather_nhwc.ROW_ORIGINS + LOAD_A_BULK + gather_nhwc.GATHER_B + LOADER_END
+KERNEL = (FRAME + LOADER_BEGIN + "#if GATHER_TMA\n" + LOADER_TMA + "#else\n"
+          + gather_nhwc.LOADER_LANE + wgmma.SPLIT_B + LOADER_LOOP + gather_nhwc.ROW_ORIGINS
+          + LOAD_A_BULK + gather_nhwc.GATHER_B + LOADER_END + "#endif\n" + CONSUMER_BEGIN
           + wgmma.COMPUTE + PARTIAL_SUM + CONSUMER)

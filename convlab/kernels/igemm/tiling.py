@@ -34,8 +34,9 @@ class Tiling(Config):
     """One point of the tiling space: block tile bm x bn x bk, a warps_m x warps_n warp grid,
     `stages` shared-memory buffers, `split_k` K-splits, and the gather order ("tap": K runs
     (channel chunk, tap, channel) and needs bk channels per chunk; "table": K in the weights'
-    (c, p, q) order through an offset table) and the schedule ("grid": a block per output tile,
-    every thread both copies and multiplies; "persistent": wgmma only, a block per SM slot
+    (c, p, q) order through an offset table; "tma": tap order, B brought by the copy engine's
+    im2col mode, wgmma's persistent schedule only) and the schedule ("grid": a block per output
+    tile, every thread both copies and multiplies; "persistent": wgmma only, a block per SM slot
     walks the tiles, a loader warpgroup copying for the MMA warpgroups; "halo": as persistent,
     but a tile is `rows` whole output rows whose input patch is copied once for all the taps,
     and `stages` counts A's buffers alone)."""
@@ -50,6 +51,11 @@ class Tiling(Config):
     gather: str
     schedule: str = "grid"
     rows: int = 0
+
+    @property
+    def tap_order(self) -> bool:
+        """K runs (channel chunk, tap, channel): the "tap" gather's order, which "tma" keeps."""
+        return self.gather in ("tap", "tma")
 
     def as_dict(self) -> dict:
         """Config's dict, less `rows` where the schedule has none (0): the grid and persistent
@@ -144,6 +150,8 @@ def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
     bad = [n for n, v in ints.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
     if bad:
         return f"{', '.join(bad)} must be positive integers"
+    if t.gather == "tma":
+        return "gather 'tma' (the copy engine's im2col) needs wgmma's persistent schedule"
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
     if t.schedule in ("persistent", "halo"):
@@ -193,7 +201,7 @@ def vector_rows(t: Tiling, vec: int) -> int:
 
 def k_tiles(shape: ConvShape, t: Tiling) -> int:
     kk = shape.K * shape.K
-    if t.gather == "tap":
+    if t.tap_order:
         return blocks(shape.Cg, t.bk) * kk
     return blocks(shape.Cg * kk, t.bk)
 
@@ -228,7 +236,7 @@ def shape_problem(shape: ConvShape, t: Tiling, layout: str = NCHW, maths: str = 
     if shape.B * shape.Ho * shape.Wo + t.bn > INT32_MAX:
         return (f"B*Ho*Wo = {shape.B * shape.Ho * shape.Wo} pixels overflow the kernel's "
                 f"32-bit pixel index")
-    channels = blocks(shape.Cg, t.bk) * t.bk if t.gather == "tap" else shape.Cg
+    channels = blocks(shape.Cg, t.bk) * t.bk if t.tap_order else shape.Cg
     if channels * shape.H * shape.W > INT32_MAX:
         return "one group's input channels exceed the kernel's 32-bit in-image offsets"
     if t.split_k > k_tiles(shape, t):

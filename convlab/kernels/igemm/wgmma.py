@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...gpu import tensormap
 from ...gpu.hardware import H100
 from ...gpu.hopper import WGMMA_NS, WGMMA_PTX
 from ...shapes import NHWC, ConvShape
@@ -216,6 +217,8 @@ def register_split(shape: ConvShape, t: Tiling, maths: str) -> tuple[int, int]:
         return 0, 0
     if t.schedule == "halo":  # no row origins, but HALO_LOADER_REGISTERS for the patch loop
         loaders = HALO_LOADER_REGISTERS
+    elif t.gather == "tma":  # one thread's loop of two copies
+        loaders = TMA_LOADER_REGISTERS
     else:
         rows = vector_rows(t, channel_vector(shape.Cg, maths))
         loaders = -(-(4 * rows + 40) // 8) * 8
@@ -238,10 +241,14 @@ def k_elements(maths: str) -> int:
 
 def tiling_problem(t: Tiling, maths: str) -> str:
     """Why a wgmma kernel cannot be compiled with `t`, or ""."""
-    if t.gather not in ("tap", "table"):
-        return f"gather must be 'tap' or 'table', not {t.gather!r}"
+    if t.gather not in ("tap", "table", "tma"):
+        return f"gather must be 'tap', 'table' or 'tma', not {t.gather!r}"
     if t.schedule not in ("grid", "persistent", "halo"):
         return f"schedule must be 'grid', 'persistent' or 'halo', not {t.schedule!r}"
+    if t.gather == "tma" and t.schedule != "persistent":
+        return "gather 'tma' (the copy engine's im2col) runs in the persistent schedule only"
+    if t.gather == "tma" and maths == "3xtf32":
+        return "gather 'tma' runs fp16, bf16 and tf32 (3xTF32 splits B as its copies land)"
     if t.schedule != "grid" and t.split_k != 1:
         return f"the {t.schedule} schedule has no split-K: split_k must be 1"
     if t.warps_n != 1 or t.warps_m not in (4, 8):
@@ -297,6 +304,8 @@ def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
     problem = shape_problem(shape, t, NHWC, maths, MAX_WGMMA_ROWS)
     if problem:
         return problem
+    if t.gather == "tma":
+        return tensormap.im2col_problem(shape, t.bk)
     step = t.loaders // (t.bk // channel_vector(shape.Cg, maths))
     if step % 8:
         return f"the gather's row step {step} must be a multiple of 8 for the swizzle"
@@ -318,6 +327,8 @@ PERSISTENT_OVERHEAD = 24
 # and 64x104 (tf32) spilling at two blocks per SM, and loaders held to 40 registers spilled.
 HALO_OVERHEAD = 80
 HALO_LOADER_REGISTERS = 56
+# The "tma" gather's loaders: the persistent loop's counters and coordinates, no row origins.
+TMA_LOADER_REGISTERS = 40
 # Warpgroups an SM needs resident to issue at the wgmma peak: three, as gpu/measure.py measures
 # the peak. The sweeps in results/h100/wgmma-20261125 say that one warpgroup issues well below
 # it (the model without this term ordered 60% of their pairs as measured, its picks 1.37x the
@@ -355,7 +366,9 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
         total = per_sm * (k_count * k_tile + epilogue / resident) + cost.LOAD_LATENCY
     else:
         latency = cost.load_latency(shape, t, maths, k_count)
-        in_flight = t.stages - 1 if t.schedule == "persistent" else t.stages - 2
+        in_flight = {"grid": t.stages - 2, "persistent": t.stages - 1}[t.schedule]
+        if t.gather == "tma":  # no loader waits to publish: every stage can be loading
+            in_flight = t.stages
         k_tile = max(mma * resident / issuing, latency / in_flight) / resident
         if t.schedule == "persistent":
             total = per_sm * (k_count * k_tile + epilogue / resident) + latency
@@ -386,8 +399,9 @@ def halo_candidates(shape: ConvShape, maths: str) -> list[Tiling]:
 def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
     the tap gather (and the table where a group's channels are not a multiple of bk),
-    `cost.split_options`' K-splits, and without a split the persistent schedule too; and the
-    halo schedule's tilings (halo_candidates)."""
+    `cost.split_options`' K-splits, and without a split the persistent schedule too, with the
+    tap gather or the copy engine's ("tma"); and the halo schedule's tilings
+    (halo_candidates)."""
     bk = k_elements(maths)
     gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
     found = []
@@ -395,6 +409,8 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
         base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
         options = [replace(base, split_k=s) for s in cost.split_options(shape, base)]
         options.append(replace(base, schedule="persistent"))
+        if gather == "tap":
+            options.append(replace(base, schedule="persistent", gather="tma"))
         found += [t for t in options
                   if not tiling_problem(t, maths) and not layer_problem(shape, t, maths)]
     return found + halo_candidates(shape, maths)
