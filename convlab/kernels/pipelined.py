@@ -150,7 +150,7 @@ class Pipelined(Variant):
                 "HAS_BIAS": int(k.bias), "RELU": int(epilogue == RELU),
                 "MODE": MODES[self.maths], "BM": t.bm, "BN": t.bn, "BK": t.bk,
                 "WARPS_M": t.warps_m, "WARPS_N": t.warps_n, "STAGES": t.stages,
-                "SPLIT_K": t.split_k, "GATHER_TAP": int(t.gather == "tap"),
+                "SPLIT_K": t.split_k, "GATHER_TAP": int(t.tap_order),
                 **element_defines(FLOAT32, self.output_dtype)}
 
     def layout_defines(self, k: ConvShape) -> dict[str, int]:

@@ -103,7 +103,7 @@ class Wgmma(ChannelsLast):
                    "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma,
                    "STORE_SCRATCH": wgmma.STORE_SCRATCH}
         if t.gather == "tma":
-            defines.update(GATHER_TAP=1, GATHER_TMA=1)
+            defines["GATHER_TMA"] = 1
         if t.schedule == "halo":
             defines.update(HALO=1, HALO_ROWS=t.rows, WGMMA_N=t.bn - t.bn % 32,
                            WGMMA_TAIL=t.bn % 32, PATCH_STAGES=halo.PATCH_STAGES)
