@@ -23,8 +23,9 @@ pytestmark = pytest.mark.gpu
 
 VARIANTS = [P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(), P.PipelinedBF16(),
             CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
-            CL.ChannelsLastBF16(), W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaFP16(), W.WgmmaBF16()]
-FP32_CLASS = [P.Pipelined3xTF32(), CL.ChannelsLast3xTF32(), W.Wgmma3xTF32()]
+            CL.ChannelsLastBF16(), W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaSplitBF16(), W.WgmmaFP16(),
+            W.WgmmaBF16()]
+FP32_CLASS = [P.Pipelined3xTF32(), CL.ChannelsLast3xTF32(), W.Wgmma3xTF32(), W.WgmmaSplitBF16()]
 IDS = [v.name for v in VARIANTS]
 
 GENERAL = [
@@ -103,7 +104,7 @@ def test_several_tilings(variant, shape, rng):
     assert not failures, "\n".join(failures)
 
 
-WGMMA = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaFP16(), W.WgmmaBF16()]
+WGMMA = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaSplitBF16(), W.WgmmaFP16(), W.WgmmaBF16()]
 # More output tiles than a persistent grid has blocks (at most two per SM): each block walks
 # several tiles, its loaders running from one tile's K-tiles into the next one's.
 MANY_TILES = [ConvShape(16, 32, 48, 48, 160, 3, pad=1, groups=2, bias=True),
@@ -440,18 +441,26 @@ def test_3xtf32_margin_on_same_sign_data_at_reduction_4608(variant, rng):
         assert result.bound_ratio < 4.0, result.reason
 
 
+SAME_SIGN_SHAPES = [ConvShape(2, 64, 6, 6, 64, 1), ConvShape(2, 64, 6, 6, 64, 2),
+                    ConvShape(2, 32, 8, 8, 64, 3, pad=1), ConvShape(2, 48, 9, 9, 128, 5, pad=2),
+                    ConvShape(2, 512, 6, 6, 64, 3, pad=1)]
+
+
 @pytest.mark.parametrize("schedule", ["grid", "persistent"])
-def test_wgmma_3xtf32_keeps_same_sign_error_a_fraction_of_the_bound(schedule, rng):
+@pytest.mark.parametrize("variant", [W.Wgmma3xTF32(), W.WgmmaSplitBF16()], ids=lambda v: v.name)
+def test_wgmma_3xtf32_keeps_same_sign_error_a_fraction_of_the_bound(variant, schedule, rng):
     """x, w >= 0, where the tensor cores' truncating accumulation errs all one way, at n from
-    64 to 4,608: B's big part is truncated (by wgmma) and its residual rounded, each K-tile's
-    products summed apart. Measured on an H200: at most 0.17 of the fp32 bound (n = 64). A
-    dropped residual (TF32 arithmetic) passes 0.3 by far, and so does a partial sum carried
-    through the whole reduction at the larger n (2.4x the bound modelled at n = 4,608). The
-    grid schedule's first tiling and the same split into up to four K-ranges."""
-    variant = W.Wgmma3xTF32()
-    for shape in (ConvShape(2, 64, 6, 6, 64, 1), ConvShape(2, 32, 8, 8, 64, 3, pad=1),
-                  ConvShape(2, 48, 9, 9, 128, 5, pad=2), ConvShape(2, 512, 6, 6, 64, 3, pad=1)):
-        skip_off_its_gpu(variant, shape)
+    64 to 4,608 (from 512 for the BF16 cross products): B's big part is truncated (by wgmma)
+    and its residual rounded, the products summed apart a K-tile at a time (persistent) or a
+    span of them (grid, part_ktiles). Measured on an H200 before the spans: at most 0.17 of
+    the fp32 bound (n = 64). A dropped residual (TF32 arithmetic) passes 0.3 by far, and so
+    does a partial sum carried through the whole reduction at the larger n (2.4x the bound
+    modelled at n = 4,608). The schedule's first tiling, and for the grid the same split into
+    up to four K-ranges."""
+    skip_off_its_gpu(variant, SAME_SIGN_SHAPES[-1])
+    for shape in SAME_SIGN_SHAPES:
+        if not variant.supports(shape):  # the BF16 cross products' small reductions
+            continue
         ranked = [t for t in variant.ranked(shape) if t.schedule == schedule]
         tilings = ranked[:1]
         if schedule == "grid":
@@ -463,9 +472,52 @@ def test_wgmma_3xtf32_keeps_same_sign_error_a_fraction_of_the_bound(schedule, rn
                        / np.sqrt(shape.reduction)).astype(np.float32)
             got = run(variant.configured(t), shape, x, w, None, None)
             result = compare(got, reference_output(x, w, shape, None), "fp32")
-            print(f"same-sign n={shape.reduction} [{t.brief()}]: bound ratio "
+            print(f"{variant.name} same-sign n={shape.reduction} [{t.brief()}]: bound ratio "
                   f"{result.bound_ratio:.3f}")
             assert result.bound_ratio < 0.3, f"n={shape.reduction} {t.brief()}: {result.reason}"
+
+
+# Layers of at least 512 terms for the BF16 cross products: B's vectors of 2 channels (14 a
+# group) and of 4, the table and tap gathers, groups, strides, bias, tails.
+SPLIT_SHAPES = [ConvShape(2, 14, 11, 11, 40, 7, pad=3, bias=True),
+                ConvShape(3, 96, 9, 9, 72, 5, pad=2, groups=2),
+                ConvShape(2, 64, 13, 11, 130, 3, stride=2, pad=1, bias=True),
+                ConvShape(4, 48, 12, 12, 64, 5, pad=2, groups=2)]
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: f"B{s.B}-{s.brief()}")
+def test_the_bf16_cross_products_meet_the_fp32_bound(shape, rng):
+    """wgmma-split-bf16 on each schedule's first tilings, a split-K one among them, against
+    float64 on mixed-sign data: a cross term's layout wrong in A's packing or B's split (a
+    swapped half, a swizzle phase) is off by ~2^-11 of a product, far over the bound."""
+    variant = W.WgmmaSplitBF16()
+    skip_off_its_gpu(variant, shape)
+    ranked = variant.ranked(shape)
+    tilings = ([t for t in ranked if t.schedule == "persistent"][:2]
+               + [t for t in ranked if t.schedule == "grid" and t.split_k == 1][:2]
+               + [t for t in ranked if t.split_k > 1][:1])
+    check_tilings(variant, shape, tilings, rng)
+
+
+@pytest.mark.parametrize("schedule", ["grid", "persistent"])
+def test_the_bf16_cross_products_meet_the_fp32_bound_on_constant_data(schedule, rng):
+    """Every product the same (a constant image under a constant filter), so the BF16
+    roundings err all one way: their worst case, 0.61 of the bound at n = 512, is modelled
+    in wgmma.WgmmaSplitBF16; here five random constant pairs at n = 576."""
+    variant = W.WgmmaSplitBF16()
+    shape = ConvShape(2, 64, 8, 8, 64, 3, pad=1)
+    skip_off_its_gpu(variant, shape)
+    t = next(t for t in variant.ranked(shape) if t.schedule == schedule)
+    worst = 0.0
+    for _ in range(5):
+        x = np.full(shape.input_shape, rng.random() + 0.5, dtype=np.float32)
+        w = np.full(shape.weight_shape, (rng.random() + 0.5) / 576, dtype=np.float32)
+        result = compare(run(variant.configured(t), shape, x, w, None, None),
+                         reference_output(x, w, shape, None), "fp32")
+        assert result.passed, result.reason
+        worst = max(worst, result.bound_ratio)
+    print(f"wgmma-split-bf16 constant data n=576 [{t.brief()}]: bound ratio at most {worst:.3f}")
 
 
 def test_staging_converts_once_and_unstaged_input_is_refused(rng):

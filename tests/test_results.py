@@ -410,13 +410,14 @@ def test_all_says_which_variants_another_gpu_runs(monkeypatch):
 
     monkeypatch.setattr(base, "compute_capability", lambda: (8, 0))
     p = compare.plan("all", "alexnet", None, "128")
-    hopper = ["wgmma", "wgmma-3xtf32", "wgmma-fp16", "wgmma-bf16"]
+    hopper = ["wgmma", "wgmma-3xtf32", "wgmma-split-bf16", "wgmma-fp16", "wgmma-bf16"]
     assert list(p.other_gpus) == hopper and not set(hopper) & set(p.kernels)
     assert "this GPU is 8.0" in p.other_gpus["wgmma"]
     assert compare.plan("naive,wgmma", "alexnet", None, "128").other_gpus == {}
     line = report.other_gpus_line(p.other_gpus)
-    assert line.startswith("Not run on this GPU: wgmma, wgmma-3xtf32, wgmma-fp16, wgmma-bf16: "
-                           "each runs on compute capability 9.0") and line.count("9.0") == 1
+    assert line.startswith("Not run on this GPU: wgmma, wgmma-3xtf32, wgmma-split-bf16, "
+                           "wgmma-fp16, wgmma-bf16: each runs on compute capability 9.0")
+    assert line.count("9.0") == 1
     monkeypatch.setattr(base, "compute_capability", lambda: (9, 0))
     assert compare.plan("all", "alexnet", None, "128").other_gpus == {}
 

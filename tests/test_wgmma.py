@@ -15,7 +15,7 @@ from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
 from convlab.shapes import ConvShape
 
-VARIANTS_W = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaFP16(), W.WgmmaBF16()]
+VARIANTS_W = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaSplitBF16(), W.WgmmaFP16(), W.WgmmaBF16()]
 SHAPES = [*get_model("alexnet").conv_shapes(128).values(),
           ConvShape(64, 64, 56, 56, 64, 3, pad=1),
           ConvShape(1, 3, 33, 31, 24, 7, stride=2, pad=3, bias=True),  # 7x7 stem, 3 channels
@@ -54,6 +54,9 @@ def test_swizzled_tiles_hold_each_element_where_the_descriptor_reads_it(dtype):
 @pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
 def test_every_layer_gets_a_valid_tiling(variant):
     for shape in SHAPES:
+        if variant.name == "wgmma-split-bf16" and shape.reduction < W.MIN_REDUCTION:
+            assert "BF16 cross products" in variant.supports(shape).reason
+            continue
         assert variant.supports(shape), (shape.brief(), variant.supports(shape).reason)
         t = variant.config_for(shape)
         assert not variant.tiling_problem(t) and not variant.shape_problem(shape, t)
@@ -131,6 +134,62 @@ def test_3xtf32_packs_each_a_tile_as_a_big_then_a_small_swizzled_tile():
         assert abs(np.float64(big) + np.float64(small) - want) <= 2.0 ** -21 * abs(want)
         assert want == 0 or abs(small) <= 2.0 ** -10 * abs(want)
     assert np.count_nonzero(packed[..., 1, :]) > 0.9 * np.count_nonzero(a)
+
+
+def bf16_value(bits) -> np.float64:
+    return np.float64((np.uint32(bits) << np.uint32(16)).view(np.float32))
+
+
+def test_the_bf16_cross_products_pack_a_as_big_then_small_bf16_halves_of_each_row():
+    """wgmma-split-bf16's A image: the big TF32 tile as 3xTF32's, then a tile of 128-byte
+    rows of BF16, k 0-31 of the K-tile holding the big part and k 32-63 the residual, at the
+    descriptor's swizzled bytes: one BF16 k16 product over the row is big x B's small + small
+    x B's big, the row order of B's second tile in the kernel's split."""
+    shape = ConvShape(2, 32, 6, 6, 70, 3, pad=1)
+    t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
+    weights = np.random.default_rng(2).standard_normal(shape.weight_shape).astype(np.float32)
+    packed = W.WgmmaSplitBF16().packed_weights(weights, shape, t)
+    three = W.Wgmma3xTF32().packed_weights(weights, shape, t)
+    assert packed.shape == three.shape and np.array_equal(packed[..., 0, :], three[..., 0, :])
+    a = packing.gemm_weights(weights, shape, t, "NHWC")
+    raw = packed.view(np.uint8).reshape(1, 2, 9, 2, t.bm * 128)
+
+    def at(mt, kt, part, m, k, e):  # element k of row m, at its swizzled bytes
+        byte = m * 128 + ((k * e) ^ (16 * (m % 8)))
+        return raw[0, mt, kt, part, byte:byte + e]
+
+    for mt, kt, m, k in [(0, 0, 0, 0), (1, 8, 5, 31), (0, 4, 63, 17), (1, 2, 9, 8)]:
+        want = np.float64(a[0, mt * t.bm + m, kt * t.bk + k])
+        big = np.float64(at(mt, kt, 0, m, k, 4).view(np.float32)[0])
+        high, low = (bf16_value(at(mt, kt, 1, m, j, 2).view(np.uint16)[0]) for j in (k, 32 + k))
+        assert abs(high - big) <= 2.0 ** -8 * abs(big)  # BF16 rounds to nearest: 2^-8
+        assert abs(low - (want - big)) <= 2.0 ** -8 * abs(want - big)
+
+
+def test_the_bf16_cross_products_need_a_reduction_of_512_terms():
+    variant = W.WgmmaSplitBF16()
+    small = ConvShape(2, 56, 6, 6, 64, 3, pad=1)  # 504 terms
+    assert not variant.supports(small) and "512" in variant.supports(small).reason
+    assert variant.supports(ConvShape(2, 128, 6, 6, 64, 2))  # 512
+    assert W.Wgmma3xTF32().supports(small)
+    assert variant.arithmetic(small).flops == 2 * small.flops  # TF32 + two BF16 at 2x the rate
+
+
+def test_3xtf32_partial_sums_span_k_tiles_in_the_grid_schedule_only():
+    """The grid schedule's 3xTF32 partial sum spans K-tiles by the rule (SPAN_TERMS_PER_ROOT_N
+    * sqrt(n) terms, at least one K-tile, at most the layer's); the persistent one keeps a
+    K-tile (no PART_KTILES); the BF16 cross products turn on CROSS_BF16."""
+    t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
+    assert wgmma.part_ktiles(64, t, 2) == 1  # 40 terms: under two K-tiles
+    assert wgmma.part_ktiles(1200, t, 38) == 5  # 173 terms
+    assert wgmma.part_ktiles(4608, t, 6) == 6  # 339 terms, but the layer has 6 K-tiles
+    shape = ConvShape(2, 48, 9, 9, 128, 5, pad=2)  # 1,200 terms
+    for variant in (W.Wgmma3xTF32(), W.WgmmaSplitBF16()):
+        grid = variant.configured(t).defines(shape)
+        assert grid["PART_KTILES"] == 5
+        assert "PART_KTILES" not in variant.configured(persistent(t)).defines(shape)
+        assert grid.get("CROSS_BF16", 0) == (variant.name == "wgmma-split-bf16")
+    assert "PART_KTILES" not in W.Wgmma().configured(t).defines(shape)
 
 
 def test_3xtf32_tilings_keep_two_accumulator_sets_in_registers():

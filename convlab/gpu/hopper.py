@@ -15,17 +15,22 @@ WGMMA_TAILS = (8, 16, 24)
 WGMMA_TYPES = {0: ("tf32", 8), 2: ("f16", 16), 3: ("bf16", 16)}
 
 
-def wgmma_function(n: int, mode: int, tail: bool = False) -> str:
+def wgmma_function(n: int, mode: int, tail: bool = False, cross: bool = False) -> str:
     """wgmma_tile for an m64nNk(8|16) product of MODE's type (TF32 also serves 3xTF32, MODE 1),
-    or with `tail` wgmma_tail, the same into the last N/8 accumulator fragments."""
+    or with `tail` wgmma_tail, the same into the last N/8 accumulator fragments, or with
+    `cross` wgmma_cross, the BF16 product of 3xTF32's cross terms under CROSS_BF16."""
     kind, k = WGMMA_TYPES[mode]
     modes = "(MODE == 0 || MODE == 1)" if kind == "tf32" else f"MODE == {mode}"
+    if cross:
+        modes = "MODE == 1 && CROSS_BF16"
     regs = n // 2
     d = ", ".join(f"%{i}" for i in range(regs))
     immediates = "1, 1" if kind == "tf32" else "1, 1, 0, 0"  # scales; K-major A and B
     first = f"NF - {n // 8} + " if tail else ""
     outputs = ", ".join(f'"+f"(d[0][{first}{i // 4}][{i % 4}])' for i in range(regs))
     name, which = ("wgmma_tail", "WGMMA_TAIL") if tail else ("wgmma_tile", "WGMMA_N")
+    if cross:
+        name = "wgmma_cross"
     return (f"#if {which} == {n} && {modes}\n"
             f"__device__ __forceinline__ void {name}(float (&d)[MF][NF][4], "
             "unsigned long long da, unsigned long long db, int scale_d = 1)\n{\n"
@@ -40,6 +45,9 @@ WGMMA_PTX = r"""
 #ifndef WGMMA_N
 #define WGMMA_N BN
 #define WGMMA_TAIL 0
+#endif
+#ifndef CROSS_BF16
+#define CROSS_BF16 0
 #endif
 // A shared-memory matrix descriptor for a K-major operand in 128-byte-swizzle layout: start
 // address, leading-byte offset (unused by this layout: 1), stride-byte offset 1024 (from one
@@ -83,4 +91,5 @@ __device__ __forceinline__ void fence_operands(float (&d)[MF][NF][4])
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e]) :: "memory");
 }
 """ + "".join(wgmma_function(n, mode) for mode in WGMMA_TYPES for n in WGMMA_NS) + "".join(
-    wgmma_function(n, mode, tail=True) for mode in WGMMA_TYPES for n in WGMMA_TAILS)
+    wgmma_function(n, mode, tail=True) for mode in WGMMA_TYPES for n in WGMMA_TAILS) + "".join(
+    wgmma_function(n, 3, cross=True) for n in WGMMA_NS)

@@ -18,7 +18,7 @@ from .tensorcore import TensorCore
 from .tensorcore_3xtf32 import TensorCore3xTF32
 from .tiled import Tiled
 from .unrolled import Unrolled
-from .wgmma import Wgmma, Wgmma3xTF32, WgmmaBF16, WgmmaFP16
+from .wgmma import Wgmma, Wgmma3xTF32, WgmmaBF16, WgmmaFP16, WgmmaSplitBF16
 from .winograd import Winograd
 
 VARIANTS: dict[str, Variant] = {
@@ -27,9 +27,9 @@ VARIANTS: dict[str, Variant] = {
         Cpu(), Naive(), Tiled(), Constant(), Unrolled(), RegisterTiled(), Im2col(), Winograd(),
         ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Pipelined(), Pipelined3xTF32(),
         PipelinedFP16(), PipelinedBF16(), ChannelsLast(), ChannelsLast3xTF32(),
-        ChannelsLastFP16(), ChannelsLastBF16(), Wgmma(), Wgmma3xTF32(), WgmmaFP16(), WgmmaBF16(),
-        Depthwise(), DepthwiseFP16(), DepthwiseBF16(), Fused(), Cudnn(), CudnnNHWC(), CudnnTF32(),
-        CudnnNHWCTF32(), CudnnFP16(), CudnnNHWCFP16(),
+        ChannelsLastFP16(), ChannelsLastBF16(), Wgmma(), Wgmma3xTF32(), WgmmaSplitBF16(),
+        WgmmaFP16(), WgmmaBF16(), Depthwise(), DepthwiseFP16(), DepthwiseBF16(), Fused(), Cudnn(),
+        CudnnNHWC(), CudnnTF32(), CudnnNHWCTF32(), CudnnFP16(), CudnnNHWCFP16(),
         CudnnBF16(), CudnnNHWCBF16(),
     )
 }

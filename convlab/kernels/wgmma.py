@@ -1,5 +1,5 @@
 """wgmma: the channels-last implicit GEMM on Hopper's warpgroup MMAs (sm_90a), in FP16, BF16,
-TF32 and 3xTF32. Same gather, staging, split-K reduce and epilogue as `channels-last`; a different
+TF32, 3xTF32 and 3xTF32 with its cross products in BF16. Same gather, staging, split-K reduce and epilogue as `channels-last`; a different
 mainloop (igemm.wgmma) and shared-memory layout (128-byte swizzle instead of padded rows), and a
 second schedule a tiling may pick: persistent and warp-specialised (igemm.persistent)."""
 
@@ -22,8 +22,18 @@ SOURCE = (r"""
 // fp16/bf16 or 32 tf32 channels); one group of wgmmas stays in flight across K-tiles.
 // 3xTF32 (the fp32 class) keeps both operands' small parts in shared memory too (the host
 // splits the filters; each thread writes the rounded residual of the B vectors it copied, whose
-// big part wgmma reads as they landed, truncated) and sums each K-tile's three products apart,
-// adding them to the total with FP32 adds, as channels-last-3xtf32 does.
+// big part wgmma reads as they landed, truncated) and sums the three products of a K-tile (in
+// the grid schedule, of a span of PART_KTILES K-tiles) apart, adding them to the total with
+// FP32 adds, as channels-last-3xtf32 does.
+//
+// CROSS_BF16 (wgmma-split-bf16): 3xTF32's three TF32 products a step take 3x the tensor cores'
+// time of TF32 (session 23, no copies at all: 487 TFLOP/s of TF32 products issued, 162 of
+// FP32 ones). The two cross products only correct the big one by ~2^-10 of it, so BF16
+// (twice TF32's rate, FP32's range) computes them to well under the fp32 bound: A's second
+// tile holds [big | small] in BF16 and B's [small | big], 64 elements a 128-byte row, one
+// BF16 product over that doubled K giving big x small + small x big. Same shared memory and
+// copies; 2/3 of the tensor time. H100, same tilings: conv2 0.589 -> 0.493 ms, conv3 0.360 ->
+// 0.297, conv5 0.204 -> 0.170 (session 23).
 //
 // PERSISTENT (the tiling's schedule): in the grid schedule every thread both copies and
 // multiplies, so each block waits for its first K-tiles' loads before any MMA and the tensor
@@ -57,7 +67,7 @@ SOURCE = (r"""
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under
 // HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, MIN_BLOCKS (blocks per SM),
 // PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA; HALO and
-// HALO_ROWS.
+// HALO_ROWS; PART_KTILES (3xTF32 in the grid schedule) and CROSS_BF16.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + wgmma.INSTRUCTIONS + EPILOGUE_SOURCE
           + ELEMENT_SOURCE + persistent.INSTRUCTIONS
@@ -67,15 +77,18 @@ SOURCE = (r"""
           + gather_nhwc.GATHER_B + wgmma.COMPUTE + wgmma.SPLIT_B + wgmma.PIPELINE
           + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC + "#endif\n")
 
+from dataclasses import replace  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from ..gpu import hardware, tensormap  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
 from .channels_last import ChannelsLast  # noqa: E402
-from .base import split_tf32_arithmetic  # noqa: E402
-from .igemm.packing import gemm_weights, operand_parts  # noqa: E402
+from .base import Arithmetic, Support, split_tf32_arithmetic  # noqa: E402
+from .igemm.packing import cross_bf16, gemm_weights, operand_parts  # noqa: E402
+from .tensorcore import round_tf32  # noqa: E402
 from .igemm.cost import diverse  # noqa: E402
-from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
+from .igemm.tiling import MAX_CONFIGS, Tiling, k_tiles, output_tiles  # noqa: E402
 
 HALO_CONFIGS = 4
 
@@ -95,9 +108,11 @@ class Wgmma(ChannelsLast):
     def defines(self, shape, epilogue=None):
         base = super().defines(shape, epilogue)
         t = self.config_for(shape, epilogue)
-        if t.schedule == "grid":
-            return base
         k = self.kernel_shape(shape)
+        if t.schedule == "grid":
+            if self.maths == "3xtf32":
+                base["PART_KTILES"] = wgmma.part_ktiles(shape.reduction, t, k_tiles(k, t))
+            return base
         loaders, mma = wgmma.register_split(k, t, self.maths)
         defines = {**base, "PERSISTENT": 1, "MIN_BLOCKS": wgmma.blocks_per_sm(t, self.maths, k),
                    "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma,
@@ -165,6 +180,47 @@ class Wgmma3xTF32(Wgmma):
 
     def arithmetic(self, shape):
         return split_tf32_arithmetic(shape)
+
+
+class WgmmaSplitBF16(Wgmma3xTF32):
+    """3xTF32's split operands with the two cross products in BF16, at twice TF32's rate: one
+    TF32 and two BF16 products a step take the tensor cores 2/3 of 3xTF32's time. BF16 keeps
+    FP32's range; it rounds to 2^-8, so a cross product (a residual of up to 2^-10 of its
+    operand, times the other) errs by up to 2^-17.1 of the product it corrects (measured over
+    200,000 random pairs). Rounding to nearest, those errors take either sign and add as
+    sqrt(n); only where every product is the same (constant data) do they add as n, to at
+    most 2^-17.1 * sum|x*w| against the bound's 8 * sqrt(n) * 2^-24 * sum|x*w|: 0.61 of it at
+    MIN_REDUCTION terms, fewer than which stay on 3xTF32."""
+
+    name = "wgmma-split-bf16"
+    summary = ("wgmma, split operands: the big product in TF32, the cross products in BF16 "
+               "(FP32-level accuracy, 2/3 of 3xTF32's tensor time)")
+
+    def arithmetic(self, shape):
+        return Arithmetic("tf32", 2 * shape.flops, "TF32+2xBF16")
+
+    def supports(self, shape):
+        if shape.reduction < MIN_REDUCTION:
+            return Support(False, f"a reduction of {shape.reduction} terms: the BF16 cross "
+                                  f"products need at least {MIN_REDUCTION} for the fp32 bound")
+        return super().supports(shape)
+
+    def defines(self, shape, epilogue=None):
+        return {**super().defines(shape, epilogue), "CROSS_BF16": 1}
+
+    def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
+        """A's TF32 big part, then [big | small] in BF16 per K-tile (packing.cross_bf16), each
+        as the kernel's swizzled shared memory holds its tile: [G][MTILES][KTILES][2][bm*bk]."""
+        a = gemm_weights(weights, k, t, NHWC)
+        big = wgmma.swizzle_tiles(round_tf32(a), t)
+        cross = wgmma.swizzle_tiles(cross_bf16(a, t.bk), replace(t, bk=2 * t.bk))
+        return np.stack([big, cross.view(np.float32)], axis=3)
+
+
+# Reductions below this many terms stay on 3xTF32: the BF16 roundings' worst case (constant
+# data) is 0.61 of the fp32 bound here, and 3xTF32's own arithmetic at most 0.15 of it on
+# same-sign data (tests/test_gpu_pipelined.py).
+MIN_REDUCTION = 512
 
 
 class WgmmaFP16(Wgmma):

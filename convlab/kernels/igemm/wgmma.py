@@ -9,6 +9,7 @@ the mma.sync pieces' epilogue and split-K reduce take them unchanged.
 """
 
 import itertools
+import math
 from dataclasses import replace
 from functools import lru_cache
 
@@ -38,18 +39,24 @@ COMPUTE = r"""
     // k-step moves the descriptors 32 bytes along the 128-byte rows (the swizzle acts on address
     // bits 4-6 against 7-9, which a step inside the row leaves alone).
     const unsigned wg_rows = (warp / 4) * 64 * 128;
-    auto compute = [&](int stage, float (&d)[MF][NF][4]) {
+    auto compute = [&](int stage, float (&d)[MF][NF][4], bool fresh = true) {
         const unsigned sa = smem_u32(smem + stage * STAGE_WORDS) + wg_rows;
         const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS);
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < KSTEPS; ++s) {
-#if MODE == 1
+#if MODE == 1 && CROSS_BF16
+            // The cross terms in BF16 (A's second tile [big | small] x B's [small | big], 64
+            // elements a 128-byte row, so a k16 step is 32 bytes as a TF32 k8 step is), then
+            // the big product in TF32, into the same partial sum.
+            wgmma_cross(d, swizzle128_desc(sa + BM * 128 + s * 32),
+                        swizzle128_desc(sb + B_WORDS * 4 + s * 32), s > 0 || !fresh);
+#elif MODE == 1
             // 3xTF32: each operand is a big + small TF32 pair (A's small tile follows its big
             // one, as B's does); small x big and big x small first, the big product last. The
-            // K-tile's first product starts a fresh partial sum.
+            // first product of a partial sum's first K-tile (`fresh`) starts it.
             wgmma_tile(d, swizzle128_desc(sa + BM * 128 + s * 32), swizzle128_desc(sb + s * 32),
-                       s > 0);
+                       s > 0 || !fresh);
             wgmma_tile(d, swizzle128_desc(sa + s * 32), swizzle128_desc(sb + B_WORDS * 4 + s * 32));
 #endif
             wgmma_tile(d, swizzle128_desc(sa + s * 32), swizzle128_desc(sb + s * 32));
@@ -84,9 +91,37 @@ SPLIT_B = r"""
         float* sb = smem + stage * STAGE_WORDS + A_WORDS;
 #pragma unroll
         for (int i = 0; i < BN_ROWS; ++i) {
-            vec_t* p = reinterpret_cast<vec_t*>(sb + (B_VEC_OFFSET(row0 + i * ROW_STEP, kc)) / 4);
+            const int n = row0 + i * ROW_STEP;
+            vec_t* p = reinterpret_cast<vec_t*>(sb + (B_VEC_OFFSET(n, kc)) / 4);
             vec_t v = *p;
             const float* f = reinterpret_cast<const float*>(&v);
+#if CROSS_BF16
+            // B's second tile in BF16, a row [small | big] of the elements' truncated TF32
+            // big part (as wgmma reads the first tile) and exact residual, each rounded to
+            // nearest: 2 * VEC bytes at element k of the row and as many at 32 + k.
+            // cvt.rn.bf16x2 puts its first operand in the high half: the later element.
+            unsigned small[VEC / 2], big[VEC / 2];
+#pragma unroll
+            for (int e = 0; e < VEC; e += 2) {
+                const float b0 = __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u);
+                const float b1 = __uint_as_float(__float_as_uint(f[e + 1]) & 0xFFFFE000u);
+                asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
+                    : "=r"(small[e / 2]) : "f"(f[e + 1] - b1), "f"(f[e] - b0));
+                asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(big[e / 2]) : "f"(b1), "f"(b0));
+            }
+            const unsigned row = smem_u32(sb + B_WORDS) + n * 128, phase = (n & 7) << 4;
+            const unsigned lo = row + ((kc * VEC * 2) ^ phase);
+            const unsigned hi = row + ((64 + kc * VEC * 2) ^ phase);
+#if VEC == 4
+            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
+                         :: "r"(lo), "r"(small[0]), "r"(small[1]) : "memory");
+            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
+                         :: "r"(hi), "r"(big[0]), "r"(big[1]) : "memory");
+#else
+            asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(lo), "r"(small[0]) : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(hi), "r"(big[0]) : "memory");
+#endif
+#else
             vec_t r;
             float* small = reinterpret_cast<float*>(&r);
 #pragma unroll
@@ -94,6 +129,7 @@ SPLIT_B = r"""
                 small[e] = __uint_as_float(
                     to_tf32(f[e] - __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u)));
             p[B_WORDS / VEC] = r;
+#endif
         }
     };
 #endif
@@ -112,12 +148,14 @@ PIPELINE = r"""
         cp_async_commit();
     }
 #if MODE == 1
-    // 3xTF32: a K-tile's products go to a fresh partial sum, added to the running one with FP32
-    // adds (round to nearest): the tensor cores' truncating accumulation then spans one K-tile,
-    // not the whole reduction (as in the mma.sync kernel). The add waits for every wgmma to
-    // retire (wait_group 0): two partial sums taking turns, one added while the other's group
-    // ran, made ptxas serialize every wgmma of the kernel (C7514: other instructions read
-    // accumulators while a group is in flight).
+    // 3xTF32: a span of PART_KTILES K-tiles' products goes to a fresh partial sum, added to the
+    // running one with FP32 adds (round to nearest): the tensor cores' truncating accumulation
+    // then spans those K-tiles, not the whole reduction (as in the mma.sync kernel). The add
+    // waits for every wgmma to retire (wait_group 0), which this schedule's block-wide barrier
+    // then exposes: once a span, not once a K-tile (H100, session 23: conv5 0.258 -> 0.234 ms
+    // at 3 K-tiles). The host sizes the span to the reduction (part_ktiles). Two partial sums
+    // taking turns, one added while the other's group ran, made ptxas serialize every wgmma
+    // of the kernel (C7514: other instructions read accumulators while a group is in flight).
     float part[MF][NF][4];
 #pragma unroll
     for (int j = 0; j < NF; ++j)
@@ -136,13 +174,17 @@ PIPELINE = r"""
         if (ahead < nk) load_tile(ahead % STAGES, kbeg + ahead);
         cp_async_commit();
 #if MODE == 1
-        compute(it % STAGES, part);
-        wgmma_wait<0>();
-        fence_operands(part);
+        compute(it % STAGES, part, it % PART_KTILES == 0);
+        if ((it + 1) % PART_KTILES == 0 || it + 1 == nk) {
+            wgmma_wait<0>();
+            fence_operands(part);
 #pragma unroll
-        for (int j = 0; j < NF; ++j)
+            for (int j = 0; j < NF; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[0][j][e] += part[0][j][e];
+                for (int e = 0; e < 4; ++e) acc[0][j][e] += part[0][j][e];
+        } else {
+            wgmma_wait<1>();
+        }
 #else
         compute(it % STAGES, acc);
         wgmma_wait<1>();
@@ -234,6 +276,20 @@ def mma_registers(t: Tiling, maths: str) -> int:
     return a_parts(maths) * t.bn // 2 + (HALO_OVERHEAD if t.schedule == "halo" else 56)
 
 
+def part_ktiles(reduction: int, t: Tiling, ktiles: int) -> int:
+    """K-tiles a 3xTF32 partial sum of the grid schedule spans (PART_KTILES): as many as keep
+    its terms within SPAN_TERMS_PER_ROOT_N * sqrt(n), n the layer's reduction; at least one,
+    at most the layer's. The tensor cores truncate as they accumulate, so on data whose
+    products all have one sign a span errs all one way, by about 0.035-0.04 x its terms /
+    sqrt(n) of the fp32 bound (session 17, n = 288: 0.06 / 0.12 / 0.25 at 1 / 2 / 4 K-tiles).
+    The persistent schedule keeps one K-tile: its MMA threads release a stage once its own
+    wgmmas retire, and within a span they could only once the next K-tile's were issued,
+    which holds each stage until the next one lands (H100, session 23: conv2 0.591 -> 0.695
+    ms at 3 K-tiles, conv3 0.356 -> 0.409 at 4)."""
+    terms = int(SPAN_TERMS_PER_ROOT_N * math.sqrt(reduction))
+    return max(1, min(ktiles, terms // t.bk))
+
+
 def k_elements(maths: str) -> int:
     """BK: one 128-byte swizzle row of the element type."""
     return ROW_BYTES // element_bytes(maths)
@@ -315,6 +371,9 @@ def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
 # Shared memory a warp of the persistent schedule's fp16 store turns 16 output columns of its 16
 # channels around in (igemm.epilogue).
 STORE_SCRATCH = 512
+# A 3xTF32 partial sum's terms, at most, per sqrt(n): modelled same-sign error 0.2 of the bound
+# (tests/test_gpu_pipelined.py holds it under 0.3).
+SPAN_TERMS_PER_ROOT_N = 5
 # 3xTF32 keeps a K-tile's partial sum beside the running one: 2 * 128/2 = 128 registers at bn 128.
 MAX_BN = {"3xtf32": 128}
 # Registers a thread of the persistent schedule needs beside a wgmma's accumulators: compiling
