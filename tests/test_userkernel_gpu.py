@@ -133,11 +133,11 @@ def test_memcheck_clean_kernel_file(tmp_path):
 # Small layers for memcheck, the first one a variant supports is used; winograd needs a 3x3
 # filter over at least 8 input channels per group, which the fourth offers; the depthwise
 # variants take only the fifth (its 70 channels in two chunks of 18 lanes of 2, one partial),
-# wgmma-split-bf16 only the last (576 terms; it runs 512 or more).
+# wgmma-split-bf16 only the last (1,153 terms; it runs 1,024 or more).
 MEMCHECK_SHAPES = (SMALL, ConvShape(3, 1, 28, 28, 50, 5), ConvShape(2, 12, 21, 21, 24, 7),
                    ConvShape(2, 16, 10, 9, 8, 3, pad=1, groups=2, bias=True),
                    ConvShape(2, 70, 11, 9, 70, 3, stride=2, pad=1, groups=70, bias=True),
-                   ConvShape(2, 64, 9, 11, 40, 3, pad=1, bias=True))
+                   ConvShape(2, 128, 9, 11, 40, 3, pad=1, bias=True))
 
 
 @needs_sanitizer
@@ -153,12 +153,12 @@ def test_memcheck_is_clean_on_every_shipped_variant(variant):
 @pytest.mark.parametrize("name", ["wgmma", "wgmma-3xtf32", "wgmma-split-bf16", "wgmma-fp16",
                                   "wgmma-bf16"])
 def test_memcheck_is_clean_on_the_persistent_schedule(name):
-    """More tiles (1,152; 576 on the layer of 577 terms the BF16 cross products need) than
-    the grid has blocks: each block's loaders run from one tile into the next while its MMA
+    """More tiles than the grid has blocks (1,152; on the 1,153-term layer the BF16 cross
+    products need, 432): each block's loaders run from one tile into the next while its MMA
     warpgroups store the last one."""
     shape = ConvShape(16, 32, 48, 48, 160, 3, pad=1, groups=2, bias=True)
     if name == "wgmma-split-bf16":
-        shape = ConvShape(16, 128, 24, 24, 160, 3, pad=1, groups=2, bias=True)
+        shape = ConvShape(16, 128, 24, 24, 160, 3, pad=1, bias=True)
     variant = VARIANTS[name]
     config = next(t for t in variant.ranked(shape) if t.schedule == "persistent")
     report = sanitize(shape, variant=name, epilogue="relu", config=config.as_dict())

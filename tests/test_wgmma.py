@@ -166,11 +166,11 @@ def test_the_bf16_cross_products_pack_a_as_big_then_small_bf16_halves_of_each_ro
         assert abs(low - (want - big)) <= 2.0 ** -8 * abs(want - big)
 
 
-def test_the_bf16_cross_products_need_a_reduction_of_512_terms():
+def test_the_bf16_cross_products_need_a_reduction_of_1024_terms():
     variant = W.WgmmaSplitBF16()
-    small = ConvShape(2, 56, 6, 6, 64, 3, pad=1)  # 504 terms
-    assert not variant.supports(small) and "512" in variant.supports(small).reason
-    assert variant.supports(ConvShape(2, 128, 6, 6, 64, 2))  # 512
+    small = ConvShape(2, 112, 6, 6, 64, 3, pad=1)  # 1,008 terms
+    assert not variant.supports(small) and "1024" in variant.supports(small).reason
+    assert variant.supports(ConvShape(2, 256, 6, 6, 64, 2))  # 1,024
     assert W.Wgmma3xTF32().supports(small)
     assert variant.arithmetic(small).flops == 2 * small.flops  # TF32 + two BF16 at 2x the rate
 

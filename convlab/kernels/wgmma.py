@@ -1,7 +1,8 @@
 """wgmma: the channels-last implicit GEMM on Hopper's warpgroup MMAs (sm_90a), in FP16, BF16,
-TF32, 3xTF32 and 3xTF32 with its cross products in BF16. Same gather, staging, split-K reduce and epilogue as `channels-last`; a different
-mainloop (igemm.wgmma) and shared-memory layout (128-byte swizzle instead of padded rows), and a
-second schedule a tiling may pick: persistent and warp-specialised (igemm.persistent)."""
+TF32, 3xTF32 and 3xTF32 with its cross products in BF16. Same gather, staging, split-K reduce
+and epilogue as `channels-last`; a different mainloop (igemm.wgmma) and shared-memory layout
+(128-byte swizzle instead of padded rows), and a second schedule a tiling may pick: persistent
+and warp-specialised (igemm.persistent)."""
 
 from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
@@ -29,7 +30,8 @@ SOURCE = (r"""
 // CROSS_BF16 (wgmma-split-bf16): 3xTF32's three TF32 products a step take 3x the tensor cores'
 // time of TF32 (session 23, no copies at all: 487 TFLOP/s of TF32 products issued, 162 of
 // FP32 ones). The two cross products only correct the big one by ~2^-10 of it, so BF16
-// (twice TF32's rate, FP32's range) computes them to well under the fp32 bound: A's second
+// (twice TF32's rate, FP32's exponent range) computes them within the fp32 bound on
+// reductions of MIN_REDUCTION terms or more: A's second
 // tile holds [big | small] in BF16 and B's [small | big], 64 elements a 128-byte row, one
 // BF16 product over that doubled K giving big x small + small x big. Same shared memory and
 // copies; 2/3 of the tensor time. H100, same tilings: conv2 0.589 -> 0.493 ms, conv3 0.360 ->
@@ -85,9 +87,8 @@ from ..gpu import hardware, tensormap  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
 from .channels_last import ChannelsLast  # noqa: E402
 from .base import Arithmetic, Support, split_tf32_arithmetic  # noqa: E402
-from .igemm.packing import cross_bf16, gemm_weights, operand_parts  # noqa: E402
-from .tensorcore import round_tf32  # noqa: E402
 from .igemm.cost import diverse  # noqa: E402
+from .igemm.packing import cross_bf16, gemm_weights, operand_parts, round_tf32  # noqa: E402
 from .igemm.tiling import MAX_CONFIGS, Tiling, k_tiles, output_tiles  # noqa: E402
 
 HALO_CONFIGS = 4
@@ -185,12 +186,13 @@ class Wgmma3xTF32(Wgmma):
 class WgmmaSplitBF16(Wgmma3xTF32):
     """3xTF32's split operands with the two cross products in BF16, at twice TF32's rate: one
     TF32 and two BF16 products a step take the tensor cores 2/3 of 3xTF32's time. BF16 keeps
-    FP32's range; it rounds to 2^-8, so a cross product (a residual of up to 2^-10 of its
-    operand, times the other) errs by up to 2^-17.1 of the product it corrects (measured over
-    200,000 random pairs). Rounding to nearest, those errors take either sign and add as
-    sqrt(n); only where every product is the same (constant data) do they add as n, to at
-    most 2^-17.1 * sum|x*w| against the bound's 8 * sqrt(n) * 2^-24 * sum|x*w|: 0.61 of it at
-    MIN_REDUCTION terms, fewer than which stay on 3xTF32."""
+    FP32's exponent range; it rounds to 2^-8, so a cross product (a residual of up to 2^-10 of
+    its operand, times the other) errs by up to ~2^-16.8 of the product it corrects (2^-17.1
+    the largest over 200,000 random pairs, 2^-16.8 found by a search over the bits). Rounding
+    to nearest, those errors take either sign and add as sqrt(n); only where every product is
+    the same (constant data) do they add as n, to at most 2^-16.8 * sum|x*w| against the
+    bound's 8 * sqrt(n) * 2^-24 * sum|x*w|: 0.55 of it at MIN_REDUCTION terms, fewer than
+    which stay on 3xTF32."""
 
     name = "wgmma-split-bf16"
     summary = ("wgmma, split operands: the big product in TF32, the cross products in BF16 "
@@ -218,9 +220,9 @@ class WgmmaSplitBF16(Wgmma3xTF32):
 
 
 # Reductions below this many terms stay on 3xTF32: the BF16 roundings' worst case (constant
-# data) is 0.61 of the fp32 bound here, and 3xTF32's own arithmetic at most 0.15 of it on
+# data) is 0.55 of the fp32 bound here, and 3xTF32's own arithmetic at most 0.15 of it on
 # same-sign data (tests/test_gpu_pipelined.py).
-MIN_REDUCTION = 512
+MIN_REDUCTION = 1024
 
 
 class WgmmaFP16(Wgmma):

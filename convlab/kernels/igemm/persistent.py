@@ -275,8 +275,9 @@ CONSUMER = r"""
                 const int stage = j % STAGES;
                 mbar_wait(full0 + 8 * stage, (j / STAGES) & 1);
 #if MODE == 1
-                // as the grid schedule: a K-tile's three products in a fresh partial sum,
-                // added with FP32 adds once they retire
+                // a K-tile's products in a fresh partial sum (the grid schedule's span of
+                // them would hold the stage: igemm.wgmma.part_ktiles), added with FP32 adds
+                // once they retire
                 compute(stage, part);
                 wgmma_wait<0>();
                 fence_operands(part);
