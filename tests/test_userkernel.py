@@ -210,9 +210,11 @@ def test_scaffold_from_every_rung_loads_and_compiles(tmp_path, origin):
     assert f"// convlab: summary = mine, started from {origin}" in made.files[0].read_text()
     assert built_in.source in made.files[0].read_text()  # the rung's source, opening comment included
     shapes = {n: s for n, s in get_model("ece408").conv_shapes(100).items() if built_in.supports(s)}
-    # a rung for 3x3 layers takes the first; one for depthwise layers the second
+    # a rung for 3x3 layers takes the first; one for depthwise layers the second; one for
+    # reductions of 1,024 terms or more (wgmma-split-bf16) the third
     fallbacks = [ConvShape(4, 16, 12, 12, 16, 3, pad=1),
-                 ConvShape(4, 16, 12, 12, 16, 3, pad=1, groups=16)]
+                 ConvShape(4, 16, 12, 12, 16, 3, pad=1, groups=16),
+                 ConvShape(4, 128, 12, 12, 16, 3, pad=1)]
     shapes = shapes or {"layer": next((s for s in fallbacks if built_in.supports(s)), fallbacks[0])}
     assert all(built_in.supports(s) for s in shapes.values())
     report = check_file(made.files[0], shapes)
