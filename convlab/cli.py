@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.syntax import Syntax
 
 from . import __version__, report, stream_report
-from .bench import compare, lab, records, results as results_io, streaming, tune
+from . import tuning
+from .bench import autotune, compare, lab, records, results as results_io, streaming, suites, tune
 from .bench.guard import VERIFY_MODES
 from .errors import ConvlabError, GPUUnavailable
 from .gpu import gpu_available, measure, unavailable_reason
@@ -70,6 +72,52 @@ class ConvlabGroup(click.Group):
 @click.version_option(__version__, prog_name="convlab")
 def main():
     """convlab: a JIT kernel lab for the forward pass of a CNN's convolution layer."""
+
+
+def choice_options(command):
+    """--ignore-tunings, --autotune and --autotune-budget, for run and compare."""
+    command = click.option(
+        "--autotune-budget", type=float, default=autotune.DEFAULT_BUDGET_S, show_default=True,
+        envvar="CONVLAB_AUTOTUNE_BUDGET",
+        help="With --autotune: seconds a layer's autotune may take, compiling included "
+             "(env CONVLAB_AUTOTUNE_BUDGET).")(command)
+    command = click.option(
+        "--autotune", "autotune_on", is_flag=True, envvar=tuning.AUTOTUNE_ENV,
+        help="A layer whose variant has no tuning entry for it: compile its cost model's best "
+             f"{autotune.DEFAULT_CANDIDATES} tilings in parallel, time them, keep the fastest "
+             f"in this GPU's cache and run it (env {tuning.AUTOTUNE_ENV}=1).")(command)
+    return click.option(
+        "--ignore-tunings", is_flag=True, envvar=tuning.IGNORE_ENV,
+        help="Run the variants' own choice of tiling: shipped and cached tunings are not read "
+             f"(env {tuning.IGNORE_ENV}=1). With --autotune: autotune every layer afresh.")(command)
+
+
+def apply_choice(ignore_tunings: bool, autotune_on: bool, budget: float, progress=None) -> None:
+    """Set up where tilings come from for this command: child processes inherit the ignore
+    (an environment variable); autotune reports each layer on stderr, one line."""
+    if ignore_tunings:
+        os.environ[tuning.IGNORE_ENV] = "1"
+    if not autotune_on:
+        return
+    if not budget > 0:
+        raise ConvlabError(f"--autotune-budget must be a positive number of seconds, got {budget:g}")
+    err = err_console()
+    task = None
+
+    def report(event, outcome):
+        nonlocal task
+        if progress is not None and event == "start":
+            task = progress.add_task(f"autotune {outcome.variant} {outcome.shape.brief()}",
+                                     total=None)
+        elif progress is not None and event == "compiled" and task is not None:
+            progress.update(task, description=f"autotune {outcome.variant}: timing "
+                                              f"{outcome.offered} tilings")
+        elif event == "done":
+            if progress is not None and task is not None:
+                progress.remove_task(task)
+            err.print(escape(outcome.summary()), highlight=False)
+
+    autotune.enable(budget_s=budget, report=report)
 
 
 def _variant_choice(ctx, param, value):
@@ -180,9 +228,10 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
                    "(needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON records instead of tables.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
+@choice_options
 def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, cold, pytorch,
         no_graph, verify, timeout, sanitize, images, from_dir, upload, workers, save_dir,
-        plot_path, as_json, wide):
+        plot_path, as_json, wide, ignore_tunings, autotune_on, autotune_budget):
     """Run a model's forward pass with a chosen conv kernel: on the Fashion-MNIST test set for
     the ECE408 models, on a fixed random batch for alexnet. With --images, stream a dataset
     through it instead."""
@@ -199,6 +248,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         return
     plan = lab.plan_run(model, kernel, kernel_file, batches, weights_path, fallback, repeat, cold,
                         pytorch, not no_graph, verify, timeout, sanitize)
+    apply_choice(ignore_tunings, autotune_on, autotune_budget)
     out = console(wide)
     if plan.note and not as_json:
         out.print(f"[yellow]{escape(plan.note)}[/yellow]")
@@ -215,6 +265,10 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         elif name == "loading-data":
             what = "fashion-mnist data" if get_model(model).task == "fashion-mnist" else "random input batch"
             click.echo(f"Loading {what}...", nl=False)
+        elif name == "loading-model" and tuning.autotuning():
+            click.echo("Loading model (autotuning the layers without a tuning)...")
+        elif name == "loaded-model" and tuning.autotuning():
+            click.echo("Model loaded")
         elif name == "loading-model":
             click.echo("Loading model...", nl=False)
         elif name in ("loaded-data", "loaded-model"):
@@ -391,7 +445,14 @@ def device(ceilings, refresh, as_json):
               help=KERNEL_FILE_HELP[:-1] + " (repeatable).")
 @click.option("--model", default=None, help=f"Model whose conv layers to compare (default {DEFAULT_MODEL}).")
 @click.option("--layer", default=None,
-              help="A single layer instead: B,C,H,W,M,K[,stride,pad,groups] (random inputs).")
+              help="A single layer instead: B,C,H,W,M,K[,stride,pad,groups,dilation] (random "
+                   "inputs; K and pad may be pairs, 1x7 and 0x3).")
+@click.option("--suite", default=None,
+              help=f"A public layer suite instead: {', '.join(suites.NAMES)} (every distinct "
+                   "conv layer at its batches, random inputs), with a summary per class.")
+@click.option("--classes", default=None,
+              help="With --suite: the precision classes to compare, e.g. fp16,tf32 (default: "
+                   "fp32, tf32, fp16, bf16).")
 @click.option("--bias", is_flag=True, help="With --layer: the layer adds a bias.")
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
               help="A weights file for --model (alexnet: from `convlab import-weights`).")
@@ -418,25 +479,38 @@ def device(ceilings, refresh, as_json):
               help="Write a PNG: Op Time vs batch, and speedup over cuDNN.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of tables.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
-def compare_cmd(kernels, kernel_files, model, layer, bias, weights_path, batches, cold, budget,
-                timing, verify, timeout, save_dir, baseline, plot_path, as_json, wide):
+@choice_options
+def compare_cmd(kernels, kernel_files, model, layer, suite, classes, bias, weights_path, batches,
+                cold, budget, timing, verify, timeout, save_dir, baseline, plot_path, as_json,
+                wide, ignore_tunings, autotune_on, autotune_budget):
     """Verify, then time, variants side by side with cuDNN and the roofline floor."""
 
 
-    weights = load_weights(model, weights_path) if weights_path is not None else None
-    if weights_path is not None and model is None:
-        raise ConvlabError("--weights goes with --model")
-    if timeout is not None and not kernel_files:
-        raise ConvlabError("--timeout goes with --kernel-file (the built-in kernels run in this "
-                           "process)")
-    default = str(lab.default_batch(model)) if model else "10,100,1000,10000"
-    plan = compare.plan(kernels, model, layer, default if batches is None else batches, bias, weights,
-                        kernel_files, weights_path, verify, timeout)
+    if classes is not None and suite is None:
+        raise ConvlabError("--classes goes with --suite")
+    if suite is not None:
+        given = [name for name, value in (("--model", model), ("--layer", layer),
+                                          ("--kernel-file", kernel_files), ("--bias", bias),
+                                          ("--weights", weights_path)) if value]
+        if given:
+            raise ConvlabError(f"--suite names its own layers: leave out {', '.join(given)}")
+        plan = compare.suite_plan(suite, kernels, batches, classes, verify)
+    else:
+        weights = load_weights(model, weights_path) if weights_path is not None else None
+        if weights_path is not None and model is None:
+            raise ConvlabError("--weights goes with --model")
+        if timeout is not None and not kernel_files:
+            raise ConvlabError("--timeout goes with --kernel-file (the built-in kernels run in "
+                               "this process)")
+        default = str(lab.default_batch(model)) if model else "10,100,1000,10000"
+        plan = compare.plan(kernels, model, layer, default if batches is None else batches, bias,
+                            weights, kernel_files, weights_path, verify, timeout)
     base = results_io.from_record(results_io.load_record(baseline)) if baseline else None
     if plot_path is not None:
         require_pyplot()  # a missing matplotlib is reported before minutes of timing, not after
     policy = measure.TimingPolicy(cold=cold, budget_s=budget, method=timing)
     with progress_bar(as_json) as progress:
+        apply_choice(ignore_tunings, autotune_on, autotune_budget, progress)
         task = progress.add_task("compare", total=None)
 
         def on_step(what, done, total):
@@ -480,6 +554,8 @@ def _print_comparison(out, comparison, wide):
         out.print(table)
         for note in notes:
             out.print(escape(note))
+    if getattr(comparison, "suite", None):
+        out.print(report.suite_summary_table(comparison, out.width, wide))
 
 
 @main.group(cls=ConvlabGroup)
@@ -646,8 +722,14 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
 
 
 @main.command("tune")
-@click.option("--layer", required=True,
-              help="The layer: B,C,H,W,M,K or B,C,H,W,M,K,stride,pad,groups (random inputs).")
+@click.option("--layer", default=None,
+              help="The layer: B,C,H,W,M,K[,stride,pad,groups,dilation] (random inputs; K and "
+                   "pad may be pairs, 1x7 and 0x3).")
+@click.option("--suite", default=None,
+              help=f"Every layer of a public suite instead ({', '.join(suites.NAMES)}), one "
+                   "sweep each, with the network's ReLU where the kernel fuses it.")
+@click.option("--batch", "batches", default=None,
+              help="With --suite: these batch sizes (default: each layer's own).")
 @click.option("--kernel", required=True, callback=_variant_choice,
               help="The variant whose tiling space to search.")
 @click.option("--bias", is_flag=True, help="The layer adds a bias.")
@@ -662,11 +744,24 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
                    "timed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON instead of a table.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
-def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, jobs, as_json, wide):
+def tune_cmd(layer, suite, batches, kernel, bias, epilogue, budget, plot_path, jobs, as_json,
+             wide):
     """Try every tiling of a variant on one layer (compiled, verified, timed) and keep the
     fastest verified one for this GPU, where run and compare find it."""
 
 
+    if (layer is None) == (suite is None):
+        raise ConvlabError("give --layer or --suite (one of them)")
+    if suite is not None:
+        given = [n for n, v in (("--bias", bias), ("--epilogue", epilogue), ("--plot", plot_path))
+                 if v]
+        if given:
+            raise ConvlabError(f"--suite sets each layer's bias and epilogue: leave out "
+                               f"{', '.join(given)}")
+        _tune_suite(suite, batches, kernel, budget, jobs, as_json, wide)
+        return
+    if batches is not None:
+        raise ConvlabError("--batch goes with --suite (--layer names its batch)")
     shape = parse_layer(layer, bias)
     if plot_path is not None:
         require_pyplot()  # a missing matplotlib is reported before the sweep, not after
@@ -695,6 +790,31 @@ def tune_cmd(layer, kernel, bias, epilogue, budget, plot_path, jobs, as_json, wi
         err_console().print(f"plot written to {tune.plot_sweep(result, plot_path)}")
     if result.best is None:
         raise SystemExit(1)
+
+
+def _tune_suite(suite, batches, kernel, budget, jobs, as_json, wide):
+    cells = tune.suite_cells(suite, kernel, lab.parse_batches(batches, None) if batches else None)
+    policy = measure.TimingPolicy(budget_s=budget)
+    done = []
+    with progress_bar(as_json) as progress:
+        task = progress.add_task("tune", total=len(cells))
+        for i, (label, shape, epilogue) in enumerate(cells):
+            progress.update(task, description=f"{kernel}: {label}", completed=i)
+            result = tune.tune(shape, kernel, epilogue, policy, jobs=jobs)
+            done.append((label, result))
+            if result.interrupted:
+                break
+    if as_json:
+        click.echo(json.dumps([{"cell": label, **result.as_dict()} for label, result in done],
+                              indent=1))
+    else:
+        out = console(wide)
+        out.print(tune.suite_table(done, out.width, wide))
+        out.print(escape(tune.suite_summary(done)))
+    if done and done[-1][1].interrupted:
+        err_console().print(f"tune stopped at {done[-1][0]}: "
+                            f"{done[-1][1].interrupted}; the cells before it were stored")
+        raise SystemExit(done[-1][1].stop_status)
 
 
 @main.command("new")

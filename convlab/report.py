@@ -11,6 +11,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .bench.compare import class_summaries
 from .bench.records import RunResult
 from .gpu.measure import QUEUED, SINGLE
 from .net.torch_forward import allowed_differ
@@ -88,7 +89,8 @@ def run_table(result: RunResult, width=None, wide=False) -> RenderableType:
             Col("min", key=False, priority=4), Col("IQR", key=False, priority=7),
             Col("runs", key=False, priority=5), Col("GFLOP/s", key=False, priority=2),
             Col("GB/s", key=False, priority=8), Col("err/bound", key=False, priority=3),
-            Col("rel err", key=False, priority=9), Col("check", "left")]
+            Col("rel err", key=False, priority=9), Col("tiling", "left", key=False, priority=6),
+            Col("check", "left")]
     rows = []
     for layer in result.layers:
         t = layer.timing
@@ -98,7 +100,7 @@ def run_table(result: RunResult, width=None, wide=False) -> RenderableType:
                      Text(fmt_ms(t.median_ms), style=style), Text(fmt_ms(t.min_ms), style=style),
                      f"{t.spread_pct:.0f}%", str(t.n), Text(f"{layer.gflops:,.0f}", style=style),
                      Text(f"{layer.gbps:,.0f}", style=style), f"{layer.check.bound_ratio:.2g}",
-                     fmt_err(layer.check.max_rel_error), status_text(ok)])
+                     fmt_err(layer.check.max_rel_error), layer.choice or "-", status_text(ok)])
     title = (f"{result.model}, kernel '{result.kernel}' ({result.precision}), batch {result.batch}:"
              " conv Op Times")
     return fitted_table(title, cols, rows, width, wide)
@@ -241,7 +243,7 @@ COMPARE_COLUMNS = [
     Col("GB/s", key=False, priority=5), Col("%floor"), Col("floor", "left", key=False, priority=3),
     Col("x naive", key=False, priority=3),
     Col("x cuDNN"), Col("rel err", key=False, priority=0), Col("err/bound", key=False, priority=2),
-    Col("accuracy", key=False, priority=8),
+    Col("accuracy", key=False, priority=8), Col("tiling", "left", key=False, priority=2),
 ]
 
 
@@ -264,6 +266,7 @@ def compare_cells(row) -> list[str]:
         fmt_num(row.speedup_naive, ".2f"), cudnn_ratio(row),
         "-" if row.max_rel_error is None or not row.valid else fmt_err(row.max_rel_error),
         "-" if ratio is None or not row.valid else f"{ratio:.2g}", acc,
+        getattr(row, "choice", "") or "-",
     ]
 
 
@@ -293,12 +296,51 @@ def row_notes(row, bullet: str = "") -> list[str]:
 def _layers(comparison) -> dict[tuple, list]:
     """The rows of each (layer, epilogue), in the order the layers first appear."""
     groups: dict[tuple, list] = {}
+    suite = getattr(comparison, "suite", None)
     for row in comparison.rows:
-        groups.setdefault((row.layer, row.epilogue), []).append(row)
+        groups.setdefault((row.layer, row.batch if suite else row.epilogue), []).append(row)
     return groups
 
 
+SUMMARY_COLUMNS = [Col("class", "left"), Col("cells"), Col("behind cuDNN"), Col("geomean"),
+                   Col("worst", "left", wrap=True), Col("tilings", "left", key=False, priority=1)]
+
+
+def suite_summary_rows(comparison) -> list[list[str]]:
+    """Per class of a suite run: its cells against cuDNN's fastest row of the class."""
+    out = []
+    for summary in class_summaries(comparison):
+        worst = summary.worst
+        cells = f"{summary.cells}" + (f" (+{summary.missing} unmatched)" if summary.missing else "")
+        out.append([
+            summary.precision, cells, f"{summary.behind} of {summary.cells}",
+            fmt_num(summary.geomean, ".2f") + ("x" if summary.geomean else ""),
+            "-" if worst is None else f"{worst[2]:.2f}x {worst[0]} b{worst[1]}",
+            ", ".join(f"{k} {v}" for k, v in summary.choices().items()) or "-"])
+    return out
+
+
+def suite_summary_table(comparison, width=None, wide=False):
+    title = (f"suite {comparison.suite}: ours (the class's fastest verified row) over cuDNN's "
+             f"fastest row of the class, per layer and batch")
+    return fitted_table(title, SUMMARY_COLUMNS, suite_summary_rows(comparison), width, wide)
+
+
+def suite_summary_markdown(comparison) -> str:
+    headers = [c.header for c in SUMMARY_COLUMNS]
+    lines = [f"## Summary: suite {comparison.suite}", "",
+             "Ours (the class's fastest verified row) over cuDNN's fastest row of the class, per "
+             "layer and batch; `tilings`: where our rows' tilings came from.", "",
+             "| " + " | ".join(headers) + " |",
+             "|" + "|".join("---" if i in (0, 4, 5) else "---:" for i in range(len(headers))) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in suite_summary_rows(comparison)]
+    return "\n".join(lines) + "\n"
+
+
 def _layer_title(comparison, first_row) -> str:
+    if getattr(comparison, "suite", None):
+        return f"{first_row.layer}, batch {first_row.batch}: {first_row.shape.brief()}" + (
+            f" + {first_row.epilogue}" if first_row.epilogue else "")
     if comparison.model is None:  # a --layer comparison: the shape is its only name
         return f"layer {first_row.shape.brief()}"
     label = first_row.label if first_row.status == "PASS" else first_row.layer
@@ -387,7 +429,9 @@ def interrupted_line(comparison) -> str:
 
 def compare_markdown(comparison) -> str:
     headers = [c.header for c in COMPARE_COLUMNS]
-    lines = [f"# convlab compare: {comparison.model or 'single layer'}", "", compare_header(comparison), ""]
+    subject = (f"suite {comparison.suite}" if getattr(comparison, "suite", None)
+               else comparison.model or "single layer")
+    lines = [f"# convlab compare: {subject}", "", compare_header(comparison), ""]
     if comparison.interrupted:
         lines += [f"**{interrupted_line(comparison)}**", ""]
     if comparison.other_gpus:
@@ -406,6 +450,8 @@ def compare_markdown(comparison) -> str:
         lines.append("")
         if notes:
             lines += notes + [""]
+    if getattr(comparison, "suite", None):
+        lines.append(suite_summary_markdown(comparison))
     return "\n".join(lines)
 
 

@@ -19,6 +19,14 @@ such a GPU runs the tilings those figures were measured with. The user's own cac
 kernel edit changes its source hash and its shipped entries stop matching (a CPU test says
 so): re-tune, or re-key with scripts/rekey_tune_cache.py where the edit leaves the tilings'
 meaning alone.
+
+Every tiling a layer runs has an origin (`Choice`): the variant's own choice (its cost
+model), a shipped tuning, the user's cache (`convlab tune`), or autotuned (an entry autotune
+wrote, in this process or before). With CONVLAB_IGNORE_TUNINGS set (`--ignore-tunings`)
+shipped and cached entries are not read, so the variants' own choice can be measured alone;
+what autotune finds in this process still counts. Autotune itself (convlab/bench/autotune.py)
+is attached from outside, as the tuner is: `set_autotuner` installs it and `first_use`, which
+the lab calls before it prepares a layer, runs it for a layer without an entry.
 """
 
 from __future__ import annotations
@@ -38,14 +46,38 @@ from .shapes import ConvShape
 CACHE_FILE = "tune-cache.json"
 CACHE_FORMAT = 1
 SHIPPED = Path(__file__).parent / "assets" / "tunings.json"
+IGNORE_ENV = "CONVLAB_IGNORE_TUNINGS"
+AUTOTUNE_ENV = "CONVLAB_AUTOTUNE"
+# An entry's "by": the tuner's sweep, or autotune on first use.
+BY_TUNE, BY_AUTOTUNE = "tune", "autotune"
+
+
+class Choice:
+    """Where a layer's tiling came from, as run and compare rows say it."""
+
+    OWN = "own"  # the variant's own choice: its cost model, no tuning entry
+    SHIPPED = "shipped"  # convlab/assets/tunings.json
+    CACHED = "cached"  # the user's cache, written by `convlab tune`
+    AUTOTUNED = "autotuned"  # written by autotune on first use
+    ALL = (OWN, SHIPPED, CACHED, AUTOTUNED)
+
+
+def ignoring() -> bool:
+    """Whether shipped and cached tunings are ignored (CONVLAB_IGNORE_TUNINGS set, not 0)."""
+    return os.environ.get(IGNORE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 # --- the layer ------------------------------------------------------------------------------
 
 def layer_text(shape: ConvShape) -> str:
-    """The layer in --layer syntax (the long form), plus ',bias' when it has one."""
+    """The layer in --layer syntax (the long form, with the dilation where a filter is not
+    square and undilated), plus ',bias' when it has one."""
     s = shape
-    text = f"{s.B},{s.C},{s.H},{s.W},{s.M},{s.K},{s.stride},{s.pad},{s.groups}"
+    if s.is_square:
+        text = f"{s.B},{s.C},{s.H},{s.W},{s.M},{s.K},{s.stride},{s.pad},{s.groups}"
+    else:
+        text = (f"{s.B},{s.C},{s.H},{s.W},{s.M},{s.kernel_text()},{s.stride},"
+                f"{s.pad_h}x{s.pad_w},{s.groups},{s.dilation}")
     return text + (",bias" if s.bias else "")
 
 
@@ -122,23 +154,72 @@ def _read_entries(path: Path) -> dict:
     return entries
 
 
-def lookup(variant, shape: ConvShape, epilogue: str | None = None) -> dict | None:
-    """The tuned configuration of `variant` for this layer on the current GPU, from the user's
-    cache, else from the shipped tunings; or None: no GPU, no entry, or an unreadable file.
-    Never raises."""
+# What autotune found in this process, by cache key: read before the files, and the one
+# source of entries left while shipped and cached tunings are ignored.
+_session: dict[str, dict] = {}
+
+
+def find(variant, shape: ConvShape, epilogue: str | None = None) -> tuple[dict, str] | None:
+    """The tuned configuration of `variant` for this layer on the current GPU and its origin
+    (a Choice): what autotune found in this process, else the user's cache, else the shipped
+    tunings (neither file while ignoring()); or None: no GPU, no entry, or an unreadable
+    file. Never raises."""
     try:
         device = device_key()
         if device is None:
             return None
         key = cache_key(device, variant.name, source_hash(variant), shape, epilogue)
-        for path in (cache_path(), SHIPPED):
+        if key in _session:
+            return dict(_session[key]), Choice.AUTOTUNED
+        if ignoring():
+            return None
+        for path, origin in ((cache_path(), Choice.CACHED), (SHIPPED, Choice.SHIPPED)):
             entry = _read_entries(path).get(key)
             config = entry.get("config") if isinstance(entry, dict) else None
             if isinstance(config, dict):
-                return dict(config)
+                if origin == Choice.CACHED and entry.get("by") == BY_AUTOTUNE:
+                    origin = Choice.AUTOTUNED
+                return dict(config), origin
         return None
     except Exception:  # a variant's default choice must not fail because of its cache
         return None
+
+
+def lookup(variant, shape: ConvShape, epilogue: str | None = None) -> dict | None:
+    """find's configuration alone."""
+    found = find(variant, shape, epilogue)
+    return None if found is None else found[0]
+
+
+def remember(key: str, config: dict) -> None:
+    """What autotune chose for a layer, for the rest of this process (see _session)."""
+    _session[key] = dict(config)
+
+
+# --- autotune on first use, attached from outside ---------------------------------------------
+
+_autotuner = None
+
+
+def set_autotuner(autotuner) -> None:
+    """Install autotuner(variant, shape, epilogue), which tunes and remembers a layer's tiling
+    (convlab.bench.autotune), or remove it with None."""
+    global _autotuner
+    _autotuner = autotuner
+
+
+def autotuning() -> bool:
+    return _autotuner is not None
+
+
+def first_use(variant, shape: ConvShape, epilogue: str | None = None) -> None:
+    """Before a layer is prepared: with an autotuner installed, a tunable variant whose tiling
+    the constructor left open and that has no entry for this layer is autotuned now."""
+    if _autotuner is None or getattr(variant, "config_type", None) is None:
+        return
+    if not variant.tunable_fields() or find(variant, shape, epilogue) is not None:
+        return
+    _autotuner(variant, shape, epilogue)
 
 
 @contextlib.contextmanager

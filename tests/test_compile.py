@@ -32,6 +32,10 @@ GENERAL = [
     # depthwise: one channel a group (the second compiled with a ReLU)
     ConvShape(2, 6, 11, 9, 6, 3, stride=2, pad=1, groups=6, bias=True),
     ConvShape(1, 16, 9, 9, 16, 5, pad=2, groups=16, bias=True),
+    # rectangular and dilated (a 1x7 filter padded 0x3, taps 2 apart: 1,121 terms), and
+    # dilated through the table gather (3 channels)
+    ConvShape(2, 160, 9, 13, 24, 1, pad=0, Kw=7, pad_w=3, dilation=2, bias=True),
+    ConvShape(2, 3, 13, 13, 16, 3, pad=2, dilation=2),
 ]
 # AlexNet's conv layers at the largest batch (batch is not compiled in; ReLU is what they run).
 ALEXNET = list(MODELS["alexnet"].conv_shapes(1024).values())

@@ -4,9 +4,10 @@ itself (Variant.config_for's one order: fixed fields, else the tuned entry, else
 import pytest
 
 from convlab import tuning
-from convlab.bench import tune
+from convlab.bench import autotune, lab, tune
 from convlab.gpu import measure
 from convlab.kernels import RELU, get_variant
+from convlab.kernels.wgmma import WgmmaFP16
 from convlab.shapes import ConvShape
 
 pytestmark = [pytest.mark.gpu, pytest.mark.smoke]
@@ -28,3 +29,27 @@ def test_the_tuned_config_becomes_the_variant_s_own_choice(tmp_path, monkeypatch
     assert tuning.lookup(variant, SHAPE, RELU) == best
     assert variant.config_for(SHAPE, RELU).as_dict() == best
     assert tuning.lookup(variant, SHAPE, None) is None  # another epilogue, another entry
+
+
+@pytest.mark.gpu
+def test_autotune_on_first_use_runs_the_fastest_of_its_candidates(tmp_path, monkeypatch):
+    """A layer nobody tuned, wgmma-fp16 with shipped and cached tunings ignored: autotune
+    compiles and times the fitted model's first candidates, stores the fastest and the layer
+    runs it, verified."""
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(tuning.IGNORE_ENV, "1")
+    monkeypatch.setattr(tuning, "_session", {})
+    variant = WgmmaFP16()
+    shape = ConvShape(32, 256, 14, 14, 256, 3, pad=1, bias=True)
+    if not variant.supports(shape):
+        pytest.skip(variant.supports(shape).reason)
+    outcomes = []
+    autotune.enable(candidates=3, budget_s=120, report=lambda e, o: outcomes.append(o))
+    try:
+        result = lab.run_layer(shape, variant, epilogue=RELU)
+    finally:
+        autotune.disable()
+    assert result.check.passed and result.choice == tuning.Choice.AUTOTUNED
+    best = outcomes[-1].best
+    assert best is not None and variant.config_for(shape, RELU).as_dict() == best.config
+    print(outcomes[-1].summary())

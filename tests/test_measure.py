@@ -181,3 +181,21 @@ def test_ceilings_saved_before_the_wgmma_rates_are_measured_again_on_hopper(
     assert got == (fresh if measured_again else old)
     saved = json.loads((tmp_path / "ceilings-GPU-0-1.json").read_text())
     assert saved["wgmma_fp16_gflops"] == (930000.0 if measured_again else None)
+
+
+def test_a_strided_1x1_reads_a_quarter_of_its_input():
+    """ResNet's shortcut projection reads every other row and column: the floor counted the
+    whole input, and our rows showed 161% of it."""
+    shortcut = ConvShape(128, 256, 56, 56, 512, 1, stride=2, bias=True)
+    assert shortcut.min_bytes == 4 * (128 * 256 * 28 * 28 + 512 * 256 + 512 + 128 * 512 * 28 * 28)
+    stem = ConvShape(2, 3, 227, 227, 96, 11, stride=4)  # AlexNet conv1: windows overlap
+    assert stem.min_bytes == 4 * (2 * 3 * 227 * 227 + 96 * 3 * 121 + 2 * 96 * 55 * 55)
+    padded = ConvShape(1, 1, 5, 5, 1, 3, stride=2, pad=1)  # rows -1..5: the image's 5
+    assert padded.min_bytes == 4 * (25 + 9 + 9)
+
+
+def test_a_fused_relu_writes_the_whole_output():
+    """Only the 2x2 pool shrinks what a layer writes; the ReLU's floor counted a quarter."""
+    shape = ConvShape(8, 64, 14, 14, 64, 3, pad=1, bias=True)
+    assert measure.traffic_bytes(shape, "relu") == measure.traffic_bytes(shape)
+    assert measure.traffic_bytes(shape, "tanh-pool") < measure.traffic_bytes(shape)

@@ -201,10 +201,15 @@ def test_results_show_missing_file_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--kernels", "nope"], "unknown kernel 'nope'"),
     (["--kernels", ","], "at least one variant"),
-    (["--layer", "1,2,3"], "six to nine integers"),
-    (["--layer", "a,b,c,d,e,f"], "six to nine integers"),
+    (["--layer", "1,2,3"], "six to ten fields"),
+    (["--layer", "a,b,c,d,e,f"], "B (number 1 of"),
     (["--layer", "1,1,3,3,2,5"], "does not fit"),
-    (["--layer", "1,4,9,9,6,3,1,1,4,7"], "six to nine integers"),
+    (["--layer", "1,4,9,9,6,3,1,1,4,7,1"], "six to ten fields"),
+    (["--suite", "resnet"], "no layer suite 'resnet'"),
+    (["--suite", "vgg16", "--model", "alexnet"], "leave out --model"),
+    (["--classes", "fp16"], "--classes goes with --suite"),
+    (["--suite", "vgg16", "--classes", "fp8"], "--classes takes precision classes"),
+    (["--suite", "vgg16", "--autotune", "--autotune-budget", "0"], "must be a positive number"),
     (["--layer", "1,4,9,9,6,3,1,1,3"], "3 groups must divide both C=4 and M=6"),
     (["--bias", "--model", "ece408"], "--bias goes with --layer"),
     (["--batch", ""], "at least one batch size"),
@@ -343,7 +348,7 @@ def interrupting_rows(calls, at):
     """variant_rows for execute: a row per call, and at call `at` what SIGTERM does."""
     import signal
 
-    def rows(variant, batch, model, policy, shapes, weights, verify):
+    def rows(variant, batch, model, policy, shapes, weights, verify, epilogues=None):
         calls.append(variant.name)
         if len(calls) == at:
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)

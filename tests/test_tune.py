@@ -6,6 +6,7 @@ import io
 import json
 import multiprocessing
 import os
+import re
 import signal
 import time
 import types
@@ -142,12 +143,37 @@ def test_parse_six_to_nine_integers():
         ConvShape(128, 384, 13, 13, 384, 3, 1, 1, 2, True)
 
 
-@pytest.mark.parametrize("spec", ["1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,1,1,1,1", "a,b,c,d,e,f",
-                                  "", "1,2,3,4,5,6,,1"])
+@pytest.mark.parametrize("spec", ["1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,1,1,1,1,1", ""])
 def test_parse_refuses_other_forms_naming_the_option(spec):
-    syntax = r"--layer takes six to nine integers B,C,H,W,M,K\[,stride,pad,groups\]"
+    syntax = r"--layer takes six to ten fields B,C,H,W,M,K\[,stride,pad,groups,dilation\]"
     with pytest.raises(ConvlabError, match=syntax):
         parse_layer(spec)
+
+
+@pytest.mark.parametrize("spec, field, form", [
+    ("a,b,c,d,e,f", "B", "an integer"), ("1,2,3,4,5,6,,1", "stride", "an integer"),
+    ("1,2,9,9,5,3x", "K", "a pair such as 1x7"), ("1,2,9,9,5,1x7x2", "K", "a pair"),
+    ("1,2,9,9,5,3,1,1,1,2x2", "dilation", "an integer"), ("1,2,9,9,5,3,1,-1", "pad", "0 or more"),
+])
+def test_parse_names_the_field_it_refuses(spec, field, form):
+    with pytest.raises(ConvlabError, match=rf"--layer '{re.escape(spec)}': {field} .*{form}"):
+        parse_layer(spec)
+
+
+def test_parse_takes_rectangular_filters_padding_and_dilation():
+    assert parse_layer("32,768,17,17,192,1x7,1,0x3") == \
+        ConvShape(32, 768, 17, 17, 192, 1, pad=0, Kw=7, pad_w=3)
+    shape = parse_layer("8,64,28,28,64,3,1,2,1,2", bias=True)
+    assert shape == ConvShape(8, 64, 28, 28, 64, 3, 1, 2, 1, True, dilation=2)
+    assert (shape.Ho, shape.Wo, shape.reduction) == (28, 28, 64 * 9 + 1)
+    assert parse_layer("1,2,9,9,5,3x3,1,1x1") == ConvShape(1, 2, 9, 9, 5, 3, pad=1)
+
+
+def test_layer_text_of_a_rectangular_dilated_layer_parses_back():
+    shape = ConvShape(4, 128, 17, 19, 96, 7, 2, 3, 2, True, Kw=1, pad_w=0, dilation=2)
+    assert parse_layer(tuning.layer_text(shape).removesuffix(",bias"), bias=True) == shape
+    # a square layer's text (the key of every cache entry and shipped tuning) is as it was
+    assert tuning.layer_text(SHAPE) == "16,32,13,13,48,3,1,1,1,bias"
 
 
 def test_parse_passes_on_shape_errors():

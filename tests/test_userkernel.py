@@ -518,3 +518,18 @@ def test_sanitizer_command(monkeypatch):
     with pytest.raises(ConvlabError) as info:
         sanitizer_command("memcheck")
     assert str(info.value) == WHERE_TO_GET and "\n" not in WHERE_TO_GET
+
+
+def test_all_features_leaves_rectangular_and_dilated_filters_out(tmp_path):
+    """A kernel file written for KxK filters says "features = all"; it must not be handed an
+    Inception 1x7 layer it would index with K alone. Those it names explicitly."""
+    from convlab.shapes import ConvShape
+
+    inception = ConvShape(2, 8, 9, 9, 8, 1, Kw=7, pad_w=3)
+    text = MINIMAL.replace("// convlab: block = 256", "// convlab: block = 256\n"
+                           "// convlab: features = all")
+    v = load_kernel_file(write(tmp_path, "all.cu", text)).variant
+    assert not v.supports(inception) and "rectangular" in v.supports(inception).reason
+    named = text.replace("features = all", "features = pad, rectangular, dilation")
+    w = load_kernel_file(write(tmp_path, "named.cu", named)).variant
+    assert w.supports(inception)

@@ -27,7 +27,7 @@ from ..net.network import conv_epilogue
 from ..oracle.verify import compare as compare_output, random_problem, reference_output
 from ..shapes import ConvShape, parse_layer
 from ..userkernel.kernelfile import load_kernel_file
-from . import guard, lab
+from . import guard, lab, suites
 from .guard import host
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -61,6 +61,7 @@ class Row:
     cudnn_basis: str = ""  # the cuDNN row speedup_cudnn divides by: the fastest of the class
     note: str = ""  # what the op chose when prepared (cuDNN: fused conv-bias-ReLU or not)
     floor_basis: str = ""  # the arithmetic floor_ms counts (FP32, 3xTF32, FP32 F(2x2), ...)
+    choice: str = ""  # where the row's tiling came from (tuning.Choice), "" without one
 
     @property
     def key(self) -> tuple:
@@ -123,6 +124,8 @@ class Comparison:
     interrupted: str = ""  # how far the runs got when Ctrl-C or SIGTERM stopped them
     stop_status: int = 0  # then the shell's exit status for that signal (130, 143)
     other_gpus: dict[str, str] = field(default_factory=dict)  # variants for another GPU: why
+    suite: str | None = None  # the layer suite compared (bench.suites), if one was
+    classes: list[str] = field(default_factory=list)  # a suite's precision classes
 
 
 def parse_batches(spec: str, model: str | None = None) -> list[int]:
@@ -206,11 +209,14 @@ def _epilogues(model: str | None, variant, shapes: dict[str, ConvShape]) -> dict
 
 def variant_rows(variant, batch: int, model: str | None, policy: measure.TimingPolicy,
                  shapes: dict[str, ConvShape], weights: Weights | None = None,
-                 verify: str = "sample") -> list[Row]:
+                 verify: str = "sample", epilogues: dict[str, str | None] | None = None,
+                 ) -> list[Row]:
     """The variant's rows at one batch size: random trials, then the timed and verified run
-    of the model (or the single layer); an error is FAIL rows with its message."""
+    of the model (or each layer alone, with `epilogues`' epilogue where the variant has it);
+    an error is FAIL rows with its message."""
     try:
-        return _rows_for_run(variant, batch, model, policy, shapes, weights, verify)
+        return _rows_for_run(variant, batch, model, policy, shapes, weights, verify,
+                             epilogues or {})
     except ConvlabError as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - a crashing variant is a FAIL row, not a crash
@@ -224,11 +230,21 @@ def failed_rows(variant, batch: int, shapes: dict[str, ConvShape], reason: str) 
                 label=ln, shape=s, status=FAIL, reason=reason) for ln, s in shapes.items()]
 
 
-def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="sample") -> list[Row]:
+def _layer_epilogues(variant, shapes: dict[str, ConvShape],
+                     wanted: dict[str, str | None]) -> dict[str, str | None]:
+    """Single layers' epilogues: the one asked for where the variant has it."""
+    return {name: epilogue for name, epilogue in wanted.items()
+            if epilogue is not None and name in shapes
+            and variant.supports_epilogue(shapes[name], epilogue)}
+
+
+def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="sample",
+                  wanted=None) -> list[Row]:
     name = variant.name
-    epilogues = _epilogues(model, variant, shapes)
+    epilogues = (_epilogues(model, variant, shapes) if model is not None
+                 else _layer_epilogues(variant, shapes, wanted or {}))
     supported = {ln: s for ln, s in shapes.items() if variant.supports(s)}
-    natural = _natural_epilogues(model)
+    natural = _natural_epilogues(model) if model is not None else dict(wanted or {})
     skipped = [Row(variant=name, precision=variant.precision, batch=batch, layer=ln, label=ln,
                    shape=s, epilogue=natural.get(ln), status=SKIP,
                    reason=variant.supports(s).reason)
@@ -244,9 +260,13 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
                               for layer, shape in supported.items()]
     rows = skipped
     if model is None:
-        (layer_name, shape), = shapes.items()
-        result = lab.run_layer(shape, variant, policy, verify=verify)
-        layers, accuracy, differ, run_ok = [result], None, None, True
+        layers = []
+        for layer_name, shape in supported.items():
+            result = lab.run_layer(shape, variant, policy, epilogues.get(layer_name),
+                                   verify=verify)
+            result.name = result.label = layer_name
+            layers.append(result)
+        accuracy, differ, run_ok = None, None, True
     else:
         run = lab.run(model, variant, batch, policy, weights=weights,
                       fallback=FALLBACK if skipped else None, verify=verify)
@@ -266,7 +286,7 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
                         status=status, reason=reason, timing=layer.timing,
                         max_rel_error=layer.check.max_rel_error, accuracy=accuracy,
                         predictions_differ=differ, bound_ratio=layer.check.bound_ratio,
-                        note=layer.note))
+                        note=layer.note, choice=layer.choice))
     return rows
 
 
@@ -346,6 +366,9 @@ class Plan:
     verify: str = "sample"  # lab.time_and_verify's mode
     timeout_s: float | None = None  # a kernel file's longest device wait (isolate's default)
     other_gpus: dict[str, str] = field(default_factory=dict)  # 'all' left these out: why
+    suite: str | None = None  # a layer suite's name (bench.suites)
+    classes: list[str] = field(default_factory=list)  # a suite's precision classes
+    epilogues: dict[str, str | None] = field(default_factory=dict)  # a suite layer's epilogue
 
 
 def layer_bytes(shape: ConvShape) -> int:
@@ -371,6 +394,34 @@ def check_layer_memory(shape: ConvShape) -> None:
                            f"{need / 2**30:.1f} GiB of device memory (inputs, outputs, the timer's "
                            f"rotated copies); the GPU has {free / 2**30:.1f} GiB free of "
                            f"{total / 2**30:.1f}")
+
+
+def suite_plan(suite: str, kernels: str | None, batches: str | None, classes: str | None,
+               verify: str = "sample") -> Plan:
+    """A layer suite's comparison: its layers at their batches (or at `batches`), each with
+    the epilogue its network fuses, timed by the suite's variants of `classes` (or the named
+    `kernels`) beside the cuDNN rows of those classes."""
+    layers = suites.get_suite(suite)
+    wanted = suites.parse_classes(classes)
+    forced = lab.parse_batches(batches, None) if batches is not None else None
+    at = {layer.label: forced or list(layer.batches) for layer in layers}
+    batch_list = sorted({b for bs in at.values() for b in bs})
+    for layer in layers:
+        check_layer_memory(layer.at(max(at[layer.label])))
+
+    def shapes_for(batch):
+        return {layer.label: layer.at(batch) for layer in layers if batch in at[layer.label]}
+
+    if kernels is None or kernels.strip() == "all":
+        names = suites.suite_kernels(wanted)
+    else:
+        names = [n.strip() for n in kernels.split(",") if n.strip()]
+        for n in names:
+            get_variant(n)
+        wanted = [c for c in suites.CLASSES if c in {VARIANTS[n].precision for n in names}]
+    names += [ref for c in wanted for ref in CUDNN_ROWS[c]]
+    return Plan(None, batch_list, names, shapes_for, verify=verify, suite=suite.strip().lower(),
+                classes=wanted, epilogues={layer.label: layer.epilogue for layer in layers})
 
 
 def plan(kernels: str | None, model: str | None, layer: str | None, batches: str,
@@ -445,7 +496,7 @@ def execute(p: Plan, policy: measure.TimingPolicy,
     result = Comparison(p.model, p.batches, p.kernels + file_names, ceilings=ceilings.as_dict(),
                         device=measure.device_info(), policy=vars(policy).copy(),
                         kernel_files=[f.record() for f in p.kernel_files],
-                        other_gpus=dict(p.other_gpus))
+                        other_gpus=dict(p.other_gpus), suite=p.suite, classes=list(p.classes))
     total = len(p.batches) * (len(p.kernels) + len(p.kernel_files))
     done = 0
     try:
@@ -462,8 +513,11 @@ def execute(p: Plan, policy: measure.TimingPolicy,
                     if isolated:
                         rows = kernel_file_rows(entry, batch, shapes, p, policy)
                     else:
-                        rows = variant_rows(get_variant(entry), batch, p.model, policy, shapes,
-                                            p.weights, p.verify)
+                        mine = shapes if p.suite is None else {
+                            ln: s for ln, s in shapes.items() if suites.meant_for(entry, s)
+                            or entry in REFERENCE_VARIANTS}
+                        rows = variant_rows(get_variant(entry), batch, p.model, policy, mine,
+                                            p.weights, p.verify, p.epilogues) if mine else []
                     fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
                     result.rows += rows
                     done += 1
@@ -476,3 +530,74 @@ def execute(p: Plan, policy: measure.TimingPolicy,
         result.stop_status = stop_status(stop)
     finish(result.rows, ceilings)
     return result
+
+
+# --- a suite's summary: each class's cells against cuDNN ------------------------------------
+
+@dataclass
+class ClassSummary:
+    """One precision class of a suite run: per (layer, batch) cell, the fastest of our
+    verified rows of the class (or of a more accurate one standing in: suites.STANDS_IN) over
+    the fastest cuDNN row of the class."""
+
+    precision: str
+    ratios: list[tuple[str, int, float, str]] = field(default_factory=list)  # layer, batch, x, choice
+    missing: int = 0  # cells without a verified row on one side
+
+    @property
+    def cells(self) -> int:
+        return len(self.ratios)
+
+    @property
+    def behind(self) -> int:
+        return sum(r < 1.0 for _, _, r, _ in self.ratios)
+
+    @property
+    def geomean(self) -> float | None:
+        if not self.ratios:
+            return None
+        return float(np.exp(np.mean([np.log(r) for _, _, r, _ in self.ratios])))
+
+    @property
+    def worst(self) -> tuple[str, int, float, str] | None:
+        return min(self.ratios, key=lambda r: r[2], default=None)
+
+    def choices(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for *_, choice in self.ratios:
+            counts[choice or "-"] = counts.get(choice or "-", 0) + 1
+        return counts
+
+    def as_dict(self) -> dict:
+        worst = self.worst
+        return {"precision": self.precision, "cells": self.cells, "behind_cudnn": self.behind,
+                "geomean_x_cudnn": self.geomean, "missing": self.missing,
+                "worst": None if worst is None else {"layer": worst[0], "batch": worst[1],
+                                                     "x_cudnn": worst[2]},
+                "choices": self.choices()}
+
+
+def class_summaries(comparison: Comparison) -> list[ClassSummary]:
+    """A suite run's ClassSummary per class it compared (empty for other comparisons)."""
+    if comparison.suite is None:
+        return []
+    cells: dict[tuple[str, int], list[Row]] = {}
+    for row in comparison.rows:
+        cells.setdefault((row.layer, row.batch), []).append(row)
+    out = []
+    for precision in comparison.classes:
+        summary = ClassSummary(precision)
+        cudnn_names = CUDNN_ROWS[precision]
+        for (layer, batch), rows in cells.items():
+            ours = [r for r in rows if r.valid and r.variant not in REFERENCE_VARIANTS
+                    and r.precision in suites.STANDS_IN[precision]]
+            best = min(ours, key=lambda r: r.median_ms, default=None)
+            theirs = [r for r in rows if r.valid and r.variant in cudnn_names
+                      and best is not None and r.epilogue == best.epilogue]
+            if best is None or not theirs:
+                summary.missing += 1
+                continue
+            basis = min(theirs, key=lambda r: r.median_ms)
+            summary.ratios.append((layer, batch, basis.median_ms / best.median_ms, best.choice))
+        out.append(summary)
+    return out

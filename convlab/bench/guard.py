@@ -34,7 +34,7 @@ import numpy as np
 from ..gpu.isolate import gpu_wait
 from ..gpu.jit import load_module
 from ..oracle.diagnose import diagnose
-from ..oracle.reference import max_pool
+from ..oracle.reference import max_pool, windows
 from ..oracle.verify import Check, Reference, compare, reference_output
 
 ROTATION = 3
@@ -186,17 +186,17 @@ def edge_row_reference(layer: Layer, x_rows: np.ndarray, first_input_row: int, c
     epilogue), for (image, channel) pairs; x_rows holds input rows from `first_input_row` on
     (unpadded coordinates), enough for those rows. `layer_mean`: as in check_images."""
     shape = layer.shape
-    K, S, P = shape.K, shape.stride, shape.pad
-    top = conv_row * S - P  # first input row the window reads, maybe in the padding
-    span = (rows - 1) * S + K
+    Kh, Kw, S, P = shape.Kh, shape.Kw, shape.stride, shape.pad_w
+    top = conv_row * S - shape.pad_h  # first input row the window reads, maybe in the padding
+    span = (rows - 1) * S + shape.span_h
     padded = np.zeros((x_rows.shape[0], x_rows.shape[1], span, shape.W + 2 * P))
     for i in range(span):
         src = top + i - first_input_row
         if 0 <= top + i < shape.H and 0 <= src < x_rows.shape[2]:
             padded[:, :, i, P:P + shape.W] = x_rows[:, :, src]
-    win = np.lib.stride_tricks.sliding_window_view(padded, (K, K), axis=(2, 3))
-    win = win[:, :, ::S, ::S][:, :, :rows, :shape.Wo]  # (B, C, rows, Wo, K, K)
-    G, Cg, taps = shape.groups, shape.Cg, shape.Cg * K * K
+    win = windows(padded, Kh, Kw, S, 0, shape.dilation)
+    win = win[:, :, :rows, :shape.Wo]  # (B, C, rows, Wo, Kh, Kw)
+    G, Cg, taps = shape.groups, shape.Cg, shape.Cg * Kh * Kw
     w = np.asarray(layer.weights, dtype=np.float64).reshape(shape.M, taps)
     values = np.empty((len(pairs), rows * shape.Wo))
     magnitude = np.empty_like(values)
@@ -205,7 +205,7 @@ def edge_row_reference(layer: Layer, x_rows: np.ndarray, first_input_row: int, c
         n = chunk.shape[0]
         # (image, group, output position, tap): each window as one row, a GEMM operand.
         patches = np.ascontiguousarray(
-            chunk.reshape(n, G, Cg, rows, shape.Wo, K, K).transpose(0, 1, 3, 4, 2, 5, 6)
+            chunk.reshape(n, G, Cg, rows, shape.Wo, Kh, Kw).transpose(0, 1, 3, 4, 2, 5, 6)
         ).reshape(n, G, rows * shape.Wo, taps)
         here = np.flatnonzero((pairs[:, 0] >= start) & (pairs[:, 0] < start + n))
         b, m = pairs[here, 0] - start, pairs[here, 1]
@@ -246,8 +246,8 @@ def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator,
     parts = []
     for out_row in sorted({0, rows_out - 1}):
         conv_row, count = _conv_rows(layer.epilogue, out_row)
-        lo = max(0, conv_row * shape.stride - shape.pad)
-        hi = min(shape.H, (conv_row + count - 1) * shape.stride - shape.pad + shape.K)
+        lo = max(0, conv_row * shape.stride - shape.pad_h)
+        hi = min(shape.H, (conv_row + count - 1) * shape.stride - shape.pad_h + shape.span_h)
         x_rows = host(x[:, :, lo:hi])
         ref = edge_row_reference(layer, x_rows, lo, conv_row, count, pairs, layer_mean)
         got_rows = host(out[:, :, out_row])  # (B, M, Wo')

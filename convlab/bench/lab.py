@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import tuning
 from ..errors import ConvlabError
 from ..gpu import gpu_available, measure, nvtx, require_cupy, unavailable_reason
 from ..gpu.elements import FLOAT16
@@ -362,7 +363,8 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
         timing, check = time_and_verify(step, step_variant, policy, verify)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
                             step.op.compile_seconds, step_variant.name, step.op.note,
-                            (step.input if step.staged is None else step.staged).dtype.itemsize)
+                            (step.input if step.staged is None else step.staged).dtype.itemsize,
+                            step_variant.choice_for(step.shape, step.epilogue))
         layers.append(layer)
         emit("layer", layer)
 
@@ -484,22 +486,44 @@ def run_batches(model: str, kernel: str, batches: list[int], policy: measure.Tim
     return [run(model, kernel, b, policy, on_event, **options) for b in batches]
 
 
+@dataclass
+class LayerProblem:
+    """A layer's random input, filters and bias, the input where the variants read it (on the
+    device for GPU variants): several variants or tilings timed on one problem share them."""
+
+    shape: ConvShape
+    x: object
+    weights: np.ndarray
+    bias: np.ndarray | None
+
+    @classmethod
+    def draw(cls, shape: ConvShape, on_gpu: bool, seed: int | None = None) -> "LayerProblem":
+        x, w, b = random_problem(shape, np.random.default_rng(seed))
+        if on_gpu:
+            import cupy
+
+            x = cupy.asarray(x)
+        return cls(shape, x, w, b)
+
+
 def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPolicy | None = None,
               epilogue: str | None = None, seed: int | None = None,
-              verify: str = "sample") -> LayerResult:
-    """Time one conv layer alone, on fresh random inputs, and verify the last timed output
-    (`verify` as in `run`)."""
+              verify: str = "sample", problem: LayerProblem | None = None) -> LayerResult:
+    """Time one conv layer alone, on fresh random inputs (or `problem`'s), and verify the last
+    timed output (`verify` as in `run`)."""
     variant = layer_variant(_variant_for(kernel))
     kernel = variant.name
     support = variant.supports(shape)
     if not support:
         raise ConvlabError(f"kernel '{kernel}' does not support {shape.describe()}: {support.reason}")
-    x, w, b = random_problem(shape, np.random.default_rng(seed))
+    problem = problem or LayerProblem.draw(shape, variant.on_gpu, seed)
+    w, b = problem.weights, problem.bias
+    tuning.first_use(variant, shape, epilogue)
     op = variant.prepare(shape, w, epilogue, b)
     xp = np
     if variant.on_gpu:
         import cupy as xp
-    xd = xp.asarray(x)
+    xd = xp.asarray(problem.x)
     step = ConvStep(label="layer", category="conv", kernel_label=f"{kernel} layer", op=op,
                     shape=shape, weights=w, bias=b, epilogue=epilogue, input=xd,
                     staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=op.output_dtype))
@@ -509,7 +533,7 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     if op.output_dtype == FLOAT16:
         note = "; ".join(filter(None, [note, "fp16 output, as cuDNN's fp16 rows write"]))
     return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel,
-                       note, step.staged.dtype.itemsize)
+                       note, step.staged.dtype.itemsize, variant.choice_for(shape, epilogue))
 
 
 def layer_variant(variant: Variant) -> Variant:

@@ -27,6 +27,9 @@ class LayerResult:
     # every element at that size, as compare's rows do by class: an approximation where a
     # 16-bit layer writes float32 (bf16 variants, an fp16 layer before a float32 one).
     element_bytes: int = 4
+    # Where the variant's tiling came from (tuning.Choice: own, shipped, cached, autotuned;
+    # "" for a variant without one).
+    choice: str = ""
 
     @property
     def gflops(self) -> float:
@@ -42,7 +45,7 @@ class LayerResult:
                 "epilogue": self.epilogue, "timing": self.timing.as_dict(),
                 "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
                 "compile_s": self.compile_s, "variant": self.variant, "note": self.note,
-                "element_bytes": self.element_bytes}
+                "element_bytes": self.element_bytes, "choice": self.choice}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LayerResult":
@@ -50,7 +53,7 @@ class LayerResult:
                    epilogue=d["epilogue"], timing=measure.Timing.from_dict(d["timing"]),
                    check=Check(**d["check"]), compile_s=d["compile_s"],
                    variant=d.get("variant", ""), note=d.get("note", ""),
-                   element_bytes=d.get("element_bytes", 4))
+                   element_bytes=d.get("element_bytes", 4), choice=d.get("choice", ""))
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import DataError
 from ..gpu import measure
-from .compare import Comparison, Row, finish
+from .compare import Comparison, Row, class_summaries, finish
 
 SCHEMA_VERSION = 1
 
@@ -46,6 +46,9 @@ def to_record(comparison: Comparison, command: str = "") -> dict:
         "rows": [row.as_dict() for row in comparison.rows],
         **({"other_gpus": comparison.other_gpus} if comparison.other_gpus else {}),
         **({"interrupted": comparison.interrupted} if comparison.interrupted else {}),
+        **({"suite": comparison.suite, "classes": comparison.classes,
+            "summary": [c.as_dict() for c in class_summaries(comparison)]}
+           if comparison.suite else {}),
     }
 
 
@@ -58,7 +61,8 @@ def from_record(record: dict) -> Comparison:
                             record.get("device"), record.get("policy"),
                             record.get("kernel_files", []),
                             other_gpus=record.get("other_gpus", {}),
-                            interrupted=record.get("interrupted", ""))
+                            interrupted=record.get("interrupted", ""),
+                            suite=record.get("suite"), classes=record.get("classes", []))
     ceilings = measure.Ceilings(**comparison.ceilings) if comparison.ceilings else None
     finish(comparison.rows, ceilings)
     return comparison
@@ -116,7 +120,9 @@ def record_kind(path: Path) -> str:
 
 def record_name(record: dict) -> str:
     subject = record["model"]
-    if subject is None:
+    if record.get("suite"):
+        subject = f"suite-{record['suite']}-{'-'.join(record.get('classes') or ['all'])}"
+    elif subject is None:
         shape = record["rows"][0]["shape"] if record["rows"] else {}
         subject = "layer-" + "x".join(str(shape.get(k, "")) for k in ("B", "C", "H", "W", "M", "K"))
         subject += "".join(f"-{k[0]}{shape[k]}" for k, plain in (("stride", 1), ("pad", 0),

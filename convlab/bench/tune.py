@@ -30,17 +30,27 @@ from ..gpu import unavailable_reason
 from ..gpu.isolate import run_isolated, sigterm_interrupts, stop_status
 from ..gpu.measure import Timing, TimingPolicy, gflops
 from ..kernels import VARIANTS, get_variant
+from ..kernels.igemm.tiling import Tiling
 from ..oracle.verify import Check
 from ..plot import require_pyplot, save_figure
 from ..shapes import ConvShape
 from ..tables import Col, fitted_table
-from . import lab
+from . import lab, suites
 
 PASS, FAIL = "PASS", "FAIL"
 
 
 def config_text(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def config_brief(config: dict) -> str:
+    """A tiling as tables print it (Tiling.brief: '128x256x64 8x1w s4 k1 tma ws'), another
+    config as config_text's key=value pairs."""
+    try:
+        return Tiling.from_dict(config).brief()
+    except (TypeError, ValueError):
+        return config_text(config)
 
 
 # --- the sweep ------------------------------------------------------------------------------
@@ -58,6 +68,9 @@ class Candidate:
     @property
     def passed(self) -> bool:
         return self.status == PASS and self.timing is not None
+
+    def config_brief(self) -> str:
+        return config_brief(self.config)
 
     @property
     def median_ms(self) -> float | None:
@@ -107,7 +120,7 @@ class TuneResult:
                 **({"interrupted": self.interrupted} if self.interrupted else {})}
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
     """One line saying why a candidate failed (the compiler's first error for a compile error)."""
     if isinstance(exc, KernelCompileError):
         lines = [ln.strip() for ln in exc.log.splitlines() if ln.strip()]
@@ -138,7 +151,7 @@ def measure_candidate(variant: dict, config: dict, shape: dict, epilogue: str | 
         layer = lab.run_layer(ConvShape(**shape), cls().configured(config),
                               TimingPolicy(**policy), epilogue)
     except Exception as exc:  # the parent lists it as a FAIL row
-        return {"error": _reason(exc)}
+        return {"error": failure_reason(exc)}
     return {"timing": layer.timing.as_dict(), "check": layer.check.as_dict(),
             "compile_s": layer.compile_s}
 
@@ -178,7 +191,7 @@ def _in_process(variant, config: dict, shape: ConvShape, epilogue: str | None,
     try:
         layer = lab.run_layer(shape, variant.configured(config), policy, epilogue)
     except Exception as exc:  # a broken candidate is a FAIL row, never the end of the sweep
-        return Candidate(config, FAIL, _reason(exc))
+        return Candidate(config, FAIL, failure_reason(exc))
     return _candidate(config, layer.timing, layer.check, layer.compile_s)
 
 
@@ -348,3 +361,54 @@ def plot_sweep(result: TuneResult, path: Path) -> Path:
                  f"(batch {result.shape.B})\n{result.device}", fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     return save_figure(fig, path)
+
+
+# --- a suite's layers, one sweep each ---------------------------------------------------------
+
+def suite_cells(suite: str, kernel, batches: list[int] | None = None):
+    """(label, shape, epilogue) of every suite cell the variant runs: the layers it supports
+    and is meant for (suites.meant_for), each with its network's epilogue where the variant
+    has it."""
+    variant = get_variant(kernel) if isinstance(kernel, str) else kernel
+    out = []
+    for layer, batch in suites.cells(suite, batches):
+        shape = layer.at(batch)
+        if not suites.meant_for(variant.name, shape) or not variant.supports(shape):
+            continue
+        epilogue = layer.epilogue if layer.epilogue in variant.epilogues else None
+        out.append((f"{layer.label} b{batch}", shape, epilogue))
+    if not out:
+        raise ConvlabError(f"kernel '{variant.name}' runs none of suite {suite}'s layers")
+    return out
+
+
+def own_ratio(result: TuneResult) -> float | None:
+    """The variant's own choice (candidate #1) over the best: 1.0 where it was the best."""
+    best, base = result.best, result.baseline
+    return None if best is None or base is None else base.median_ms / best.median_ms
+
+
+def suite_table(labelled: list[tuple[str, TuneResult]], width: int | None = None,
+                wide: bool = False):
+    """One row per cell: the best tiling, its time and how far the own choice was from it."""
+    cols = [Col("cell", "left", wrap=True), Col("best", "left", wrap=True), Col("ms"),
+            Col("own / best"), Col("tried", key=False, priority=1)]
+    rows = []
+    for label, result in labelled:
+        best, ratio = result.best, own_ratio(result)
+        rows.append([label, "-" if best is None else best.config_brief(),
+                     "-" if best is None else f"{best.median_ms:.4f}",
+                     "-" if ratio is None else f"{ratio:.2f}",
+                     f"{sum(c.passed for c in result.candidates)}/{len(result.candidates)}"])
+    title = f"tuned: {labelled[0][1].variant} on {labelled[0][1].device}" if labelled else "tuned"
+    return fitted_table(title, cols, rows, width, wide)
+
+
+def suite_summary(labelled: list[tuple[str, TuneResult]]) -> str:
+    ratios = [r for r in (own_ratio(result) for _, result in labelled) if r is not None]
+    if not ratios:
+        return "no cell had both its own choice and a best verified"
+    near = sum(r <= 1.10 for r in ratios)
+    close = sum(r <= 1.25 for r in ratios)
+    return (f"the own choice was within 1.10x of the best on {near} of {len(ratios)} cells, "
+            f"within 1.25x on {close}; worst {max(ratios):.2f}x")

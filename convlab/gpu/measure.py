@@ -363,9 +363,10 @@ def element_bytes(precision: str) -> int:
 def traffic_bytes(shape: ConvShape, epilogue: str | None = None,
                   element: int = FLOAT_BYTES) -> int:
     """Fewest bytes through device memory: inputs, weights and the output written, once each,
-    `element` bytes each."""
+    `element` bytes each (a fused 2x2 pool writes a quarter of the conv's output; a fused ReLU
+    writes all of it)."""
     elements = shape.min_bytes // FLOAT_BYTES
-    if epilogue is not None:
+    if epilogue == "tanh-pool":
         elements -= shape.B * shape.M * shape.Ho * shape.Wo - shape.B * shape.M * (
             shape.Ho // 2) * (shape.Wo // 2)
     return element * elements

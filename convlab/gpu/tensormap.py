@@ -8,10 +8,11 @@ copies the bytes a CPointer names), so it costs no device copy and a CUDA graph 
 `Im2colMaps` keeps one encoded map per input address an op is launched on.
 
 The map's geometry, as CUTLASS's sm90 implicit-GEMM convolutions set it: the box walks the
-windows' top-left corners from (-pad, -pad) to (W + pad - K, H + pad - K) in steps of the
-stride (the corners -pad and pad - (K - 1) from the tensor's edges), then the next image; a
-copy names the first window's corner and adds the tap's offset (q, p) to every pixel it
-reads, with zeros outside the tensor."""
+windows' top-left corners from (-pad_w, -pad_h) to (W + pad_w - d(Kw - 1) - 1, H + pad_h -
+d(Kh - 1) - 1) in steps of the stride (the corners -pad and pad - d(K - 1) from the tensor's
+edges, d the dilation), then the next image; a copy names the first window's corner and adds
+the tap's offset (q, p), its column and row times the dilation, to every pixel it reads, with
+zeros outside the tensor."""
 
 import ctypes
 from functools import lru_cache
@@ -36,9 +37,12 @@ MAX_CHANNELS = 256
 MAX_MAPS = 64
 
 
-def corners(shape: ConvShape) -> tuple[int, int]:
-    """The box's lower and upper corners, the same along W and H."""
-    return -shape.pad, shape.pad - (shape.K - 1)
+def corners(shape: ConvShape) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The box's lower and upper corners, each (along W, along H)."""
+    lower = (-shape.pad_w, -shape.pad_h)
+    upper = (shape.pad_w - shape.dilation * (shape.Kw - 1),
+             shape.pad_h - shape.dilation * (shape.Kh - 1))
+    return lower, upper
 
 
 def im2col_problem(shape: ConvShape, channels: int) -> str:
@@ -50,9 +54,10 @@ def im2col_problem(shape: ConvShape, channels: int) -> str:
     if channels > MAX_CHANNELS:
         return f"the copy engine's im2col mode reads at most {MAX_CHANNELS} channels a pixel"
     lower, upper = corners(shape)
-    if not (-CORNER_LIMIT <= lower < CORNER_LIMIT and -CORNER_LIMIT <= upper < CORNER_LIMIT):
-        return (f"padding {shape.pad} and a {shape.K}x{shape.K} filter put the im2col box's "
-                f"corners ({lower}, {upper}) outside the copy engine's [-128, 127]")
+    if not all(-CORNER_LIMIT <= c < CORNER_LIMIT for c in lower + upper):
+        return (f"padding {shape.padding_text()} and a {shape.kernel_text()} filter (dilation "
+                f"{shape.dilation}) put the im2col box's corners {lower}, {upper} outside the "
+                f"copy engine's [-128, 127]")
     if shape.stride > MAX_TRAVERSAL_STRIDE:
         return f"the copy engine's im2col mode steps at most {MAX_TRAVERSAL_STRIDE} pixels"
     return ""
@@ -82,8 +87,8 @@ def im2col_map(address: int, dtype, shape: ConvShape, channels: int, pixels: int
     strides = (ctypes.c_uint64 * 3)(shape.C * e, shape.W * shape.C * e,
                                     shape.H * shape.W * shape.C * e)
     lower, upper = corners(shape)
-    lows = (ctypes.c_int * 2)(lower, lower)
-    highs = (ctypes.c_int * 2)(upper, upper)
+    lows = (ctypes.c_int * 2)(*lower)
+    highs = (ctypes.c_int * 2)(*upper)
     steps = (ctypes.c_uint32 * 4)(1, shape.stride, shape.stride, 1)
     out = np.zeros(MAP_BYTES + 64, dtype=np.uint8)
     at = -out.ctypes.data % 64  # the driver writes to a 64-byte-aligned map

@@ -96,8 +96,11 @@ def missing_features(shape: ConvShape, implemented: frozenset[str]) -> Support:
     missing = [f for f in FEATURES if f in shape.features() and f not in implemented]
     if not missing:
         return SUPPORTED
-    words = {"stride": f"stride {shape.stride}", "pad": f"padding {shape.pad}",
-             "groups": f"{shape.groups} groups", "bias": "a bias"}
+    words = {"stride": f"stride {shape.stride}", "pad": f"padding {shape.padding_text()}",
+             "groups": f"{shape.groups} groups", "bias": "a bias",
+             "rectangular": (f"{shape.kernel_text()} filter with padding "
+                             f"{shape.padding_text()} (rectangular)"),
+             "dilation": f"dilation {shape.dilation}"}
     have = ", ".join(f for f in FEATURES if f in implemented) or "none of stride, pad, groups, bias"
     return Support(False, f"implements no {' or '.join(words[m] for m in missing)} "
                           f"(it implements: {have})")
@@ -263,26 +266,44 @@ class Variant:
         """Whether a cached config can run this layer (a stale or hand-edited entry cannot)."""
         return False
 
-    def config_for(self, shape: ConvShape, epilogue: str | None = None) -> Config | None:
-        """The config a layer gets: the fields fixed by the constructor, the rest tuned on this
-        GPU for this layer and epilogue (`convlab tune`'s cache, else the tunings shipped with
-        convlab), else the heuristic's."""
+    def tunable_fields(self) -> list[str]:
+        """The config fields the constructor left open (none: nothing to tune or autotune)."""
         if self.config_type is None:
-            return None
+            return []
         fixed = self.fixed_config()
-        if {f.name for f in fields(self.config_type)} <= set(fixed):
-            return self.config_type(**fixed)
-        chosen = None
-        cached = tuning.lookup(self, shape, epilogue)
-        if cached is not None:
+        return [f.name for f in fields(self.config_type) if f.name not in fixed]
+
+    def resolve(self, shape: ConvShape, epilogue: str | None = None) -> tuple[Config | None, str]:
+        """The config a layer gets and where it came from (a tuning.Choice; "" for a variant
+        without a config, or one its constructor fixed whole): the fields fixed by the
+        constructor, the rest tuned on this GPU for this layer and epilogue (autotuned in this
+        process, `convlab tune`'s cache, else the tunings shipped with convlab), else the
+        heuristic's."""
+        if self.config_type is None:
+            return None, ""
+        fixed = self.fixed_config()
+        if not self.tunable_fields():
+            return self.config_type(**fixed), ""
+        chosen, origin = None, tuning.Choice.OWN
+        found = tuning.find(self, shape, epilogue)
+        if found is not None:
             try:
-                candidate = self.config_type.from_dict(cached)
+                candidate = self.config_type.from_dict(found[0])
             except (TypeError, ValueError):
                 candidate = None  # a hand-edited or stale entry: the heuristic chooses instead
             if candidate is not None and self.accepts(candidate, shape, epilogue):
-                chosen = candidate
-        chosen = chosen or self.default_config(shape, epilogue)
-        return None if chosen is None else replace(chosen, **fixed)
+                chosen, origin = candidate, found[1]
+        if chosen is None:
+            chosen, origin = self.default_config(shape, epilogue), tuning.Choice.OWN
+        return (None, "") if chosen is None else (replace(chosen, **fixed), origin)
+
+    def config_for(self, shape: ConvShape, epilogue: str | None = None) -> Config | None:
+        """The config a layer gets (resolve's)."""
+        return self.resolve(shape, epilogue)[0]
+
+    def choice_for(self, shape: ConvShape, epilogue: str | None = None) -> str:
+        """Where the layer's config comes from (resolve's origin)."""
+        return self.resolve(shape, epilogue)[1]
 
     def configs(self, shape: ConvShape, epilogue: str | None = None) -> list[Config]:
         """Every tiling worth trying for this shape, the variant's own choice first."""

@@ -31,7 +31,7 @@ SOURCE = (r"""
 
 from dataclasses import replace  # noqa: E402
 
-from ..shapes import NHWC, ConvShape, is_channels_last  # noqa: E402
+from ..shapes import FEATURES, NHWC, ConvShape, is_channels_last  # noqa: E402
 from .base import split_tf32_arithmetic  # noqa: E402
 from .igemm.packing import stage_channels_last  # noqa: E402
 from .igemm.tiling import Tiling, channel_vector, padded_group_channels  # noqa: E402
@@ -45,6 +45,9 @@ class ChannelsLast(Pipelined):
     maths = "tf32"
     source = SOURCE
     layout = NHWC
+    # The NHWC gather finds each tap's offset from KH, KW and DIL: rectangular and dilated
+    # filters cost nothing beyond the square ones (the NCHW family keeps square filters).
+    general = frozenset(FEATURES)
     # An FC layer is a 1x1 convolution of a batch of 1x1 images, whose input a flatten of NHWC
     # activations lays out as this kernel reads it: the same GEMM on tensor cores, in the
     # variant's precision (as PyTorch's TF32 and fp16 networks run their FC layers).

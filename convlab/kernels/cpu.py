@@ -1,6 +1,6 @@
 """cpu: the float32 NumPy reference, the course's "CPU implementation" baseline."""
 
-from ..oracle.reference import conv2d, relu
+from ..oracle.reference import conv2d, conv_shape_args, relu
 from ..shapes import FEATURES
 from .base import RELU, Op, Variant, check_inputs
 
@@ -16,7 +16,7 @@ class Cpu(Variant):
         check_inputs(self, shape, epilogue, bias)
 
         def launch(x, y):
-            out = conv2d(x, weights, shape.stride, shape.pad, shape.groups, bias)
+            out = conv2d(x, weights, bias=bias, **conv_shape_args(shape))
             y[...] = relu(out) if epilogue == RELU else out
 
         return Op(launch, shape.output_shape, epilogue=epilogue)

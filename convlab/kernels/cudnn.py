@@ -56,16 +56,18 @@ class Cudnn(Variant):
         w = w.contiguous(memory_format=layout)
         b = (torch.from_dlpack(device_weights(bias)).to(self._torch_dtype(torch))
              if bias is not None else None)
-        stride, pad, groups = shape.stride, shape.pad, shape.groups
+        stride, groups, dilation = shape.stride, shape.groups, shape.dilation
+        pad = (shape.pad_h, shape.pad_w)
         allow_tf32 = self.allow_tf32
         cache: dict = {}
 
         def conv(xt):
-            return F.conv2d(xt, w, b, stride=stride, padding=pad, groups=groups)
+            return F.conv2d(xt, w, b, stride=stride, padding=pad, dilation=dilation,
+                            groups=groups)
 
         def fused(xt):
-            return torch.cudnn_convolution_relu(xt, w, b, (stride, stride), (pad, pad), (1, 1),
-                                                groups)
+            return torch.cudnn_convolution_relu(xt, w, b, (stride, stride), pad,
+                                                (dilation, dilation), groups)
 
         def plain(xt):
             out = conv(xt)

@@ -172,7 +172,7 @@ import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
 from ..gpu.elements import FLOAT16, FLOAT32, STAGE_MODES, element_defines  # noqa: E402
-from ..shapes import FEATURES, NHWC, ConvShape, is_channels_last  # noqa: E402
+from ..shapes import SQUARE_FEATURES, NHWC, ConvShape, is_channels_last  # noqa: E402
 from .base import (RELU, Arithmetic, Config, Op, Support, Variant, blocks,  # noqa: E402
                    check_inputs, check_supported)
 from .general import device_bias, layer_defines  # noqa: E402
@@ -306,7 +306,7 @@ class Depthwise(Variant):
     maths = "fp32"
     source = SOURCE
     layout = NHWC
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
     output_dtypes = (FLOAT32, FLOAT16)
     config_type = BlockTile

@@ -44,7 +44,7 @@ extern "C" __global__ void bias_relu(float* __restrict__ y, const float* __restr
 
 import numpy as np  # noqa: E402
 
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import SQUARE_FEATURES  # noqa: E402
 from .base import RELU, Op, Variant, blocks, check_inputs, device_weights  # noqa: E402
 from .general import device_bias  # noqa: E402
 
@@ -62,7 +62,7 @@ class Im2col(Variant):
     summary = "unroll kernel + cuBLAS batched SGEMM (per group), in batch chunks"
     source = SOURCE
     kernels = ("unroll", "bias_relu")
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     def defines(self, shape, epilogue=None):

@@ -118,7 +118,7 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ w,
 
 import numpy as np  # noqa: E402
 
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import SQUARE_FEATURES  # noqa: E402
 from .base import RELU, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
 
@@ -144,7 +144,7 @@ class ImplicitGemm(Variant):
     name = "implicit-gemm"
     summary = "im2col fused into a shared-memory tiled GEMM with register blocking, no workspace"
     source = SOURCE
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     def supports(self, shape):

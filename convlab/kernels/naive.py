@@ -43,7 +43,7 @@ extern "C" __global__ void conv_forward(const float* x, const float* k, const fl
 
 import numpy as np  # noqa: E402
 
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import SQUARE_FEATURES  # noqa: E402
 from .base import RELU, Op, Variant, blocks, check_inputs, device_weights  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
 
@@ -54,7 +54,7 @@ class Naive(Variant):
     name = "naive"
     summary = "one thread per output, all operands from global memory"
     source = SOURCE
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     def defines(self, shape, epilogue=None):

@@ -29,20 +29,23 @@ SOURCE = (r"""
 // in split order (deterministic). The epilogue stages the tile in shared memory so stores run
 // along pixels, adds the bias and applies ReLU.
 //
-// Compile-time: C H W M K STRIDE PAD G (shape), HAS_BIAS RELU, MODE, BM BN BK WARPS_M WARPS_N
-// STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the NHWC kernel),
-// IN_HALF 0 and OUT_HALF (the output as fp16, for an fp16 conv after it: `writing`).
+// Compile-time: C H W M KH KW STRIDE PAD_H PAD_W DIL G (shape), HAS_BIAS RELU, MODE, BM BN BK
+// WARPS_M WARPS_N STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the
+// NHWC kernel), IN_HALF 0 and OUT_HALF (the output as fp16, for an fp16 conv after it:
+// `writing`).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + ELEMENT_SOURCE
           + mainloop.KERNEL_BEGIN
           + gather.COLUMN_ORIGINS + mainloop.LOAD_A + gather.GATHER_B + mainloop.COMPUTE
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW)
 
+import dataclasses  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
 from ..gpu.elements import FLOAT16, FLOAT32, element_defines  # noqa: E402
-from ..shapes import FEATURES, ConvShape  # noqa: E402
+from ..shapes import SQUARE_FEATURES, ConvShape  # noqa: E402
 from .base import (RELU, Op, Support, Variant, check_inputs, check_supported,  # noqa: E402
                    device_weights, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
@@ -62,7 +65,7 @@ class Pipelined(Variant):
     precision = "tf32"
     maths = "tf32"
     source = SOURCE
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     config_type = Tiling
@@ -85,7 +88,9 @@ class Pipelined(Variant):
         return shape
 
     def fixed_config(self):
-        return {} if self.tiling is None else self.tiling.as_dict()
+        # every field, `rows` too: Tiling.as_dict leaves out a zero one, and a tiling fixed
+        # whole must not take it from a cache entry
+        return {} if self.tiling is None else dataclasses.asdict(self.tiling)
 
     def tiling_problem(self, t: Tiling) -> str:
         """Why this variant cannot compile `t`, or "" (shape-independent rules)."""
@@ -145,8 +150,9 @@ class Pipelined(Variant):
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         k = self.kernel_shape(shape)
-        return {**self.layout_defines(k), "C": k.C, "H": k.H, "W": k.W, "M": k.M, "K": k.K,
-                "STRIDE": k.stride, "PAD": k.pad, "G": k.groups,
+        return {**self.layout_defines(k), "C": k.C, "H": k.H, "W": k.W, "M": k.M,
+                "KH": k.Kh, "KW": k.Kw, "STRIDE": k.stride, "PAD_H": k.pad_h,
+                "PAD_W": k.pad_w, "DIL": k.dilation, "G": k.groups,
                 "HAS_BIAS": int(k.bias), "RELU": int(epilogue == RELU),
                 "MODE": MODES[self.maths], "BM": t.bm, "BN": t.bn, "BK": t.bk,
                 "WARPS_M": t.warps_m, "WARPS_N": t.warps_n, "STAGES": t.stages,

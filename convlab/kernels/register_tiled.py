@@ -137,7 +137,7 @@ from dataclasses import dataclass  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..gpu.hardware import H100  # noqa: E402
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import SQUARE_FEATURES  # noqa: E402
 from .base import (RELU, TANH_POOL, Config, Op, Support, Variant, blocks,  # noqa: E402
                    check_inputs, device_weights)
 from .general import device_bias, layer_defines  # noqa: E402
@@ -220,7 +220,7 @@ class RegisterTiled(Variant):
     name = "register-tiled"
     summary = "MT channels x TH rows per thread in registers; filters as shared float4 broadcasts"
     source = SOURCE
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     def __init__(self, th: int | None = None, mt: int | None = None, block: int = 128,

@@ -220,7 +220,7 @@ from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import SQUARE_FEATURES  # noqa: E402
 from .base import RELU, Op, Support, Variant, blocks, check_inputs  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
 
@@ -310,7 +310,7 @@ class TensorCore(Variant):
     summary = "implicit GEMM on tensor cores: mma.sync TF32 inputs, FP32 accumulation"
     precision = "tf32"
     source = SOURCE
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     def supports(self, shape):

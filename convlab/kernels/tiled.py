@@ -55,7 +55,7 @@ extern "C" __global__ void conv_forward(const float* x, const float* k, const fl
 import numpy as np  # noqa: E402
 
 from ..gpu.hardware import H100  # noqa: E402
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import SQUARE_FEATURES  # noqa: E402
 from .base import RELU, Op, Support, Variant, blocks, check_inputs, device_weights  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
 
@@ -82,7 +82,7 @@ class Tiled(Variant):
     name = "tiled"
     summary = "shared-memory input and filter tiles (textbook tiled convolution)"
     source = SOURCE
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     def supports(self, shape):

@@ -61,7 +61,7 @@ conv_forward(const float* __restrict__ x, const float* __restrict__ bias, float*
 
 import numpy as np  # noqa: E402
 
-from ..shapes import FEATURES  # noqa: E402
+from ..shapes import SQUARE_FEATURES  # noqa: E402
 from .base import RELU, ConstantWeights, Op, Variant, blocks, check_inputs  # noqa: E402
 from .constant import fits_constant  # noqa: E402
 from .general import device_bias, layer_defines  # noqa: E402
@@ -73,7 +73,7 @@ class Unrolled(Variant):
     name = "unrolled"
     summary = "shape-specialised by the JIT: constant sizes, unrolled loops, 1-D full warps"
     source = SOURCE
-    general = frozenset(FEATURES)
+    general = SQUARE_FEATURES
     epilogues = (RELU,)
 
     def supports(self, shape):

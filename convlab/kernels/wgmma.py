@@ -80,6 +80,7 @@ SOURCE = (r"""
           + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC + "#endif\n")
 
 from dataclasses import replace  # noqa: E402
+from functools import lru_cache  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -87,11 +88,23 @@ from ..gpu import hardware, tensormap  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
 from .channels_last import ChannelsLast  # noqa: E402
 from .base import Arithmetic, Support, split_tf32_arithmetic  # noqa: E402
+from .igemm import learned  # noqa: E402
 from .igemm.cost import diverse  # noqa: E402
 from .igemm.packing import cross_bf16, gemm_weights, operand_parts, round_tf32  # noqa: E402
 from .igemm.tiling import MAX_CONFIGS, Tiling, k_tiles, output_tiles  # noqa: E402
 
 HALO_CONFIGS = 4
+
+
+@lru_cache(maxsize=256)
+def _offered(k: ConvShape, maths: str) -> tuple[Tiling, ...]:
+    ranked = wgmma.ranked(k, maths)
+    halo_tilings = diverse(tuple(t for t in ranked if t.schedule == "halo"), HALO_CONFIGS)
+    others = diverse(tuple(t for t in ranked if t.schedule != "halo"),
+                     MAX_CONFIGS - len(halo_tilings))
+    chosen = sorted(others + halo_tilings, key=ranked.index)
+    return tuple(sorted(chosen, key=lambda t: learned.score(k, t, maths,
+                                                            wgmma.estimate(k, t, maths))))
 
 
 class Wgmma(ChannelsLast):
@@ -151,14 +164,16 @@ class Wgmma(ChannelsLast):
         return wgmma.estimate(self.kernel_shape(shape), t, self.maths)
 
     def configs(self, shape, epilogue=None):
-        """As the pipelined family's, with HALO_CONFIGS of the list kept for the halo schedule
-        where the layer has halo tilings: its cost model is the youngest, and would otherwise
-        leave it out of the tuner's runs on layers it ranks below the others."""
-        ranked = self.ranked(shape)
-        halo_tilings = diverse(tuple(t for t in ranked if t.schedule == "halo"), HALO_CONFIGS)
-        others = diverse(tuple(t for t in ranked if t.schedule != "halo"),
-                         MAX_CONFIGS - len(halo_tilings))
-        return sorted(others + halo_tilings, key=ranked.index)
+        """The cost model's diverse list, as the pipelined family's, with HALO_CONFIGS of it
+        kept for the halo schedule where the layer has halo tilings (its cost model is the
+        youngest, and would otherwise leave it out of the tuner's runs on layers it ranks
+        below the others); ordered by the fitted correction (igemm.learned), so the first is
+        the variant's own choice and autotune's first few are its best guesses."""
+        return list(_offered(self.kernel_shape(shape), self.maths))
+
+    def default_config(self, shape, epilogue=None):
+        offered = self.configs(shape, epilogue)
+        return offered[0] if offered else None
 
     def smallest_tiling(self) -> Tiling:
         return Tiling(64, 32, wgmma.k_elements(self.maths), 4, 1, 3, 1, "table")

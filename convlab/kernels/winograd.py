@@ -271,9 +271,10 @@ class Winograd(Variant):
         return Arithmetic("fp32", 2 * 16 * tiles * shape.B * shape.M * shape.Cg, "FP32 F(2x2)")
 
     def supports(self, shape):
-        if shape.K != 3:
-            return Support(False, f"Winograd F(2x2,3x3) needs a 3x3 kernel, not "
-                                  f"{shape.K}x{shape.K}")
+        if shape.kernel_text() != "3x3" or shape.dilation != 1:
+            dilated = f" dilated {shape.dilation}x" if shape.dilation != 1 else ""
+            return Support(False, f"Winograd F(2x2,3x3) needs an undilated 3x3 kernel, not "
+                                  f"{shape.kernel_text()}{dilated}")
         if shape.stride != 1:
             return Support(False, f"Winograd F(2x2,3x3) needs stride 1, not {shape.stride}")
         if shape.Cg < MIN_GROUP_CHANNELS:

@@ -22,7 +22,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from .. import ops
+from .. import ops, tuning
 from ..gpu.elements import FLOAT16, FLOAT32
 from ..kernels import RELU, TANH_POOL, Variant
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
@@ -301,6 +301,7 @@ class Network:
         if FLOAT16 in variant.output_dtypes and self._fp16_next(layers, i + 1 + absorbed,
                                                                  variant.layout, fallback):
             variant = variant.writing(FLOAT16)
+        tuning.first_use(variant, shape, epilogue)
         op = variant.prepare(shape, w, epilogue, b)
         label = layer.name
         if epilogue == RELU:

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .reference import conv2d_with_magnitude, max_pool, relu
+from .reference import conv2d_with_magnitude, conv_shape_args, max_pool, relu, windows
 from .verify import Reference, unit_roundoff
 
 ALTERNATIVE_IMAGES = 4
@@ -127,10 +127,10 @@ def _through_epilogue(values: np.ndarray, epilogue: str | None) -> np.ndarray:
 
 
 def _windows(x: np.ndarray, shape) -> np.ndarray:
-    """im2col windows (b, C, Ho, Wo, K, K) of x, zero padded and strided."""
-    xp = np.pad(x, ((0, 0), (0, 0), (shape.pad, shape.pad), (shape.pad, shape.pad)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, (shape.K, shape.K), axis=(2, 3))
-    return win[:, :, ::shape.stride, ::shape.stride][:, :, :shape.Ho, :shape.Wo]
+    """im2col windows (b, C, Ho, Wo, Kh, Kw) of x, zero padded, strided and dilated."""
+    a = conv_shape_args(shape)
+    win = windows(x, shape.Kh, shape.Kw, a["stride"], a["pad"], a["dilation"])
+    return win[:, :, :shape.Ho, :shape.Wo]
 
 
 class _Problem:
@@ -145,8 +145,7 @@ class _Problem:
         self.bias = None if bias is None else np.asarray(bias, dtype=np.float64)
         self.shape = shape.with_batch(len(rows))
         self.epilogue = epilogue
-        self.conv, _ = conv2d_with_magnitude(self.x, self.w, shape.stride, shape.pad, shape.groups,
-                                             None)
+        self.conv, _ = conv2d_with_magnitude(self.x, self.w, **conv_shape_args(shape))
 
     def fits(self, candidate: np.ndarray, got=None, bound=None) -> float:
         """Share of outputs the candidate explains (within 4x the bound: the candidate's own
@@ -163,8 +162,7 @@ class _Problem:
         return _through_epilogue(conv, self.epilogue)
 
     def convolve(self, w: np.ndarray) -> np.ndarray:
-        values, _ = conv2d_with_magnitude(self.x, w, self.shape.stride, self.shape.pad,
-                                          self.shape.groups, None)
+        values, _ = conv2d_with_magnitude(self.x, w, **conv_shape_args(self.shape))
         return self.finish(values)
 
 
@@ -190,10 +188,11 @@ def _alternatives(p: _Problem) -> list[tuple[str, Callable[[], float]]]:
         tries.append(("it matches the reference transposed: rows and columns of every output map "
                       "are swapped (h and w exchanged in the output index)",
                       lambda: p.fits(ref.swapaxes(-1, -2), got, bound.swapaxes(-1, -2))))
-    if shape.K > 1:
+    if shape.taps > 1:
         tries.append(("it matches a convolution with the filter flipped (k[K-1-p][K-1-q]): "
                       "convlab's layers are cross-correlations, read k[m][c][p][q] unflipped",
                       lambda: p.fits(p.convolve(p.w[..., ::-1, ::-1]))))
+    if shape.Kh == shape.Kw > 1:
         tries.append(("it matches the filter transposed (k[m][c][q][p]): p and q are exchanged "
                       "in the filter index", lambda: p.fits(p.convolve(p.w.swapaxes(-1, -2)))))
     if p.bias is not None:
@@ -208,23 +207,25 @@ def _alternatives(p: _Problem) -> list[tuple[str, Callable[[], float]]]:
 def _missing_terms(p: _Problem) -> str | None:
     """An input channel, or a filter row, column or tap whose terms the kernel left out."""
     shape = p.shape
-    if shape.B * shape.C * shape.Ho * shape.Wo * shape.K * shape.K > WINDOW_BUDGET:
+    if shape.B * shape.C * shape.Ho * shape.Wo * shape.taps > WINDOW_BUDGET:
         return None
-    win = _windows(p.x, shape)  # (b, C, Ho, Wo, K, K)
+    win = _windows(p.x, shape)  # (b, C, Ho, Wo, Kh, Kw)
     G, Cg, Mg = shape.groups, shape.Cg, shape.Mg
-    w = p.w.reshape(G, Mg, Cg, shape.K, shape.K)
+    w = p.w.reshape(G, Mg, Cg, shape.Kh, shape.Kw)
     win_g = win.reshape(win.shape[0], G, Cg, *win.shape[2:])
     per_tap = np.einsum("bgchwpq,gmcpq->bgmhwpq", win_g, w).reshape(
-        win.shape[0], shape.M, shape.Ho, shape.Wo, shape.K, shape.K)
+        win.shape[0], shape.M, shape.Ho, shape.Wo, shape.Kh, shape.Kw)
     full = per_tap.sum(axis=(-1, -2))
-    K = shape.K
+    Kh, Kw = shape.Kh, shape.Kw
     checks = []
-    if K > 1:
-        checks += [(f"filter row p={r} ({'the last' if r == K - 1 else 'the first' if r == 0 else 'row ' + str(r)})",
-                    per_tap[..., r, :].sum(-1)) for r in (K - 1, 0)]
-        checks += [(f"filter column q={c} ({'the last' if c == K - 1 else 'the first' if c == 0 else 'column ' + str(c)})",
-                    per_tap[..., :, c].sum(-1)) for c in (K - 1, 0)]
-        checks += [(f"the filter tap (p, q) = ({K - 1}, {K - 1})", per_tap[..., K - 1, K - 1])]
+    if Kh > 1:
+        checks += [(f"filter row p={r} ({'the last' if r == Kh - 1 else 'the first'})",
+                    per_tap[..., r, :].sum(-1)) for r in (Kh - 1, 0)]
+    if Kw > 1:
+        checks += [(f"filter column q={c} ({'the last' if c == Kw - 1 else 'the first'})",
+                    per_tap[..., :, c].sum(-1)) for c in (Kw - 1, 0)]
+    if shape.taps > 1:
+        checks += [(f"the filter tap (p, q) = ({Kh - 1}, {Kw - 1})", per_tap[..., Kh - 1, Kw - 1])]
     for name, part in checks:
         if p.fits(p.finish(full - part)) >= MATCH_FRACTION:
             return (f"it matches the result with {name} left out of every sum: a loop bound "
@@ -361,7 +362,7 @@ def diagnose(got: np.ndarray, ref: Reference, x: np.ndarray, w: np.ndarray, shap
         return Diagnosis([f"All {total} outputs are within their bounds."], total, 0, 0)
     findings: list[str] = []
     region: dict[str, str] = {}
-    K = shape.K
+    K = max(shape.Kh, shape.Kw)
     if unwritten:
         nan = int(np.isnan(got64).sum())
         words, region = _shape_words(unwritten_mask, labels, K)

@@ -18,36 +18,48 @@ from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, We
 _PATCH_BUDGET = 32 * 1024 * 1024
 
 
-def _patches(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
-    if pad:
-        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
-    return windows[:, :, ::stride, ::stride]  # (B, C, Ho, Wo, K, K), a view
+def pads(pad) -> tuple[int, int]:
+    """(rows, columns) of padding from an int or a pair, as PyTorch's padding takes it."""
+    return (pad, pad) if isinstance(pad, (int, np.integer)) else (int(pad[0]), int(pad[1]))
 
 
-def _conv(x, w, stride, pad, groups, bias, dtype, magnitude: bool):
+def windows(x: np.ndarray, kh: int, kw: int, stride: int = 1, pad=0,
+            dilation: int = 1) -> np.ndarray:
+    """Every output's input window, (B, C, Ho, Wo, Kh, Kw), a view of x zero-padded by `pad`
+    (an int or (rows, columns)): the taps `dilation` pixels apart, the windows `stride`
+    apart."""
+    ph, pw = pads(pad)
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    span = (dilation * (kh - 1) + 1, dilation * (kw - 1) + 1)
+    view = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
+    return view[:, :, ::stride, ::stride, ::dilation, ::dilation]
+
+
+def _conv(x, w, stride, pad, groups, bias, dtype, magnitude: bool, dilation: int = 1):
     x = np.asarray(x, dtype=dtype)
     w = np.asarray(w, dtype=dtype)
     B, C, H, W = x.shape
-    M, Cg, K, K2 = w.shape
-    if C != Cg * groups or K != K2 or M % groups:
+    M, Cg, Kh, Kw = w.shape
+    if C != Cg * groups or M % groups:
         raise ValueError(f"input {x.shape}, weights {w.shape} and {groups} groups do not match")
     if bias is not None:
         bias = np.asarray(bias, dtype=dtype)
         if bias.shape != (M,):
             raise ValueError(f"bias of shape {bias.shape} for {M} output channels")
-    Ho = (H + 2 * pad - K) // stride + 1
-    Wo = (W + 2 * pad - K) // stride + 1
+    ph, pw = pads(pad)
+    Ho = (H + 2 * ph - dilation * (Kh - 1) - 1) // stride + 1
+    Wo = (W + 2 * pw - dilation * (Kw - 1) - 1) // stride + 1
     Mg = M // groups
     y = np.empty((B, M, Ho, Wo), dtype=dtype)
     mag = np.empty((B, M, Ho, Wo), dtype=dtype) if magnitude else None
-    chunk = max(1, _PATCH_BUDGET // max(1, Cg * K * K * Ho * Wo))
+    chunk = max(1, _PATCH_BUDGET // max(1, Cg * Kh * Kw * Ho * Wo))
     for g in range(groups):
-        wmat = w[g * Mg:(g + 1) * Mg].reshape(Mg, Cg * K * K)
+        wmat = w[g * Mg:(g + 1) * Mg].reshape(Mg, Cg * Kh * Kw)
         xg = x[:, g * Cg:(g + 1) * Cg]
         ms = slice(g * Mg, (g + 1) * Mg)
         for b0 in range(0, B, chunk):
-            win = _patches(xg[b0:b0 + chunk], K, stride, pad)
+            win = windows(xg[b0:b0 + chunk], Kh, Kw, stride, (ph, pw), dilation)
             n = win.shape[0]
             cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5)).reshape(n * Ho * Wo, -1)
             out = cols @ wmat.T  # (n*Ho*Wo, Mg)
@@ -62,23 +74,30 @@ def _conv(x, w, stride, pad, groups, bias, dtype, magnitude: bool):
     return y, mag
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0, groups: int = 1,
-           bias: np.ndarray | None = None, dtype=np.float32) -> np.ndarray:
-    """y[b,m,h,v] = bias[m] + sum_{c,p,q} x[b, g*C/G + c, h*s+p-pad, v*s+q-pad] * w[m,c,p,q]
-    with g = m // (M/G), computed in `dtype`."""
-    return _conv(x, w, stride, pad, groups, bias, dtype, magnitude=False)[0]
+def conv2d(x: np.ndarray, w: np.ndarray, stride: int = 1, pad=0, groups: int = 1,
+           bias: np.ndarray | None = None, dtype=np.float32, dilation: int = 1) -> np.ndarray:
+    """y[b,m,h,v] = bias[m] + sum_{c,p,q} x[b, g*C/G + c, h*s+p*d-ph, v*s+q*d-pw] * w[m,c,p,q]
+    with g = m // (M/G), (ph, pw) the padding (an int pads both alike) and d the dilation,
+    computed in `dtype`."""
+    return _conv(x, w, stride, pad, groups, bias, dtype, False, dilation)[0]
 
 
-def conv2d_float64(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0, groups: int = 1,
-                   bias: np.ndarray | None = None) -> np.ndarray:
+def conv2d_float64(x: np.ndarray, w: np.ndarray, stride: int = 1, pad=0, groups: int = 1,
+                   bias: np.ndarray | None = None, dilation: int = 1) -> np.ndarray:
     """The verification reference: every product and sum in float64."""
-    return conv2d(x, w, stride, pad, groups, bias, dtype=np.float64)
+    return conv2d(x, w, stride, pad, groups, bias, np.float64, dilation)
 
 
-def conv2d_with_magnitude(x, w, stride: int = 1, pad: int = 0, groups: int = 1,
-                          bias=None) -> tuple[np.ndarray, np.ndarray]:
+def conv2d_with_magnitude(x, w, stride: int = 1, pad=0, groups: int = 1, bias=None,
+                          dilation: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The float64 result and, per output, sum |x*w| over its terms (plus |bias|)."""
-    return _conv(x, w, stride, pad, groups, bias, np.float64, magnitude=True)
+    return _conv(x, w, stride, pad, groups, bias, np.float64, True, dilation)
+
+
+def conv_shape_args(shape) -> dict:
+    """A ConvShape's stride, padding, groups and dilation as conv2d's keyword arguments."""
+    return {"stride": shape.stride, "pad": (shape.pad_h, shape.pad_w), "groups": shape.groups,
+            "dilation": shape.dilation}
 
 
 def max_pool(x: np.ndarray, size: int, stride: int | None = None) -> np.ndarray:

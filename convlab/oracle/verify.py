@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from .reference import conv2d_with_magnitude, max_pool, relu
+from .reference import conv2d_with_magnitude, conv_shape_args, max_pool, relu
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 LAMBDA = 8.0
@@ -171,7 +171,7 @@ def reference_output(x: np.ndarray, w: np.ndarray, shape, epilogue: str | None,
                      bias: np.ndarray | None = None) -> Reference:
     """The float64 result a variant should produce, with the epilogue applied if it has one,
     and the magnitudes that bound its rounding error."""
-    values, magnitude = conv2d_with_magnitude(x, w, shape.stride, shape.pad, shape.groups, bias)
+    values, magnitude = conv2d_with_magnitude(x, w, bias=bias, **conv_shape_args(shape))
     if epilogue == "relu":
         values = relu(values)
     elif epilogue == "tanh-pool":
@@ -188,7 +188,7 @@ def random_problem(shape, rng: np.random.Generator, signed: bool = False):
     x = rng.random(shape.input_shape, dtype=np.float32)
     if signed:
         x = 2 * x - 1
-    fan_in = shape.Cg * shape.K * shape.K
+    fan_in = shape.Cg * shape.taps
     w = (rng.standard_normal(shape.weight_shape) / np.sqrt(fan_in)).astype(np.float32)
     b = (0.1 * rng.standard_normal(shape.M)).astype(np.float32) if shape.bias else None
     return x, w, b

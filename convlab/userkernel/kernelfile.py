@@ -59,13 +59,13 @@ from ..kernels.base import (RELU, SUPPORTED, Op, Support, Variant, check_inputs,
                             missing_features)
 from ..kernels.general import device_bias
 from ..oracle.verify import UNIT_ROUNDOFF
-from ..shapes import FEATURES, ConvShape
+from ..shapes import FEATURES, SQUARE_FEATURES, ConvShape
 from . import expressions
 
 DEFAULT_KERNEL = "conv_forward"
 LINEINFO = "-lineinfo"
-SHAPE_NAMES = ("B", "C", "H", "W", "M", "K", "Ho", "Wo", "stride", "pad", "groups", "Cg", "Mg",
-               "bias", "relu")
+SHAPE_NAMES = ("B", "C", "H", "W", "M", "K", "Kh", "Kw", "Ho", "Wo", "stride", "pad", "pad_h",
+               "pad_w", "dilation", "groups", "Cg", "Mg", "bias", "relu")
 ARRAYS = {"x": "x", "w": "w", "k": "w", "weights": "w", "bias": "bias", "y": "y"}
 # Parameter names matched without an args line: the arrays, and the layer's sizes.
 PARAMETER_NAMES = {**ARRAYS, "input": "x", "output": "y", "out": "y", "filter": "w"}
@@ -268,7 +268,10 @@ class KernelFileVariant(Variant):
                                                   f"{', '.join(UNIT_ROUNDOFF)}")
         return value
 
-    def _list(self, key: str, allowed: tuple[str, ...]) -> frozenset[str]:
+    def _list(self, key: str, allowed: tuple[str, ...],
+              every: frozenset[str] | None = None) -> frozenset[str]:
+        """The header's list under `key`, each of `allowed`; "all" is `every` (default: all
+        of `allowed`)."""
         entry = self.header.get(key)
         if entry is None:
             return frozenset()
@@ -276,7 +279,7 @@ class KernelFileVariant(Variant):
         if words in (["none"], []):
             return frozenset()
         if words == ["all"]:
-            return frozenset(allowed)
+            return frozenset(allowed) if every is None else every
         unknown = [w for w in words if w not in allowed]
         if unknown:
             raise _located(self.path, entry.line, f"{key}: '{unknown[0]}' is none of "
@@ -284,7 +287,9 @@ class KernelFileVariant(Variant):
         return frozenset(words)
 
     def _features(self) -> frozenset[str]:
-        return self._list("features", FEATURES)
+        # "all" keeps meaning what it meant before filters could be rectangular or dilated: a
+        # kernel that indexes its taps with K alone must not be handed a 1x7 layer
+        return self._list("features", FEATURES, SQUARE_FEATURES)
 
     def _epilogues(self) -> tuple[str, ...]:
         return tuple(self._list("epilogues", (RELU,)))
@@ -367,8 +372,10 @@ class KernelFileVariant(Variant):
     # --- per layer ------------------------------------------------------------------------
     def environment(self, shape: ConvShape, epilogue: str | None = None) -> dict[str, int]:
         env = {"B": shape.B, "C": shape.C, "H": shape.H, "W": shape.W, "M": shape.M, "K": shape.K,
-               "Ho": shape.Ho, "Wo": shape.Wo, "stride": shape.stride, "pad": shape.pad,
-               "groups": shape.groups, "Cg": shape.Cg, "Mg": shape.Mg, "bias": int(shape.bias),
+               "Kh": shape.Kh, "Kw": shape.Kw, "Ho": shape.Ho, "Wo": shape.Wo,
+               "stride": shape.stride, "pad": shape.pad, "pad_h": shape.pad_h,
+               "pad_w": shape.pad_w, "dilation": shape.dilation, "groups": shape.groups,
+               "Cg": shape.Cg, "Mg": shape.Mg, "bias": int(shape.bias),
                "relu": int(epilogue == RELU)}
         for name, tree in self.define_trees.items():
             env[name] = self._evaluate(tree, env, self.header.get("defines"), f"define {name}")

@@ -48,7 +48,7 @@ def gather_options(shape: ConvShape, maths: str, layout: str = NCHW) -> list[tup
     exact = [("tap", bk) for bk in sizes if shape.Cg % bk == 0]
     if exact:
         return exact[:2]
-    kk = shape.K * shape.K
+    kk = shape.taps
     options = [("tap", bk) for bk in sizes[:2]]
     options += [("table", bk) for bk in (32, 16) if bk % step == 0]
 
@@ -146,7 +146,7 @@ def dram_bytes(shape: ConvShape, maths: str) -> float:
     outputs."""
     e = element_bytes(maths)
     inputs = shape.B * shape.C * shape.H * shape.W
-    weights = shape.M * shape.Cg * shape.K * shape.K * a_parts(maths)
+    weights = shape.M * shape.Cg * shape.taps * a_parts(maths)
     outputs = shape.B * shape.M * shape.Ho * shape.Wo
     return e * (inputs + weights) + 4 * (outputs + shape.M)
 

@@ -22,8 +22,8 @@ COLUMN_ORIGINS = r"""
         if (n < npix) {
             const int b = n / HWO, r = n - b * HWO;
             const int ho = r / WO, wo = r - ho * WO;
-            ih0[i] = ho * STRIDE - PAD;
-            iw0[i] = wo * STRIDE - PAD;
+            ih0[i] = ho * STRIDE - PAD_H;
+            iw0[i] = wo * STRIDE - PAD_W;
             off[i] = ((long long)b * C + group * CG) * HWI + ih0[i] * W + iw0[i];
         } else {
             ih0[i] = -(1 << 29);
@@ -38,7 +38,8 @@ GATHER_B = r"""
     elem_t bv[NCOLS][RPT];  // the next K-tile's B elements, in flight while this one computes
     auto gather_b = [&](int kt) {
 #if GATHER_TAP
-        const int cc = kt / KK, tap = kt - cc * KK, p = tap / K, q = tap - p * K;
+        const int cc = kt / KK, tap = kt - cc * KK, row = tap / KW;
+        const int p = row * DIL, q = (tap - row * KW) * DIL;
         const int c0 = cc * BK + r0;
 #pragma unroll
         for (int i = 0; i < NCOLS; ++i) {
@@ -54,7 +55,7 @@ GATHER_B = r"""
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
             const int k = kt * BK + r0 + j;
-#if PAD == 0
+#if PAD_H == 0 && PAD_W == 0
             const int offset = __ldg(reinterpret_cast<const int*>(table) + 4 * k);
 #pragma unroll
             for (int i = 0; i < NCOLS; ++i) {
@@ -84,7 +85,8 @@ GATHER_B = r"""
         load_a(stage, kt);
         float* sb = smem + stage * STAGE_WORDS + A_WORDS;
 #if GATHER_TAP
-        const int cc = kt / KK, tap = kt - cc * KK, p = tap / K, q = tap - p * K;
+        const int cc = kt / KK, tap = kt - cc * KK, row = tap / KW;
+        const int p = row * DIL, q = (tap - row * KW) * DIL;
         const int c0 = cc * BK + r0;
 #pragma unroll
         for (int i = 0; i < NCOLS; ++i) {
@@ -100,7 +102,7 @@ GATHER_B = r"""
         for (int j = 0; j < RPT; ++j) {
             const int k = kt * BK + r0 + j;
             const unsigned dst = smem_u32(sb + (r0 + j) * B_LD + col0);
-#if PAD == 0
+#if PAD_H == 0 && PAD_W == 0
             const int offset = __ldg(reinterpret_cast<const int*>(table) + 4 * k);
 #pragma unroll
             for (int i = 0; i < NCOLS; ++i)
@@ -120,12 +122,13 @@ GATHER_B = r"""
 
 
 def gather_table(shape: ConvShape, t: Tiling) -> np.ndarray:
-    """The "table" gather's int4 per k: (c*H*W + p*W + q, p, q, 0); k past the reduction gets
-    an offset of 0 and p = INVALID_TAP, so its bounds test fails and it gathers a zero."""
-    kk = shape.K * shape.K
+    """The "table" gather's int4 per k: (c*H*W + p*W + q, p, q, 0), (p, q) the tap's offset in
+    the window (its row and column times the dilation); k past the reduction gets an offset of
+    0 and p = INVALID_TAP, so its bounds test fails and it gathers a zero."""
+    kk = shape.taps
     k = np.arange(k_tiles(shape, t) * t.bk)
     c, tap = k // kk, k % kk
-    p, q = tap // shape.K, tap % shape.K
+    p, q = tap // shape.Kw * shape.dilation, tap % shape.Kw * shape.dilation
     valid = k < shape.Cg * kk
     table = np.zeros((k.size, 4), dtype=np.int32)
     table[:, 0] = np.where(valid, c * shape.H * shape.W + p * shape.W + q, 0)

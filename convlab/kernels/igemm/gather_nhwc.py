@@ -28,8 +28,8 @@ ROW_ORIGINS = r"""
         if (n < npix) {
             const int b = n / HWO, r = n - b * HWO;
             const int ho = r / WO, wo = r - ho * WO;
-            ih0[i] = ho * STRIDE - PAD;
-            iw0[i] = wo * STRIDE - PAD;
+            ih0[i] = ho * STRIDE - PAD_H;
+            iw0[i] = wo * STRIDE - PAD_W;
             off[i] = (((long long)b * H + ih0[i]) * W + iw0[i]) * C + group * CG
                      + (GATHER_TAP ? kc * VEC : 0);
         } else {
@@ -46,11 +46,13 @@ GATHER_B = r"""
         load_a(stage, kt);
         const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS) + B_VEC_OFFSET(row0, kc);
 #if GATHER_TAP
-        const int cc = kt / KK, tap = kt - cc * KK, p = tap / K, q = tap - p * K;
+        const int cc = kt / KK, tap = kt - cc * KK, row = tap / KW;
+        const int p = row * DIL, q = (tap - row * KW) * DIL;
         const int shift = (p * W + q) * C + cc * BK;
         const bool used = CG % BK == 0 || cc * BK + kc * VEC < CG;
 #else
-        // {offset (p*W + q)*C + c, p, q, whether k lies inside the reduction} per vector
+        // {offset (p*W + q)*C + c, p, q, whether k lies inside the reduction} per vector, p and
+        // q the tap's rows and columns into the window (its index times DIL)
         const int4 e = __ldg(table + kt * KCHUNKS + kc);
         const int shift = e.x, p = e.y, q = e.z;
         const bool used = e.w != 0;
@@ -65,11 +67,12 @@ GATHER_B = r"""
 
 def gather_table(shape: ConvShape, t: Tiling, vec: int) -> np.ndarray:
     """The "table" gather's int4 per VEC-element vector of k = tap*Cg + c: ((p*W + q)*C + c,
-    p, q, 1); vectors past the reduction get (0, INVALID_TAP, 0, 0) and gather zeros."""
+    p, q, 1), (p, q) the tap's offset in the window (its row and column times the dilation);
+    vectors past the reduction get (0, INVALID_TAP, 0, 0) and gather zeros."""
     k = np.arange(0, k_tiles(shape, t) * t.bk, vec)
     tap, c = k // shape.Cg, k % shape.Cg
-    p, q = tap // shape.K, tap % shape.K
-    valid = k < shape.Cg * shape.K * shape.K
+    p, q = tap // shape.Kw * shape.dilation, tap % shape.Kw * shape.dilation
+    valid = k < shape.Cg * shape.taps
     table = np.zeros((k.size, 4), dtype=np.int32)
     table[:, 0] = np.where(valid, (p * shape.W + q) * shape.C + c, 0)
     table[:, 1] = np.where(valid, p, INVALID_TAP)

@@ -36,8 +36,8 @@ PATCH_STAGES = 2
 KERNEL = r"""
 // The 128-byte swizzle follows the shared address (the patch starts on 1 KB): a tap's B starts
 // at any pixel, mid-atom, with the descriptor's base offset 0.
-#define PW (W + 2 * PAD)
-#define PROWS ((BN + (K - 1) * (PW + 1) + 7) / 8 * 8)
+#define PW (W + 2 * PAD_W)
+#define PROWS ((BN + (KH - 1) * (PW + 1) + 7) / 8 * 8)
 #define PATCH_BYTES (PROWS * 128)
 #define ROW_BLOCKS ((HO + HALO_ROWS - 1) / HALO_ROWS)
 #define A_RESIDENT (STAGES == KTILES)
@@ -132,7 +132,7 @@ KERNEL = r"""
                     const unsigned dst = patch0 + ps * PATCH_BYTES;
 #pragma unroll 4
                     for (int r = row0; r < PROWS; r += PATCHERS / 8) {
-                        const int ih = h0 - PAD + r / PW, iw = r % PW - PAD;
+                        const int ih = h0 - PAD_H + r / PW, iw = r % PW - PAD_W;
                         cp_async_vec(dst + r * 128 + ((kc ^ (r & 7)) << 4),
                                      img + ((long long)ih * W + iw) * C + cc * BK,
                                      (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W);
@@ -172,7 +172,7 @@ KERNEL = r"""
                     const int stage = A_RESIDENT ? kt : j % STAGES;
                     if (fresh)
                         mbar_wait(afull0 + 8 * stage, A_RESIDENT ? round & 1 : (j / STAGES) & 1);
-                    const int p = tap / K, s = tap - p * K;
+                    const int p = tap / KW, s = tap - p * KW;
                     const unsigned sa = a0 + stage * A_BYTES + wg_rows;
                     const unsigned sb = sp + (p * PW + s) * 128;
                     wgmma_fence();
@@ -245,6 +245,10 @@ def problem(shape: ConvShape, t: Tiling, maths: str, k_tiles: int) -> str:
     """Why the halo tiling `t` cannot run the (channel-padded) layer, or ""."""
     if shape.stride != 1:
         return "the halo schedule needs stride 1 (a tap's B rows are a shift of the patch)"
+    if not shape.is_square:
+        return ("the halo schedule runs square, undilated filters padded alike on every side "
+                f"(not {shape.kernel_text()}, padding {shape.padding_text()}, dilation "
+                f"{shape.dilation})")
     if shape.Cg * element_bytes(maths) % ROW_BYTES:
         return (f"the halo schedule needs whole 128-byte channel chunks: {shape.Cg} channels "
                 f"of {maths} per group")
@@ -263,5 +267,8 @@ def problem(shape: ConvShape, t: Tiling, maths: str, k_tiles: int) -> str:
 
 
 def row_options(shape: ConvShape) -> list[int]:
-    """Rows a tile may take: each count whose N fits one wgmma (up to 256)."""
+    """Rows a tile may take: each count whose N fits one wgmma (up to 256); none for a filter
+    the schedule does not run (problem)."""
+    if not shape.is_square:
+        return []
     return [r for r in range(1, shape.Ho + 1) if halo_bn(shape, r) <= 256]

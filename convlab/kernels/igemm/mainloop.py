@@ -14,11 +14,13 @@ typedef float elem_t;
 #endif
 #define CG (C / G)
 #define MG (M / G)
-#define HO ((H + 2 * PAD - K) / STRIDE + 1)
-#define WO ((W + 2 * PAD - K) / STRIDE + 1)
+// A KH x KW filter whose taps lie DIL pixels apart, the input padded by PAD_H rows above and
+// below and PAD_W columns left and right.
+#define HO ((H + 2 * PAD_H - DIL * (KH - 1) - 1) / STRIDE + 1)
+#define WO ((W + 2 * PAD_W - DIL * (KW - 1) - 1) / STRIDE + 1)
 #define HWI (H * W)
 #define HWO (HO * WO)
-#define KK (K * K)
+#define KK (KH * KW)
 #define NWARPS (WARPS_M * WARPS_N)
 #define THREADS (32 * NWARPS)
 // PERSISTENT (wgmma): THREADS multiply, a warpgroup more copies; otherwise every thread does both.
@@ -88,14 +90,15 @@ typedef float elem_t;
 #define B_PARTS (SWIZZLE && MODE == 1 ? 2 : 1)
 #define STAGE_WORDS (A_WORDS + B_PARTS * B_WORDS)
 
-// In bounds: without padding every tap of a real pixel lies inside the image (ho*S + p <= H-1
-// by the definition of HO), so only columns past the last pixel (ih0 < 0) and, for the table,
-// k past the reduction gather zeros, and the table's offsets are all a k needs.
-#if PAD == 0
-#define TAP_OK(i, p, q) (ih0[i] >= 0)
+// In bounds, for a tap dp rows and dq columns into the window (its index times DIL): without
+// padding every tap of a real pixel lies inside the image (ho*S + dp <= H-1 by the definition
+// of HO), so only columns past the last pixel (ih0 < 0) and, for the table, k past the
+// reduction gather zeros, and the table's offsets are all a k needs.
+#if PAD_H == 0 && PAD_W == 0
+#define TAP_OK(i, dp, dq) (ih0[i] >= 0)
 #else
-#define TAP_OK(i, p, q) \
-    ((unsigned)(ih0[i] + (p)) < (unsigned)H && (unsigned)(iw0[i] + (q)) < (unsigned)W)
+#define TAP_OK(i, dp, dq) \
+    ((unsigned)(ih0[i] + (dp)) < (unsigned)H && (unsigned)(iw0[i] + (dq)) < (unsigned)W)
 #endif
 """
 

@@ -18,10 +18,10 @@ def gemm_weights(weights: np.ndarray, shape: ConvShape, t: Tiling,
                  layout: str = NCHW) -> np.ndarray:
     """The filters as the kernel's A matrices, [G][MTILES*bm][KTILES*bk], zero-padded, with the
     columns in the kernel's k order: for "tap" k = (chunk*KK + tap)*bk + j holds channel
-    chunk*bk + j at filter tap (p, q) = divmod(tap, K); for "table", (c, p, q) reading NCHW
+    chunk*bk + j at filter tap (p, q) = divmod(tap, Kw); for "table", (c, p, q) reading NCHW
     and (p, q, c) reading NHWC. Filters with fewer channels per group than `shape` (a
     channels-last kernel's padded channels) get zero filters for the rest."""
-    G, Mg, Cg, kk = shape.groups, shape.Mg, shape.Cg, shape.K * shape.K
+    G, Mg, Cg, kk = shape.groups, shape.Mg, shape.Cg, shape.taps
     given = np.asarray(weights, dtype=np.float32).reshape(G, Mg, -1, kk)
     w = np.zeros((G, Mg, Cg, kk), dtype=np.float32)
     w[:, :, :given.shape[2]] = given

@@ -235,7 +235,7 @@ LOADER_TMA = r"""
                 // the tile's first pixel, as the gather's ROW_ORIGINS finds it
                 const int n0 = ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
                 const int ho = r / WO, wo = r - ho * WO;
-                const int w0 = wo * STRIDE - PAD, h0 = ho * STRIDE - PAD;
+                const int w0 = wo * STRIDE - PAD_W, h0 = ho * STRIDE - PAD_H;
                 for (int kt = 0; kt < KTILES; ++kt, ++j) {
                     const int stage = j % STAGES;
                     mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
@@ -243,9 +243,9 @@ LOADER_TMA = r"""
                     const unsigned sa = smem_u32(smem + stage * STAGE_WORDS);
                     mbar_arrive_expect(bar, (A_WORDS + B_WORDS) * 4);
                     bulk_copy(sa, wtiles + (long long)kt * A_VECS, A_WORDS * 4, bar);
-                    const int cc = kt / KK, tap = kt - cc * KK, p = tap / K;
+                    const int cc = kt / KK, tap = kt - cc * KK, p = tap / KW;
                     im2col_copy(sa + A_WORDS * 4, im2col_map, group * CG + cc * BK, w0, h0, b,
-                                tap - p * K, p, bar);
+                                (tap - p * KW) * DIL, p * DIL, bar);
                 }
             }
         }

@@ -200,7 +200,7 @@ def vector_rows(t: Tiling, vec: int) -> int:
 
 
 def k_tiles(shape: ConvShape, t: Tiling) -> int:
-    kk = shape.K * shape.K
+    kk = shape.taps
     if t.tap_order:
         return blocks(shape.Cg, t.bk) * kk
     return blocks(shape.Cg * kk, t.bk)

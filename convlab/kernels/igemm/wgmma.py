@@ -423,7 +423,7 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
     if t.schedule == "halo":
         a_bytes = 0 if t.stages == k_count else t.bm * ROW_BYTES
-        l2 = halo.patch_rows(shape, t.bn) * ROW_BYTES / (shape.K * shape.K) + a_bytes
+        l2 = halo.patch_rows(shape, t.bn) * ROW_BYTES / shape.taps + a_bytes
         k_tile = max(mma * resident / issuing, l2 * resident / cost.L2_BYTES_PER_CYCLE) / resident
         total = per_sm * (k_count * k_tile + epilogue / resident) + cost.LOAD_LATENCY
     else:

@@ -1,0 +1,124 @@
+"""The public layer suites, a suite's comparison plan and its summary per precision class."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from convlab import report
+from convlab.bench import compare, results as results_io, suites
+from convlab.cli import main
+from convlab.errors import ConvlabError
+from convlab.gpu.measure import Timing
+from convlab.kernels import RELU
+from convlab.shapes import ConvShape
+
+
+def test_the_suites_hold_the_networks_distinct_layers():
+    every = suites.get_suite("all")
+    assert len(every) >= 40 and len({layer.label for layer in every}) == len(every)
+    counts = {name: len(suites.get_suite(name)) for name in suites.NETWORKS}
+    assert counts == {"resnet50": 23, "vgg16": 9, "mobilenetv2": 29, "unet": 10,
+                      "inceptionv3": 11, "alexnet": 5}
+    for layer in every:
+        assert layer.shape.B == 1 and layer.shape.bias
+        assert layer.batches == ((1, 32, 128, 256) if layer.network == "resnet50" else (1, 128))
+    resnet = {layer.name: layer for layer in suites.get_suite("resnet50")}
+    stage4 = resnet["layer4.0.conv2"].shape
+    assert (stage4.C, stage4.H, stage4.M, stage4.Ho, stage4.stride) == (512, 14, 512, 7, 2)
+    assert resnet["layer4.0.conv3"].epilogue is None and resnet["layer4.1.conv1"].epilogue == RELU
+    kinds = {layer.shape.kernel_text() for layer in suites.get_suite("inceptionv3")}
+    assert kinds == {"5x5", "1x7", "7x1"}
+    depthwise = [layer for layer in suites.get_suite("mobilenetv2")
+                 if suites.is_depthwise(layer.shape)]
+    assert len(depthwise) == 10
+    assert len(suites.cells("all")) == 23 * 4 + (87 - 23) * 2
+
+
+def test_suite_names_and_classes_are_checked():
+    with pytest.raises(ConvlabError, match="no layer suite 'resnet'; suites: resnet50, vgg16"):
+        suites.get_suite("resnet")
+    assert suites.parse_classes(None) == ["fp32", "tf32", "fp16", "bf16"]
+    assert suites.parse_classes("fp16, TF32") == ["tf32", "fp16"]
+    with pytest.raises(ConvlabError, match="--classes takes precision classes"):
+        suites.parse_classes("fp8")
+
+
+def test_a_suite_plan_times_each_family_on_its_layers(monkeypatch):
+    plan = compare.suite_plan("mobilenetv2", None, "1", "fp16,tf32")
+    assert plan.kernels == ["wgmma", "depthwise", "wgmma-fp16", "depthwise-fp16", "cudnn-tf32",
+                            "cudnn-nhwc-tf32", "cudnn-fp16", "cudnn-nhwc-fp16"]
+    assert plan.batches == [1] and plan.classes == ["tf32", "fp16"]
+    shapes = plan.shapes_for(1)
+    depthwise = [s for s in shapes.values() if suites.is_depthwise(s)]
+    assert depthwise and all(suites.meant_for("depthwise-fp16", s) for s in depthwise)
+    assert not any(suites.meant_for("wgmma-fp16", s) for s in depthwise)
+    named = compare.suite_plan("alexnet", "wgmma-fp16", None, None)
+    assert named.kernels == ["wgmma-fp16", "cudnn-fp16", "cudnn-nhwc-fp16"]
+    assert named.classes == ["fp16"] and named.batches == [1, 128]
+    assert named.epilogues["alexnet conv3"] == RELU
+
+
+def row(variant, precision, layer, ms, choice="", batch=128, status="PASS"):
+    shape = ConvShape(batch, 64, 14, 14, 64, 3, pad=1, bias=True)
+    return compare.Row(variant, precision, batch, layer, layer, shape, RELU, status=status,
+                       timing=Timing([ms] * 5), choice=choice)
+
+
+def suite_comparison():
+    rows = [
+        row("wgmma-fp16", "fp16", "a", 1.0, "own"), row("cudnn-fp16", "fp16", "a", 1.5),
+        row("cudnn-nhwc-fp16", "fp16", "a", 1.2),
+        row("wgmma-fp16", "fp16", "b", 2.0, "autotuned"), row("cudnn-nhwc-fp16", "fp16", "b", 1.0),
+        row("wgmma", "tf32", "a", 3.0, "own"), row("depthwise", "fp32", "a", 2.0, ""),
+        row("cudnn-tf32", "tf32", "a", 4.0),
+        row("wgmma", "tf32", "b", 1.0, "own", status="FAIL"), row("cudnn-tf32", "tf32", "b", 1.0),
+    ]
+    return compare.Comparison(None, [128], [], rows, suite="test", classes=["tf32", "fp16"])
+
+
+def test_a_class_summary_counts_cells_against_cudnns_fastest_row():
+    tf32, fp16 = compare.class_summaries(suite_comparison())
+    assert fp16.cells == 2 and fp16.behind == 1
+    assert fp16.geomean == pytest.approx((1.2 * 0.5) ** 0.5)
+    assert fp16.worst == ("b", 128, 0.5, "autotuned")
+    assert fp16.choices() == {"own": 1, "autotuned": 1}
+    # an fp32 row stands in for tf32 (it meets the tf32 bound); a FAIL row is no cell
+    assert tf32.ratios == [("a", 128, 2.0, "")] and tf32.missing == 1
+
+
+def test_a_suite_record_carries_its_summary_and_reads_back(tmp_path):
+    comparison = suite_comparison()
+    record = results_io.to_record(comparison, "convlab compare --suite test")
+    assert record["suite"] == "test" and record["classes"] == ["tf32", "fp16"]
+    assert record["summary"][1]["behind_cudnn"] == 1
+    assert record["rows"][0]["choice"] == "own"
+    assert results_io.record_name(record).startswith("compare-suite-test-tf32-fp16-")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record))
+    again = results_io.from_record(results_io.load_record(path))
+    assert again.suite == "test" and compare.class_summaries(again)[1].behind == 1
+
+
+def test_the_summary_table_fits_80_columns():
+    console = Console(width=80, record=True)
+    console.print(report.suite_summary_table(suite_comparison(), 80))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "fp16" in text and "1 of 2" in text and "0.50x b b128" in text
+    markdown = report.compare_markdown(suite_comparison())
+    assert "## Summary: suite test" in markdown and "| fp16 | 2 | 1 of 2 | 0.77x |" in markdown
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune", "--kernel", "wgmma"], "give --layer or --suite"),
+    (["tune", "--kernel", "wgmma", "--suite", "vgg16", "--bias"], "leave out --bias"),
+    (["tune", "--kernel", "wgmma", "--layer", "1,2,9,9,4,3", "--batch", "2"],
+     "--batch goes with --suite"),
+    (["tune", "--kernel", "depthwise", "--suite", "alexnet"], "runs none of suite alexnet"),
+    (["tune", "--kernel", "naive", "--suite", "alexnet"], "no tiling space to search"),
+])
+def test_tune_suite_argument_errors(args, message):
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code != 0 and message in out.output and "Traceback" not in out.output
