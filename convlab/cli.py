@@ -554,7 +554,7 @@ def _print_comparison(out, comparison, wide):
         out.print(table)
         for note in notes:
             out.print(escape(note))
-    if getattr(comparison, "suite", None):
+    if comparison.suite:
         out.print(report.suite_summary_table(comparison, out.width, wide))
 
 

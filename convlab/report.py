@@ -266,7 +266,7 @@ def compare_cells(row) -> list[str]:
         fmt_num(row.speedup_naive, ".2f"), cudnn_ratio(row),
         "-" if row.max_rel_error is None or not row.valid else fmt_err(row.max_rel_error),
         "-" if ratio is None or not row.valid else f"{ratio:.2g}", acc,
-        getattr(row, "choice", "") or "-",
+        row.choice or "-",
     ]
 
 
@@ -296,7 +296,7 @@ def row_notes(row, bullet: str = "") -> list[str]:
 def _layers(comparison) -> dict[tuple, list]:
     """The rows of each (layer, epilogue), in the order the layers first appear."""
     groups: dict[tuple, list] = {}
-    suite = getattr(comparison, "suite", None)
+    suite = comparison.suite
     for row in comparison.rows:
         groups.setdefault((row.layer, row.batch if suite else row.epilogue), []).append(row)
     return groups
@@ -338,7 +338,7 @@ def suite_summary_markdown(comparison) -> str:
 
 
 def _layer_title(comparison, first_row) -> str:
-    if getattr(comparison, "suite", None):
+    if comparison.suite:
         return f"{first_row.layer}, batch {first_row.batch}: {first_row.shape.brief()}" + (
             f" + {first_row.epilogue}" if first_row.epilogue else "")
     if comparison.model is None:  # a --layer comparison: the shape is its only name
@@ -429,7 +429,7 @@ def interrupted_line(comparison) -> str:
 
 def compare_markdown(comparison) -> str:
     headers = [c.header for c in COMPARE_COLUMNS]
-    subject = (f"suite {comparison.suite}" if getattr(comparison, "suite", None)
+    subject = (f"suite {comparison.suite}" if comparison.suite
                else comparison.model or "single layer")
     lines = [f"# convlab compare: {subject}", "", compare_header(comparison), ""]
     if comparison.interrupted:
@@ -450,7 +450,7 @@ def compare_markdown(comparison) -> str:
         lines.append("")
         if notes:
             lines += notes + [""]
-    if getattr(comparison, "suite", None):
+    if comparison.suite:
         lines.append(suite_summary_markdown(comparison))
     return "\n".join(lines)
 
