@@ -271,8 +271,11 @@ def compare_cells(row) -> list[str]:
 
 
 def cudnn_layout(row) -> str:
-    """The layout of the cuDNN row a speedup divides by ("" in records from before both)."""
+    """Which reference row a speedup divides by: cuDNN's layout, or cuBLAS's "gemm" ("" in
+    records from before both layouts)."""
     basis = getattr(row, "cudnn_basis", "")
+    if basis.startswith("cublas"):
+        return "gemm"
     return "nhwc" if "nhwc" in basis else "nchw" if basis else ""
 
 
@@ -321,16 +324,18 @@ def suite_summary_rows(comparison) -> list[list[str]]:
 
 
 def suite_summary_table(comparison, width=None, wide=False):
-    title = (f"suite {comparison.suite}: ours (the class's fastest verified row) over cuDNN's "
-             f"fastest row of the class, per layer and batch")
+    title = (f"suite {comparison.suite}: ours (the class's fastest verified row) over the "
+             f"fastest reference row of the class (cuDNN, or cuBLAS's GEMM on 1x1 layers), per "
+             f"layer and batch")
     return fitted_table(title, SUMMARY_COLUMNS, suite_summary_rows(comparison), width, wide)
 
 
 def suite_summary_markdown(comparison) -> str:
     headers = [c.header for c in SUMMARY_COLUMNS]
     lines = [f"## Summary: suite {comparison.suite}", "",
-             "Ours (the class's fastest verified row) over cuDNN's fastest row of the class, per "
-             "layer and batch; `tilings`: where our rows' tilings came from.", "",
+             "Ours (the class's fastest verified row) over the fastest reference row of the class "
+             "(cuDNN in either layout, or cuBLAS's GEMM on 1x1 layers with stride 1), per layer "
+             "and batch; `tilings`: where our rows' tilings came from.", "",
              "| " + " | ".join(headers) + " |",
              "|" + "|".join("---" if i in (0, 4, 5) else "---:" for i in range(len(headers))) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in suite_summary_rows(comparison)]
@@ -411,8 +416,9 @@ def compare_header(comparison) -> str:
             "a note under the table names other arithmetic (3xTF32: three TF32 products per FP32 "
             "one; F(2x2): Winograd's GEMM products), so ours stay below 100; cuDNN rows count "
             "direct-conv FLOPs though cuDNN may compute fewer (Winograd, FFT), so theirs can "
-            "pass 100. x cuDNN: the faster cuDNN row of the row's precision class (NCHW or NHWC, "
-            "named in the cell) over the time. The fastest PASS row of each layer: PASS*.")
+            "pass 100. x cuDNN: the fastest reference row of the row's precision class over the "
+            "time, named in the cell: cuDNN's NCHW or NHWC row, or on 1x1 layers with stride 1 "
+            "cuBLAS's GEMM ('gemm'). The fastest PASS row of each layer: PASS*.")
 
 
 def _fp16_rate(ceilings: dict) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from convlab.bench import lab
 from convlab.gpu import measure
-from convlab.kernels import TANH_POOL, VARIANTS
+from convlab.kernels import REFERENCE_VARIANTS, TANH_POOL, VARIANTS
 from convlab.models import FASHION_MNIST, MODELS, load_weights
 from convlab.net import network as net
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
@@ -96,7 +96,7 @@ EPILOGUE_SHAPES = [ConvShape(3, 1, 28, 28, 50, 5), ConvShape(5, 1, 48, 48, 12, 7
 
 @pytest.mark.smoke
 @pytest.mark.parametrize("variant", [v for v in GPU_VARIANTS if "relu" in v.epilogues
-                                     and not v.name.startswith("cudnn")], ids=lambda v: v.name)
+                                     and v.name not in REFERENCE_VARIANTS], ids=lambda v: v.name)
 def test_relu_epilogue_keeps_a_wrong_element_visible(variant, rng):
     """An output computed from a NaN stays NaN through the fused bias + ReLU (fmaxf would have
     turned it into 0, and a wrongly computed element into a plausible one)."""
@@ -253,6 +253,29 @@ def test_cudnn_channels_last_rows_read_and_write_nhwc_and_pick_a_relu(name, rng)
     assert check.passed, check.reason
 
 
+@pytest.mark.smoke
+@pytest.mark.parametrize("name", ["cublas-gemm", "cublas-gemm-tf32", "cublas-gemm-fp16",
+                                  "cublas-gemm-bf16"])
+@pytest.mark.parametrize("epilogue,bias", [("relu", True), (None, True), ("relu", False)])
+def test_cublas_gemm_rows_compute_a_1x1_layer(name, epilogue, bias, rng):
+    """The GEMM rows read the channels-last input as (pixels x channels), add the bias (and
+    ReLU) in or after the product, and hand back channels-last (B, M, H, W) outputs that meet
+    the class's bound; with a ReLU they name which of the two ways they kept."""
+    import cupy
+
+    variant = VARIANTS[name]
+    shape = ConvShape(5, 24, 13, 11, 40, 1, bias=bias)
+    x, w, b = random_problem(shape, rng, signed=True)
+    op = variant.prepare(shape, w, epilogue, b)
+    if epilogue:
+        assert op.note in (variant.plain_note, variant.fused_note)
+    got = op.run_once(x, cupy)
+    assert got.shape == (5, 40, 13, 11) and got.strides[1] == got.itemsize
+    check = compare(cupy.asnumpy(got).astype(np.float32),
+                    reference_output(x, w, shape, epilogue, b), variant.precision)
+    assert check.passed, check.reason
+
+
 def test_pytorch_candidates_for_the_whole_network():
     """run --pytorch times PyTorch in both layouts, eager, graphed and compiled (and
     channels-last with max-autotune), checks each one's top-1, and takes the fastest as the
@@ -397,7 +420,8 @@ def broken_variants(monkeypatch):
 
 def test_compare_passes_real_variants_and_catches_broken_ones(broken_variants):
     layers = MODELS["ece408"].conv_shapes(100).values()
-    fp32 = [v.name for v in GPU_VARIANTS if v.precision == "fp32" and not v.name.startswith("cudnn")
+    fp32 = [v.name for v in GPU_VARIANTS if v.precision == "fp32"
+            and v.name not in REFERENCE_VARIANTS
             and all(v.supports(s) for s in layers)]  # winograd takes 3x3 layers only
     plan = compare_mod.plan(",".join(fp32 + broken_variants), "ece408", None, "10,100")
     policy = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.2)

@@ -311,3 +311,42 @@ def test_run_once_stages_the_input_and_leaves_what_is_not_written_nan():
     got = op.run_once(np.zeros((2, 1, 1, 2), dtype=np.float32), np)
     assert got[0, 0, 0, 0] == 2.0 and np.isnan(got[1]).all()
 
+
+
+def test_variants_checked_on_one_problem_share_the_sample_and_its_references(rng, monkeypatch):
+    """A Sample draws the same images for every variant of a problem and computes each float64
+    reference once; an input that differs (a variant wrote into it) gets a fresh one, and a
+    wrong output still fails against a kept reference."""
+    shape = ConvShape(40, 3, 9, 9, 4, 3, pad=1, bias=True)
+    x, w, b = random_problem(shape, rng)
+    layer = guard.Layer(shape, w, b, "relu", "fp32")
+    right = reference_output(x, w, shape, "relu", b).values.astype(np.float32)
+    computed = []
+    for name in ("reference_output", "edge_row_reference"):
+        real = getattr(guard, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            computed.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(guard, name, counting)
+    sample = guard.Sample()
+    assert sample.rng().integers(1 << 30) == sample.rng().integers(1 << 30)
+    assert guard.verify_output(layer, x, right, sample=sample).passed
+    first = len(computed)
+    assert first == 3  # the sampled images, then the first and last rows
+    assert guard.verify_output(layer, x, right, sample=sample).passed
+    assert len(computed) == first
+    wrong = right.copy()
+    wrong[37, 2, 4, 4] += 1.0  # inside an image's middle rows: only the images can see it
+    images = guard.draw_images(shape.B, sample.rng())
+    check = guard.verify_output(layer, x, wrong, sample=sample)
+    assert (37 in images) == (not check.passed)
+    wrong = right.copy()
+    wrong[:, 1, 0, 3] += 1.0  # every image's first row
+    assert not guard.verify_output(layer, x, wrong, sample=sample).passed
+    written = x.copy()
+    written[images[0], 0, 4, 4] += 0.5  # changed where the kept references read it
+    computed.clear()
+    guard.verify_output(layer, written, right, sample=sample)
+    assert computed and computed[0] == "reference_output"

@@ -220,9 +220,9 @@ def verify_modes(monkeypatch):
     modes = []
     real = guard.verify_output
 
-    def spy(layer, x, out, mode="sample", rng=None):
+    def spy(layer, x, out, mode="sample", rng=None, sample=None):
         modes.append(mode)
-        return real(layer, x, out, mode, rng)
+        return real(layer, x, out, mode, rng, sample)
 
     monkeypatch.setattr(guard, "verify_output", spy)
     return modes

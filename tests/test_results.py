@@ -348,7 +348,8 @@ def interrupting_rows(calls, at):
     """variant_rows for execute: a row per call, and at call `at` what SIGTERM does."""
     import signal
 
-    def rows(variant, batch, model, policy, shapes, weights, verify, epilogues=None):
+    def rows(variant, batch, model, policy, shapes, weights, verify, epilogues=None,
+             problems=None):
         calls.append(variant.name)
         if len(calls) == at:
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)

@@ -11,7 +11,7 @@ from convlab.bench import compare, results as results_io, suites
 from convlab.cli import main
 from convlab.errors import ConvlabError
 from convlab.gpu.measure import Timing
-from convlab.kernels import RELU
+from convlab.kernels import RELU, get_variant
 from convlab.shapes import ConvShape
 
 
@@ -48,16 +48,47 @@ def test_suite_names_and_classes_are_checked():
 def test_a_suite_plan_times_each_family_on_its_layers(monkeypatch):
     plan = compare.suite_plan("mobilenetv2", None, "1", "fp16,tf32")
     assert plan.kernels == ["wgmma", "depthwise", "wgmma-fp16", "depthwise-fp16", "cudnn-tf32",
-                            "cudnn-nhwc-tf32", "cudnn-fp16", "cudnn-nhwc-fp16"]
+                            "cudnn-nhwc-tf32", "cublas-gemm-tf32", "cudnn-fp16",
+                            "cudnn-nhwc-fp16", "cublas-gemm-fp16"]
     assert plan.batches == [1] and plan.classes == ["tf32", "fp16"]
     shapes = plan.shapes_for(1)
     depthwise = [s for s in shapes.values() if suites.is_depthwise(s)]
     assert depthwise and all(suites.meant_for("depthwise-fp16", s) for s in depthwise)
     assert not any(suites.meant_for("wgmma-fp16", s) for s in depthwise)
     named = compare.suite_plan("alexnet", "wgmma-fp16", None, None)
-    assert named.kernels == ["wgmma-fp16", "cudnn-fp16", "cudnn-nhwc-fp16"]
+    assert named.kernels == ["wgmma-fp16", "cudnn-fp16", "cudnn-nhwc-fp16", "cublas-gemm-fp16"]
     assert named.classes == ["fp16"] and named.batches == [1, 128]
     assert named.epilogues["alexnet conv3"] == RELU
+
+
+def test_cublas_gemm_rows_apply_to_1x1_stride_1_layers_only():
+    """cuBLAS's GEMM is a reference row where the layer is one matrix product over its
+    channels-last input, and no row at all elsewhere (not a SKIP row per 3x3 layer)."""
+    plan = compare.suite_plan("resnet50", "wgmma-fp16", "128", None)
+    shapes = plan.shapes_for(128)
+    pointwise = shapes["resnet50 layer1.0.conv1"]
+    assert compare.applies("cublas-gemm-fp16", pointwise, plan)
+    for label in ("resnet50 layer1.0.conv2", "resnet50 layer2.0.downsample", "resnet50 conv1"):
+        assert not compare.applies("cublas-gemm-fp16", shapes[label], plan)
+        assert compare.applies("cudnn-nhwc-fp16", shapes[label], plan)
+    reason = get_variant("cublas-gemm").supports(ConvShape(2, 8, 9, 9, 8, 1, stride=2)).reason
+    assert "1x1 layers with stride 1" in reason
+    three = [ConvShape(2, 8, 9, 9, 8, 3, pad=1)]
+    assert not any(n.startswith("cublas") for n in compare.parse_kernels("wgmma", three))
+    one = [ConvShape(2, 8, 9, 9, 8, 1)]
+    assert {"cublas-gemm", "cublas-gemm-tf32"} <= set(compare.parse_kernels("wgmma", one))
+
+
+def test_a_gemm_row_is_a_speedups_basis_where_it_is_fastest():
+    rows = [row("wgmma-fp16", "fp16", "a", 1.0, "own"), row("cudnn-nhwc-fp16", "fp16", "a", 2.0),
+            row("cublas-gemm-fp16", "fp16", "a", 1.25)]
+    compare.finish(rows, None)
+    assert rows[0].speedup_cudnn == pytest.approx(1.25)
+    assert rows[0].cudnn_basis == "cublas-gemm-fp16"
+    assert report.cudnn_ratio(rows[0]) == "1.25 gemm"
+    (fp16,) = compare.class_summaries(
+        compare.Comparison(None, [128], [], rows, suite="test", classes=["fp16"]))
+    assert fp16.ratios == [("a", 128, 1.25, "own")]
 
 
 def row(variant, precision, layer, ms, choice="", batch=128, status="PASS"):
@@ -122,3 +153,48 @@ def test_the_summary_table_fits_80_columns():
 def test_tune_suite_argument_errors(args, message):
     out = CliRunner().invoke(main, args)
     assert out.exit_code != 0 and message in out.output and "Traceback" not in out.output
+
+
+def test_single_layers_run_a_layer_at_a_time_on_one_problem_per_layer():
+    """In a suite (or --layer) comparison every variant of a layer shares one problem, so the
+    inputs are drawn and the float64 sample computed once per layer, not once per row."""
+    plan = compare.suite_plan("alexnet", "wgmma-fp16", "128", None)
+    steps = list(compare._steps(plan, 128, plan.shapes_for(128)))
+    layers = [next(iter(mine)) for _, mine, _ in steps]
+    assert layers == sorted(layers, key=layers.index)  # grouped by layer
+    for layer in set(layers):
+        shared = {id(problems) for _, mine, problems in steps if layer in mine}
+        assert len(shared) == 1
+    assert len({id(problems) for _, _, problems in steps}) == len(set(layers)) == 5
+    model = compare.plan("cudnn", "ece408", None, "10")
+    assert all(problems is None for _, _, problems in compare._steps(model, 10,
+                                                                      model.shapes_for(10)))
+
+
+def test_the_variants_of_a_layer_share_its_random_trials(monkeypatch):
+    """The trial problems of a layer and their float64 references are drawn once for all the
+    variants compared on it; a variant wrong on them still fails."""
+    computed = []
+    real = compare.reference_output
+
+    def counting(*args, **kwargs):
+        computed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "reference_output", counting)
+    shapes = {"l": ConvShape(2, 3, 7, 7, 4, 3, pad=1, bias=True)}
+    problems: dict = {}
+    cpu = get_variant("cpu")
+    assert compare.random_trials(cpu, shapes, {"l": RELU}, problems=problems) == (True, "")
+    assert len(computed) == compare.RANDOM_TRIALS
+    assert compare.random_trials(cpu, shapes, {"l": RELU}, problems=problems) == (True, "")
+    assert len(computed) == compare.RANDOM_TRIALS
+
+    class Wrong(type(cpu)):
+        name = "wrong"
+
+        def prepare(self, shape, weights, epilogue=None, bias=None):
+            return super().prepare(shape, weights * 1.01, epilogue, bias)
+
+    ok, reason = compare.random_trials(Wrong(), shapes, {"l": RELU}, problems=problems)
+    assert not ok and "random inputs, l" in reason

@@ -149,13 +149,17 @@ def test_f2_is_fp32_class_where_supported(shape, rng):
 def test_f4_fails_the_fp32_rule_which_is_why_it_is_not_offered(rng):
     """F(4x4) leaks rounding error from inputs outside an output's window: with zero patches and
     8 channels the error is ~3x the bound even with the layer-wide floor verify.py allows
-    transform algorithms (F(2x2) stays at ~0.1 of it)."""
+    transform algorithms (F(2x2) stays at ~0.1 of it). One draw in a few thousand keeps F(4x4)
+    under the bound, so it is judged on five: F(2x2) passes all, F(4x4) fails at least one."""
     shape = ConvShape(2, 8, 16, 16, 16, 3, pad=1, bias=True)
-    x, w, b = random_problem(shape, rng)
-    data = _zero_patches(x)
-    ref = reference_output(data, w, shape, None, b)
-    assert compare(emulate(data, w, shape, 2, b), ref, "fp32").passed
-    assert not compare(emulate(data, w, shape, 4, b), ref, "fp32").passed
+    f4_failed = 0
+    for _ in range(5):
+        x, w, b = random_problem(shape, rng)
+        data = _zero_patches(x)
+        ref = reference_output(data, w, shape, None, b)
+        assert compare(emulate(data, w, shape, 2, b), ref, "fp32").passed
+        f4_failed += not compare(emulate(data, w, shape, 4, b), ref, "fp32").passed
+    assert f4_failed >= 1
 
 
 def test_few_channels_per_group_are_refused_because_f2_fails_there(rng):

@@ -151,7 +151,8 @@ def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = Fal
     precisions = {VARIANTS[n].precision for n in names} | set(precisions)
     for precision, refs in CUDNN_ROWS.items():
         needed = precision in ("fp32", "tf32") or precision in precisions
-        names += [ref for ref in refs if needed and ref not in names]
+        names += [ref for ref in refs if needed and ref not in names
+                  and any(VARIANTS[ref].fits(s) for s in shapes)]
     return names
 
 
@@ -165,23 +166,31 @@ def for_other_gpus(spec: str | None) -> dict[str, str]:
 
 
 def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, str | None],
-                  trials: int = RANDOM_TRIALS) -> tuple[bool, str]:
-    """Run the variant on fresh random problems for every layer; the first failure's reason."""
+                  trials: int = RANDOM_TRIALS, problems: dict | None = None) -> tuple[bool, str]:
+    """Run the variant on fresh random problems for every layer; the first failure's reason.
+    With `problems` (a layer's, shared by the variants compared on it), the trial problems and
+    their float64 references are drawn once and kept there for the layer's other variants."""
     xp = np
     if variant.on_gpu:
         import cupy as xp
     rng = np.random.default_rng()
     for name, full in shapes.items():
         shape = full.with_batch(min(full.B, RANDOM_TRIAL_BATCH))
-        for _ in range(trials):
-            x, w, b = random_problem(shape, rng, signed=bool(rng.integers(2)))
-            got = variant.prepare(shape, w, epilogues.get(name), b).run_once(x, xp)
+        epilogue = epilogues.get(name)
+        drawn = None if problems is None else problems.setdefault(("trials", epilogue), [])
+        for i in range(trials):
+            if drawn is not None and i < len(drawn):
+                x, w, b, ref = drawn[i]
+            else:
+                x, w, b = random_problem(shape, rng, signed=bool(rng.integers(2)))
+                ref = reference_output(x, w, shape, epilogue, b)
+                if drawn is not None:
+                    drawn.append((x, w, b, ref))
+            got = variant.prepare(shape, w, epilogue, b).run_once(x, xp)
             if variant.on_gpu:
                 with gpu_wait():  # in an isolated child the parent times it: a hang ends here
                     xp.cuda.Device().synchronize()
-            check = compare_output(host(got),
-                                   reference_output(x, w, shape, epilogues.get(name), b),
-                                   variant.precision)
+            check = compare_output(host(got), ref, variant.precision)
             if not check.passed:
                 return False, f"random inputs, {name} {shape.describe()}: {check.reason}"
     return True, ""
@@ -210,13 +219,14 @@ def _epilogues(model: str | None, variant, shapes: dict[str, ConvShape]) -> dict
 def variant_rows(variant, batch: int, model: str | None, policy: measure.TimingPolicy,
                  shapes: dict[str, ConvShape], weights: Weights | None = None,
                  verify: str = "sample", epilogues: dict[str, str | None] | None = None,
-                 ) -> list[Row]:
+                 problems: dict | None = None) -> list[Row]:
     """The variant's rows at one batch size: random trials, then the timed and verified run
-    of the model (or each layer alone, with `epilogues`' epilogue where the variant has it);
-    an error is FAIL rows with its message."""
+    of the model (or each layer alone, with `epilogues`' epilogue where the variant has it, on
+    the problem `problems` holds for its device, drawn there if none yet); an error is FAIL
+    rows with its message."""
     try:
         return _rows_for_run(variant, batch, model, policy, shapes, weights, verify,
-                             epilogues or {})
+                             epilogues or {}, problems)
     except ConvlabError as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - a crashing variant is a FAIL row, not a crash
@@ -239,7 +249,7 @@ def _layer_epilogues(variant, shapes: dict[str, ConvShape],
 
 
 def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="sample",
-                  wanted=None) -> list[Row]:
+                  wanted=None, problems=None) -> list[Row]:
     name = variant.name
     epilogues = (_epilogues(model, variant, shapes) if model is not None
                  else _layer_epilogues(variant, shapes, wanted or {}))
@@ -252,7 +262,7 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
     if not supported:
         return skipped
     if variant.name not in REFERENCE_VARIANTS:
-        ok, reason = random_trials(variant, supported, epilogues)
+        ok, reason = random_trials(variant, supported, epilogues, problems=problems)
         if not ok:
             return skipped + [Row(variant=name, precision=variant.precision, batch=batch,
                                   layer=layer, label=layer, shape=shape,
@@ -262,8 +272,13 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
     if model is None:
         layers = []
         for layer_name, shape in supported.items():
+            problem = None
+            if problems is not None:
+                if variant.on_gpu not in problems:
+                    problems[variant.on_gpu] = lab.LayerProblem.draw(shape, variant.on_gpu)
+                problem = problems[variant.on_gpu]
             result = lab.run_layer(shape, variant, policy, epilogues.get(layer_name),
-                                   verify=verify)
+                                   verify=verify, problem=problem)
             result.name = result.label = layer_name
             layers.append(result)
         accuracy, differ, run_ok = None, None, True
@@ -486,6 +501,34 @@ def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: P
     return failed_rows(variant, batch, shapes, reason)
 
 
+def applies(name: str, shape: ConvShape, p: Plan) -> bool:
+    """Whether the planned variant gets a row for the layer: a reference row where it applies
+    to such a layer at all (cuBLAS's GEMM: 1x1 layers), a suite's own variants where they are
+    meant for it (bench.suites), anything else everywhere (a refusal is a SKIP row)."""
+    if name in REFERENCE_VARIANTS:
+        return VARIANTS[name].fits(shape)
+    return p.suite is None or suites.meant_for(name, shape)
+
+
+def _steps(p: Plan, batch: int, shapes: dict[str, ConvShape]):
+    """(entry, the layers it runs, problems) for each variant run at one batch size. A model's
+    network runs whole, a variant at a time; single layers run a layer at a time, every
+    variant on one problem of the layer (`problems`, filled by the first variant on the GPU or
+    the CPU, dropped with the layer), so they share its inputs and verified sample. Kernel files
+    run last, in child processes, all layers at once."""
+    if p.model is not None:
+        for entry in p.kernels:
+            yield entry, {ln: s for ln, s in shapes.items() if applies(entry, s, p)}, None
+    else:
+        for ln, s in shapes.items():
+            problems: dict[bool, lab.LayerProblem] = {}
+            for entry in p.kernels:
+                if applies(entry, s, p):
+                    yield entry, {ln: s}, problems
+    for kernel_file in p.kernel_files:
+        yield kernel_file, shapes, None
+
+
 def execute(p: Plan, policy: measure.TimingPolicy,
             progress: Callable[[str, int, int], None] | None = None) -> Comparison:
     """Every planned run; Ctrl-C or SIGTERM ends them early with the rows finished so far kept
@@ -497,32 +540,32 @@ def execute(p: Plan, policy: measure.TimingPolicy,
                         device=measure.device_info(), policy=vars(policy).copy(),
                         kernel_files=[f.record() for f in p.kernel_files],
                         other_gpus=dict(p.other_gpus), suite=p.suite, classes=list(p.classes))
-    total = len(p.batches) * (len(p.kernels) + len(p.kernel_files))
+    total = sum(1 for b in p.batches for _ in _steps(p, b, p.shapes_for(b)))
     done = 0
     try:
         with sigterm_interrupts():
             for batch in p.batches:
                 shapes = p.shapes_for(batch)
                 fused_layers: set[str] = set()
-                for entry in p.kernels + p.kernel_files:
+                for entry, mine, problems in _steps(p, batch, shapes):
                     isolated = not isinstance(entry, str)
                     if progress:
                         name = entry.variant.name if isolated else entry
-                        progress(f"{name} @ batch {batch}"
-                                 + (" (child process)" if isolated else ""), done + 1, total)
+                        where = (" (child process)" if isolated else
+                                 f": {next(iter(mine))}" if problems is not None else "")
+                        progress(f"{name} @ batch {batch}{where}", done + 1, total)
                     if isolated:
                         rows = kernel_file_rows(entry, batch, shapes, p, policy)
                     else:
-                        mine = shapes if p.suite is None else {
-                            ln: s for ln, s in shapes.items() if suites.meant_for(entry, s)
-                            or entry in REFERENCE_VARIANTS}
                         rows = variant_rows(get_variant(entry), batch, p.model, policy, mine,
-                                            p.weights, p.verify, p.epilogues) if mine else []
+                                            p.weights, p.verify, p.epilogues,
+                                            problems) if mine else []
                     fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
                     result.rows += rows
                     done += 1
                 for name in (k for k in p.kernels if k in REFERENCE_VARIANTS):
-                    for layer_name in sorted(fused_layers):
+                    for layer_name in sorted(ln for ln in fused_layers
+                                             if VARIANTS[name].fits(shapes[ln])):
                         result.rows.append(_cudnn_fused_row(name, batch, layer_name,
                                                             shapes[layer_name], policy, p.verify))
     except KeyboardInterrupt as stop:

@@ -13,7 +13,9 @@ the check will not see. Each defence answers one way of skipping:
   checked whole, and every image's first and last output rows are checked too (a random subset
   of channels per image when all of them would cost more than ROW_BUDGET multiply-adds), so a
   kernel that computes only the images or elements a fixed sample would look at is caught;
-  verify="full" checks every output.
+  verify="full" checks every output. Variants timed on one problem (a comparison's rows of a
+  layer) share one draw (Sample), and with it the float64 references of the sample, kept with
+  the input they were computed from and reused only for an input equal to it.
 - Work outside the timed stream (StreamWatch, wall_check): after each sample's stop event has
   completed, a device-wide synchronize must return at once (outstanding work means the op
   launched on another stream, past the stop event); and the op's CUDA-event time must account
@@ -119,6 +121,35 @@ def host(a) -> np.ndarray:
 
 # --- the verified sample -------------------------------------------------------------------------
 
+class Sample:
+    """One random draw of the verified sample, shared by the variants checked on one problem,
+    with the float64 references computed for it: the second variant's check reuses the first
+    one's reference where its input is equal, element for element, to the one the reference
+    was computed from (a variant that wrote into its input gets a fresh reference)."""
+
+    def __init__(self, seed: int | None = None):
+        self.seed = int(np.random.default_rng().integers(2**63)) if seed is None else seed
+        self._kept: dict[tuple, tuple[tuple[np.ndarray, ...], Reference]] = {}
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng(self.seed)
+
+    def reference(self, key: tuple, inputs: tuple[np.ndarray, ...],
+                  compute: Callable[[], Reference]) -> Reference:
+        kept = self._kept.get(key)
+        if kept is not None and len(kept[0]) == len(inputs) and all(
+                a.shape == b.shape and np.array_equal(a, b) for a, b in zip(kept[0], inputs)):
+            return kept[1]
+        ref = compute()
+        self._kept[key] = (inputs, ref)
+        return ref
+
+
+def _reference(sample: Sample | None, key: tuple, inputs: tuple[np.ndarray, ...],
+               compute: Callable[[], Reference]) -> Reference:
+    return compute() if sample is None else sample.reference(key, inputs, compute)
+
+
 def draw_images(batch: int, rng: np.random.Generator, count: int = SAMPLE_IMAGES) -> list[int]:
     """`count` distinct images at random (all of them in a small batch), sorted."""
     if batch <= count:
@@ -160,14 +191,17 @@ class Layer:
 
 
 def check_images(layer: Layer, x, out, images: Sequence[int], layer_mean: float | None = None,
-                 ) -> tuple[Check, np.ndarray, np.ndarray, Reference]:
+                 sample: Sample | None = None) -> tuple[Check, np.ndarray, np.ndarray, Reference]:
     """Whole output maps of the given images against float64: (check, host input, host output,
     reference), with y[...] in the reason naming batch indices. `layer_mean`: the layer's mean
-    sum|x*w| for the bound's floor (default: these images')."""
+    sum|x*w| for the bound's floor (default: these images'). `sample`: where a reference of
+    the same images and input may be kept."""
     x_h = host(x[list(images)])
     got = host(out[list(images)])
-    ref = reference_output(x_h, layer.weights, layer.shape.with_batch(len(images)),
-                           layer.epilogue, layer.bias)
+    ref = _reference(sample, ("images", tuple(images), layer.epilogue, layer_mean), (x_h,),
+                     lambda: reference_output(x_h, layer.weights,
+                                              layer.shape.with_batch(len(images)),
+                                              layer.epilogue, layer.bias))
     ref.layer_mean = layer_mean
     check = compare(got, ref, layer.precision)
     return relabel(check, lambda i: (images[i[0]], *i[1:])), x_h, got, ref
@@ -229,7 +263,7 @@ def edge_row_reference(layer: Layer, x_rows: np.ndarray, first_input_row: int, c
 
 
 def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator,
-                    layer_mean: float | None = None) -> Check:
+                    layer_mean: float | None = None, sample: Sample | None = None) -> Check:
     """Every image's first and last output rows, for all channels or as many random channels
     per image as ROW_BUDGET allows. Edge rows are no fair sample of a layer's magnitudes
     (image borders are often black), so the bound's floor takes `layer_mean`, estimated on
@@ -249,7 +283,9 @@ def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator,
         lo = max(0, conv_row * shape.stride - shape.pad_h)
         hi = min(shape.H, (conv_row + count - 1) * shape.stride - shape.pad_h + shape.span_h)
         x_rows = host(x[:, :, lo:hi])
-        ref = edge_row_reference(layer, x_rows, lo, conv_row, count, pairs, layer_mean)
+        ref = _reference(sample, ("rows", out_row, layer.epilogue, layer_mean), (x_rows, pairs),
+                         lambda: edge_row_reference(layer, x_rows, lo, conv_row, count, pairs,
+                                                    layer_mean))
         got_rows = host(out[:, :, out_row])  # (B, M, Wo')
         got = got_rows[pairs[:, 0], pairs[:, 1]][:, None, :]
         check = compare(got, ref, layer.precision)
@@ -259,13 +295,15 @@ def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator,
 
 
 def verify_output(layer: Layer, x, out, mode: str = "sample",
-                  rng: np.random.Generator | None = None) -> Check:
+                  rng: np.random.Generator | None = None, sample: Sample | None = None) -> Check:
     """Check the op's output `out` (device or host) for input `x`. With mode "sample",
     SAMPLE_IMAGES random images whole plus every image's first and last rows; with "full",
-    everything. A failing check's reason ends with a diagnosis of the wrong outputs' pattern."""
+    everything. `sample`: the draw (its rng, unless `rng` is given) and the references shared
+    with other variants checked on the same problem. A failing check's reason ends with a
+    diagnosis of the wrong outputs' pattern."""
     if mode not in VERIFY_MODES:
         raise ValueError(f"verify mode {mode!r} is none of {', '.join(VERIFY_MODES)}")
-    rng = rng or np.random.default_rng()
+    rng = rng or (sample.rng() if sample is not None else np.random.default_rng())
     B = out.shape[0]
     chunks = [list(range(s, min(B, s + FULL_CHUNK))) for s in range(0, B, FULL_CHUNK)] \
         if mode == "full" else [draw_images(B, rng)]
@@ -273,13 +311,13 @@ def verify_output(layer: Layer, x, out, mode: str = "sample",
     # images (the random sample, or the first chunk) and used for every part checked.
     parts, failed, layer_mean = [], None, None
     for images in chunks:
-        check, x_h, got, ref = check_images(layer, x, out, images, layer_mean)
+        check, x_h, got, ref = check_images(layer, x, out, images, layer_mean, sample)
         layer_mean = ref.mean_magnitude()
         parts.append(check)
         if not check.passed and failed is None:
             failed = (images, x_h, got, ref)
     if mode == "sample" and B > len(chunks[0]):
-        rows = check_edge_rows(layer, x, out, rng, layer_mean)
+        rows = check_edge_rows(layer, x, out, rng, layer_mean, sample)
         parts.append(rows)
         if not rows.passed and failed is None:
             found = _INDEX.search(rows.reason)

@@ -154,18 +154,21 @@ def reference_probabilities(weights: Weights, x: np.ndarray) -> np.ndarray:
 
 # --- verification and timing of one conv step -------------------------------------------------
 
-def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None) -> Check:
+def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None,
+                sample: guard.Sample | None = None) -> Check:
     """Check the layer's current output against float64: with verify="sample", SAMPLE_IMAGES
-    images drawn at random on every call, whole, and every image's first and last output rows;
-    with "full", every output. `x` is the input the output was computed from (default: the
-    step's input). A failing check's reason ends with a diagnosis of the wrong outputs' pattern."""
+    images drawn at random on every call (or `sample`'s draw, shared with the other variants
+    checked on the same problem), whole, and every image's first and last output rows; with
+    "full", every output. `x` is the input the output was computed from (default: the step's
+    input). A failing check's reason ends with a diagnosis of the wrong outputs' pattern."""
     layer = guard.Layer(step.shape, step.weights, step.bias, step.epilogue, precision)
     return guard.verify_output(layer, step.input if x is None else x, step.op.output(step.output),
-                               verify)
+                               verify, sample=sample)
 
 
 def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPolicy,
-                    verify: str = "sample") -> tuple[measure.Timing, Check]:
+                    verify: str = "sample", sample: guard.Sample | None = None,
+                    ) -> tuple[measure.Timing, Check]:
     """Time the step's op, then verify the output of its last timed run, with the defences of
     convlab/bench/guard.py: the timed runs rotate between inputs of different contents; the last
     timed sample is one launch that reads contents no run has seen, into an output poisoned
@@ -189,7 +192,7 @@ def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPoli
     else:
         timing = measure.time_host(launch, policy, after_warmup=lambda: poison(step.output),
                                    before_last=before_last)
-    check = verify_step(step, variant.precision, verify, rotation.last_input)
+    check = verify_step(step, variant.precision, verify, rotation.last_input, sample)
     if variant.on_gpu:
         finding = watch.finding(timing.median_ms) or guard.wall_check(launch, timing.median_ms)
         if finding:
@@ -489,12 +492,14 @@ def run_batches(model: str, kernel: str, batches: list[int], policy: measure.Tim
 @dataclass
 class LayerProblem:
     """A layer's random input, filters and bias, the input where the variants read it (on the
-    device for GPU variants): several variants or tilings timed on one problem share them."""
+    device for GPU variants): several variants or tilings timed on one problem share them, and
+    one draw of the verified sample with its float64 references (guard.Sample)."""
 
     shape: ConvShape
     x: object
     weights: np.ndarray
     bias: np.ndarray | None
+    sample: guard.Sample = field(default_factory=guard.Sample)
 
     @classmethod
     def draw(cls, shape: ConvShape, on_gpu: bool, seed: int | None = None) -> "LayerProblem":
@@ -527,7 +532,8 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     step = ConvStep(label="layer", category="conv", kernel_label=f"{kernel} layer", op=op,
                     shape=shape, weights=w, bias=b, epilogue=epilogue, input=xd,
                     staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=op.output_dtype))
-    timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy(), verify)
+    timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy(), verify,
+                                    problem.sample)
     label = "layer" + (f" + {epilogue}" if epilogue else "")
     note = op.note
     if op.output_dtype == FLOAT16:

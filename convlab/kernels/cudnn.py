@@ -10,6 +10,10 @@ per tensor is staging, outside the timed region (Op.stage), as our own fp16 inpu
 conversion to half or bfloat16 and to channels-last. Outputs are returned as cuDNN leaves them
 (half, channels-last strides): converting them back is left out of their time.
 
+1x1 layers with stride 1 have a third row per class, `cublas-gemm` (`-tf32`, `-fp16`, `-bf16`):
+the layer as one cuBLAS matrix product with the bias (and ReLU) in its epilogue, what a PyTorch
+user can write instead of F.conv2d for such a layer. It competes with the two cuDNN rows.
+
 Conv + bias + ReLU: PyTorch exposes cuDNN's fused convolution-bias-activation as
 `torch.cudnn_convolution_relu`. Where a layer has a ReLU epilogue, both that and conv-then-ReLU
 are timed once when the op is prepared, and the faster is kept; the row's note says which.
@@ -39,6 +43,13 @@ class Cudnn(Variant):
     allow_tf32 = False
     dtype = "float32"  # what cuDNN reads and writes
     layout = NCHW
+    plain_note = CONV_THEN_RELU
+    fused_note = FUSED_RELU
+
+    @staticmethod
+    def fits(shape) -> bool:
+        """Whether this reference row applies to the layer at all (cuDNN's: every layer)."""
+        return True
 
     def supports(self, shape):
         if _torch() is None:
@@ -50,41 +61,18 @@ class Cudnn(Variant):
         torch = _torch()
         if torch is None:
             raise RuntimeError(self.supports(shape).reason)
-        F = torch.nn.functional
-        layout = self._tensor_layout(torch)
         w = torch.from_dlpack(device_weights(weights)).to(self._torch_dtype(torch))
-        w = w.contiguous(memory_format=layout)
         b = (torch.from_dlpack(device_weights(bias)).to(self._torch_dtype(torch))
              if bias is not None else None)
-        stride, groups, dilation = shape.stride, shape.groups, shape.dilation
-        pad = (shape.pad_h, shape.pad_w)
-        allow_tf32 = self.allow_tf32
+        plain, fused = self._calls(torch, shape, w, b, epilogue)
         cache: dict = {}
-
-        def conv(xt):
-            return F.conv2d(xt, w, b, stride=stride, padding=pad, dilation=dilation,
-                            groups=groups)
-
-        def fused(xt):
-            return torch.cudnn_convolution_relu(xt, w, b, (stride, stride), pad,
-                                                (dilation, dilation), groups)
-
-        def plain(xt):
-            out = conv(xt)
-            if epilogue == TANH_POOL:
-                return F.max_pool2d(torch.tanh(out), 2)
-            if epilogue == RELU:
-                return F.relu(out)
-            return out
-
         chosen = {"fn": plain}
         streams: dict = {}
 
         def launch(x, y):
             import cupy
 
-            torch.backends.cudnn.benchmark = True
-            torch.backends.cudnn.allow_tf32 = allow_tf32
+            self._allow(torch)
             if cache.get("x") is not x:  # DLPack views are made once per input array
                 cache["x"], cache["xt"] = x, torch.from_dlpack(x)
             # PyTorch launches on its own current stream; the network's pipeline runs on a
@@ -104,6 +92,38 @@ class Cudnn(Variant):
             op.note = self._faster_relu(op, shape, chosen, plain, fused)
         return op
 
+    def _allow(self, torch) -> None:
+        """PyTorch's switches for this row's maths, set before every launch (another row of
+        the same process may have flipped them)."""
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = self.allow_tf32
+
+    def _calls(self, torch, shape, w, b, epilogue):
+        """(the layer as PyTorch users write it, cuDNN's fused conv-bias-ReLU): functions of
+        the staged input tensor."""
+        F = torch.nn.functional
+        w = w.contiguous(memory_format=self._tensor_layout(torch))
+        stride, groups, dilation = shape.stride, shape.groups, shape.dilation
+        pad = (shape.pad_h, shape.pad_w)
+
+        def conv(xt):
+            return F.conv2d(xt, w, b, stride=stride, padding=pad, dilation=dilation,
+                            groups=groups)
+
+        def fused(xt):
+            return torch.cudnn_convolution_relu(xt, w, b, (stride, stride), pad,
+                                                (dilation, dilation), groups)
+
+        def plain(xt):
+            out = conv(xt)
+            if epilogue == TANH_POOL:
+                return F.max_pool2d(torch.tanh(out), 2)
+            if epilogue == RELU:
+                return F.relu(out)
+            return out
+
+        return plain, fused
+
     def _torch_dtype(self, torch):
         return getattr(torch, self.dtype)
 
@@ -122,9 +142,9 @@ class Cudnn(Variant):
         return stage
 
     def _faster_relu(self, op: Op, shape, chosen: dict, plain, fused) -> str:
-        """Time conv-then-ReLU and cuDNN's fused kernel on a random input of the layer's shape;
-        keep the faster in `chosen`, and say which. A fused call PyTorch or cuDNN refuses for
-        this layer leaves conv-then-ReLU."""
+        """Time the layer then a ReLU, and the fused call, on a random input of the layer's
+        shape; keep the faster in `chosen`, and say which. A fused call PyTorch or the library
+        refuses for this layer leaves the separate ReLU."""
         import cupy
 
         x = op.stage(cupy.random.standard_normal(shape.input_shape, dtype=cupy.float32))
@@ -137,9 +157,9 @@ class Cudnn(Variant):
         except Exception:  # noqa: BLE001 - no fused kernel for this layer here, or in this PyTorch
             fused_ms = None
         if fused_ms is not None and fused_ms < plain_ms:
-            return FUSED_RELU
+            return self.fused_note
         chosen["fn"] = plain
-        return CONV_THEN_RELU
+        return self.plain_note
 
 
 def cupy_from_torch(tensor):
@@ -191,3 +211,88 @@ class CudnnNHWCBF16(CudnnBF16):
     name = "cudnn-nhwc-bf16"
     summary = "cuDNN via PyTorch F.conv2d on bfloat16 inputs and weights, channels-last tensors"
     layout = NHWC
+
+
+class CublasGemm(Cudnn):
+    """A 1x1 convolution with stride 1 is a matrix product over the channels-last input: the
+    (pixels x C) view of it times the filters' (C x M). A PyTorch user with such a layer can
+    call `torch.addmm` on that view instead of `F.conv2d`, and cuBLAS then adds the bias in
+    its GEMM's epilogue (with a ReLU too, through `torch._addmm_activation`): for layers
+    without a ReLU that is the fastest thing PyTorch offers, since F.conv2d adds the bias in a
+    kernel of its own (ResNet-50's last 1x1s at batch 128 on an H100, 2026-11-27: cuDNN's
+    rows at 20-33% of the roofline floor). Rows of each class sit beside cuDNN's as a speedup's
+    basis (CUDNN_ROWS). FP32 accumulation in every class: PyTorch's reduced-precision
+    reductions for half and bfloat16 are switched off."""
+
+    name = "cublas-gemm"
+    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, FP32"
+    epilogues = (RELU,)
+    general = frozenset({"bias"})  # fits() has ruled out the rest
+    layout = NHWC
+    plain_note = "GEMM with the bias in its epilogue, then ReLU"
+    fused_note = "GEMM with bias and ReLU in its epilogue (torch._addmm_activation)"
+
+    @staticmethod
+    def fits(shape) -> bool:
+        """Whether the layer is one matrix product over its channels-last input."""
+        return ((shape.Kh, shape.Kw, shape.stride, shape.groups) == (1, 1, 1, 1)
+                and not shape.pad_h and not shape.pad_w)
+
+    def supports(self, shape):
+        if not self.fits(shape):
+            return Support(False, "a GEMM over the channels-last input: 1x1 layers with "
+                                  "stride 1, no padding and one group only")
+        return super().supports(shape)
+
+    def _allow(self, torch) -> None:
+        matmul = torch.backends.cuda.matmul
+        matmul.allow_tf32 = self.allow_tf32
+        matmul.allow_fp16_reduced_precision_reduction = False
+        matmul.allow_bf16_reduced_precision_reduction = False
+
+    def _calls(self, torch, shape, w, b, epilogue):
+        C, M = shape.C, shape.M
+        wt = w.reshape(M, C).t()
+
+        def rows(xt):  # channels-last (B, C, H, W) -> its (B*H*W, C) view: no copy
+            return xt.permute(0, 2, 3, 1).reshape(-1, C)
+
+        def image(out, xt):  # (B*H*W, M) -> (B, M, H, W) with channels-last strides
+            return out.view(xt.shape[0], xt.shape[2], xt.shape[3], M).permute(0, 3, 1, 2)
+
+        def gemm(xt):
+            return torch.mm(rows(xt), wt) if b is None else torch.addmm(b, rows(xt), wt)
+
+        def plain(xt):
+            out = gemm(xt)
+            if epilogue == RELU:
+                out = torch.relu_(out)
+            return image(out, xt)
+
+        def fused(xt):
+            if b is None:
+                return image(torch.relu_(gemm(xt)), xt)
+            return image(torch._addmm_activation(b, rows(xt), wt), xt)
+
+        return plain, fused
+
+
+class CublasGemmTF32(CublasGemm):
+    name = "cublas-gemm-tf32"
+    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, TF32"
+    precision = "tf32"
+    allow_tf32 = True
+
+
+class CublasGemmFP16(CublasGemm):
+    name = "cublas-gemm-fp16"
+    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, half inputs"
+    precision = "fp16"
+    dtype = "float16"
+
+
+class CublasGemmBF16(CublasGemm):
+    name = "cublas-gemm-bf16"
+    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, bfloat16"
+    precision = "bf16"
+    dtype = "bfloat16"

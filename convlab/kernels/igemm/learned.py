@@ -29,7 +29,8 @@ SMS = 132
 
 FEATURES = ("log_estimate", "grid", "persistent_tap", "persistent_tma", "halo", "table",
             "log_split_k", "stages", "wide_m", "log_bn", "halo_1x1", "tma_fp16",
-            "log_waves", "log_waves_grid", "under_one_wave", "split_small")
+            "log_waves", "log_waves_grid", "under_one_wave", "split_small", "waves_deficit",
+            "bn_under_one_wave")
 
 
 def features(shape: ConvShape, t: Tiling, maths: str, estimate_us: float) -> list[float]:
@@ -54,6 +55,8 @@ def features(shape: ConvShape, t: Tiling, maths: str, estimate_us: float) -> lis
         math.log(waves) if grid else 0.0,
         float(waves < 1),
         math.log2(t.split_k) * float(k_tiles(shape, t) < 16),
+        max(0.0, -math.log(waves)),
+        math.log2(t.bn) * float(waves < 1),
     ]
 
 
