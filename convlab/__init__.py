@@ -10,7 +10,8 @@ The package in layers, top first (a module imports only from its own layer or be
     net/                the planned forward pass, pipelines, datasets, training, weight import
     kernels/, ops/      conv variants; the other layers' kernels
     tuning, oracle/     the tuned-config cache; the float64 reference and error bounds
-    models, gpu/        model specs and weights; the device (probe, NVRTC, timing, isolation)
+    models, gpu/        model specs and weights; the device (probe, NVRTC, timer, peaks,
+                        roofline, isolation)
     shapes, tables, plot, errors
 """
 

@@ -18,7 +18,7 @@ from . import tuning
 from .bench import autotune, compare, lab, records, results as results_io, streaming, suites, tune
 from .bench.guard import VERIFY_MODES
 from .errors import ConvlabError, GPUUnavailable
-from .gpu import gpu_available, measure, unavailable_reason
+from .gpu import gpu_available, hardware, peaks, timer, unavailable_reason
 from .gpu.isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
 from .models import DEFAULT_MODEL, MODELS, get_model, load_weights
@@ -427,8 +427,8 @@ def device(ceilings, refresh, as_json):
         else:
             click.echo(message)
         return
-    info = measure.device_info()
-    ceil = measure.ceilings(refresh) if ceilings else None
+    info = hardware.device_info()
+    ceil = peaks.ceilings(refresh) if ceilings else None
     if as_json:
         click.echo(json.dumps({"gpu": info, "ceilings": ceil.as_dict() if ceil else None}, indent=2))
     else:
@@ -459,9 +459,9 @@ def device(ceilings, refresh, as_json):
 @click.option("--batch", "batches", default=None,
               help="Comma-separated batch sizes (default: 10,100,1000,10000; 128 for alexnet).")
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
-@click.option("--budget", type=float, default=measure.DEFAULT_BUDGET_S, show_default=True,
+@click.option("--budget", type=float, default=timer.DEFAULT_BUDGET_S, show_default=True,
               help="Seconds of timing per row at most, once 10 runs are in.")
-@click.option("--timing", type=click.Choice(measure.TIMING_METHODS), default=measure.QUEUED,
+@click.option("--timing", type=click.Choice(timer.TIMING_METHODS), default=timer.QUEUED,
               show_default=True,
               help="queued: back-to-back launches between two events, queued behind a spin "
                    "kernel, so the host's dispatch is not timed; single: one launch between two "
@@ -508,7 +508,7 @@ def compare_cmd(kernels, kernel_files, model, layer, suite, classes, bias, weigh
     base = results_io.from_record(results_io.load_record(baseline)) if baseline else None
     if plot_path is not None:
         require_pyplot()  # a missing matplotlib is reported before minutes of timing, not after
-    policy = measure.TimingPolicy(cold=cold, budget_s=budget, method=timing)
+    policy = timer.TimingPolicy(cold=cold, budget_s=budget, method=timing)
     with progress_bar(as_json) as progress:
         apply_choice(ignore_tunings, autotune_on, autotune_budget, progress)
         task = progress.add_task("compare", total=None)
@@ -735,7 +735,7 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
 @click.option("--bias", is_flag=True, help="The layer adds a bias.")
 @click.option("--epilogue", type=click.Choice(["relu"]), default=None,
               help="Fuse a ReLU after the conv (and bias).")
-@click.option("--budget", type=float, default=measure.DEFAULT_BUDGET_S, show_default=True,
+@click.option("--budget", type=float, default=timer.DEFAULT_BUDGET_S, show_default=True,
               help="Seconds of timing per configuration at most, once 10 runs are in.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a PNG: Op Time of every configuration tried.")
@@ -765,7 +765,7 @@ def tune_cmd(layer, suite, batches, kernel, bias, epilogue, budget, plot_path, j
     shape = parse_layer(layer, bias)
     if plot_path is not None:
         require_pyplot()  # a missing matplotlib is reported before the sweep, not after
-    policy = measure.TimingPolicy(budget_s=budget)
+    policy = timer.TimingPolicy(budget_s=budget)
     with progress_bar(as_json) as progress:
         task = progress.add_task("tune", total=None)
 
@@ -794,7 +794,7 @@ def tune_cmd(layer, suite, batches, kernel, bias, epilogue, budget, plot_path, j
 
 def _tune_suite(suite, batches, kernel, budget, jobs, as_json, wide):
     cells = tune.suite_cells(suite, kernel, lab.parse_batches(batches, None) if batches else None)
-    policy = measure.TimingPolicy(budget_s=budget)
+    policy = timer.TimingPolicy(budget_s=budget)
     done = []
     with progress_bar(as_json) as progress:
         task = progress.add_task("tune", total=len(cells))

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from .errors import ConvlabError
 
+# The reference rows (kernels.CUDNN_ROWS: cuDNN and cuBLAS), drawn dashed and grey.
+REFERENCE_PREFIXES = ("cudnn", "cublas")
+
 
 def require_pyplot():
     try:
@@ -37,7 +40,7 @@ def plot_comparison(comparison, path: Path) -> Path:
             pts = sorted((r.batch, r.median_ms) for r in rows if r.variant == variant and r.valid)
             if not pts:
                 continue
-            style = "--" if variant.startswith("cudnn") else "-"
+            style = "--" if variant.startswith(REFERENCE_PREFIXES) else "-"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=variant,
                     color=colour[variant])
         ax.set_xscale("log")
@@ -52,7 +55,8 @@ def plot_comparison(comparison, path: Path) -> Path:
         bars = [(r.variant, r.speedup_cudnn) for r in rows
                 if r.batch == largest and r.valid and r.speedup_cudnn is not None]
         ax.bar([b[0] for b in bars], [b[1] for b in bars],
-               color=["tab:gray" if b[0].startswith("cudnn") else "tab:blue" for b in bars])
+               color=["tab:gray" if b[0].startswith(REFERENCE_PREFIXES) else "tab:blue"
+                      for b in bars])
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
         ax.set_ylabel(f"speedup over cuDNN fp32 at batch {largest}")
         ax.set_title(f"{label}: speedup over cuDNN (higher is better)")

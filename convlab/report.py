@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .bench.compare import class_summaries
 from .bench.records import RunResult
-from .gpu.measure import QUEUED, SINGLE
+from .gpu.timer import QUEUED, SINGLE
 from .net.torch_forward import allowed_differ
 from .tables import STATUS_STYLE, Col, fitted_table, fmt_err, fmt_ms, fmt_num, status_text
 

@@ -40,7 +40,7 @@ import secrets
 from functools import lru_cache
 from pathlib import Path
 
-from .gpu import gpu_available
+from .gpu import cache_dir, gpu_available
 from .shapes import ConvShape
 
 CACHE_FILE = "tune-cache.json"
@@ -84,8 +84,7 @@ def layer_text(shape: ConvShape) -> str:
 # --- the cache ------------------------------------------------------------------------------
 
 def cache_path() -> Path:
-    directory = os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab")
-    return Path(directory) / CACHE_FILE
+    return cache_dir() / CACHE_FILE
 
 
 @lru_cache(maxsize=None)

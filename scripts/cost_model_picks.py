@@ -19,12 +19,12 @@ import time
 from convlab import tuning
 from convlab.bench import lab
 from convlab.bench.tune import default_jobs, prebuild
-from convlab.gpu import measure
+from convlab.gpu import timer
 from convlab.kernels import RELU, VARIANTS
 from convlab.models import get_model
 from convlab.shapes import ConvShape
 
-POLICY = measure.TimingPolicy(warmup=3, min_runs=10, max_runs=40, budget_s=0.3)
+POLICY = timer.TimingPolicy(warmup=3, min_runs=10, max_runs=40, budget_s=0.3)
 
 
 def layers():

@@ -14,7 +14,7 @@ import argparse
 import json
 
 from convlab.bench import lab
-from convlab.gpu import measure
+from convlab.gpu import hardware, timer
 from convlab.kernels import RELU, get_variant
 from convlab.models import get_model
 from convlab.shapes import ConvShape
@@ -43,21 +43,21 @@ def main() -> None:
             print(f"{name:18} {shape.brief():34} skipped: {variant.supports(shape).reason}")
             continue
         times = {}
-        for method in (measure.SINGLE, measure.QUEUED):
-            layer = lab.run_layer(shape, variant, measure.TimingPolicy(method=method, budget_s=1),
+        for method in (timer.SINGLE, timer.QUEUED):
+            layer = lab.run_layer(shape, variant, timer.TimingPolicy(method=method, budget_s=1),
                                   epilogue)
             times[method] = (layer.timing.median_ms, layer.check.passed, layer.timing.launches)
-        single, queued = times[measure.SINGLE][0], times[measure.QUEUED][0]
+        single, queued = times[timer.SINGLE][0], times[timer.QUEUED][0]
         ok = all(t[1] for t in times.values())
         rows.append({"variant": name, "shape": shape.as_dict(), "epilogue": epilogue,
                      "single_ms": single, "queued_ms": queued, "passed": ok,
-                     "queued_launches": times[measure.QUEUED][2]})
+                     "queued_launches": times[timer.QUEUED][2]})
         print(f"{name:18} {shape.brief():34} {single:10.4f} {queued:10.4f} "
               f"{(single - queued) * 1e3:9.1f} {100 * (single - queued) / single:5.0f}%"
               + ("" if ok else "  FAIL"))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": measure.device_info(), "rows": rows}, f, indent=1)
+            json.dump({"device": hardware.device_info(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import itertools
 import json
 
 from convlab.bench import lab
-from convlab.gpu import measure
+from convlab.gpu import timer
 from convlab.kernels import TANH_POOL
 from convlab.kernels.fused import Fused
 from convlab.kernels.register_tiled import RegisterTiled
@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--variants", default="register-tiled,fused")
     args = parser.parse_args()
     wanted = args.variants.split(",")
-    policy = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=20, budget_s=0.3)
+    policy = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=20, budget_s=0.3)
     results = []
     for (name, shape), (cls, epilogue) in itertools.product(
             LAYERS.items(), ((RegisterTiled, None), (Fused, TANH_POOL))):

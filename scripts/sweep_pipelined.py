@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from convlab.gpu import measure
+from convlab.gpu import hardware, timer
 from convlab.kernels import RELU, pipelined as P
 from convlab.kernels.cudnn import Cudnn, CudnnTF32
 from convlab.kernels.igemm import tiling
@@ -39,7 +39,7 @@ LAYERS = {**get_model("alexnet").conv_shapes(128),
 VARIANTS = {v.name: v for v in (P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(),
                                  P.PipelinedBF16())}
 CUDNN_CLASS = {"tf32": "cudnn-tf32", "fp32": "cudnn", "fp16": "cudnn-fp16", "bf16": "cudnn-fp16"}
-POLICY = measure.TimingPolicy(warmup=3, min_runs=10, max_runs=40, budget_s=0.3)
+POLICY = timer.TimingPolicy(warmup=3, min_runs=10, max_runs=40, budget_s=0.3)
 
 
 def compile_job(job):
@@ -81,7 +81,7 @@ class Problem:
         import cupy
 
         after = None if buffer is None else (lambda: poison(buffer))
-        timing = measure.time_device(run, POLICY, after_warmup=after)
+        timing = timer.time_device(run, POLICY, after_warmup=after)
         got = cupy.asnumpy(result()[self.images]).astype(np.float32)
         return timing, compare(got, self.ref, precision)
 
@@ -191,7 +191,7 @@ def main():
             for cfg in v.configs(shape, RELU)[:args.max_configs]]
     precompile([(v.name, cfg, layers[layer].as_dict()) for layer, v, cfg in plan], args.workers)
 
-    record = {"device": measure.device_info(), "command": " ".join(sys.argv), "rows": []}
+    record = {"device": hardware.device_info(), "command": " ".join(sys.argv), "rows": []}
     try:
         for layer, shape in layers.items():
             problem = Problem(shape, args.seed)

@@ -12,7 +12,7 @@ One worker process per GPU takes every --gpus'th task; each task's record is a J
 OUT/sweep-GPU.jsonl, written when the task is done. A worker that dies (a faulting tiling) is
 started again after the task it was on, which is recorded as crashed. Verification checks
 --verify-images whole images and a few channels of every image's edge rows; a candidate is
-timed with measure.time_device alone (the compare and tune rows add the guard's defences).
+timed with timer.time_device alone (the compare and tune rows add the guard's defences).
 
 Usage: python scripts/sweep_tilings.py OUT [--suite all] [--random 32] [--gpus 4]
        [--configs 16] [--variants wgmma,wgmma-fp16,...] [--cudnn]
@@ -125,13 +125,13 @@ def compile_all(variant, shape, epilogue, configs):
 
 def run_task(task, count, policy):
     """One task: every candidate timed on one problem (CUDA events around queued launches,
-    measure.time_device), its output checked against float64 on a sampled image and the
+    timer.time_device), its output checked against float64 on a sampled image and the
     edge rows; or the cell's cuDNN rows through the lab."""
     import cupy
 
     from convlab.bench import guard, lab
     from convlab.bench.tune import failure_reason
-    from convlab.gpu import measure
+    from convlab.gpu import timer
     from convlab.kernels import get_variant
     from convlab.shapes import ConvShape
 
@@ -162,7 +162,7 @@ def run_task(task, count, policy):
                                                     problem.bias)
             x = op.stage(problem.x)
             y = cupy.full(op.output_shape, cupy.nan, dtype=op.output_dtype)
-            timing = measure.time_device(lambda: op(x, y), policy)
+            timing = timer.time_device(lambda: op(x, y), policy)
             check = guard.verify_output(layer, problem.x, op.output(y))
             entry.update(median_ms=timing.median_ms, min_ms=timing.min_ms, rse=timing.rse,
                          passed=check.passed, bound_ratio=check.bound_ratio)
@@ -175,7 +175,7 @@ def run_task(task, count, policy):
 def worker(args):
     from convlab import tuning
     from convlab.bench import guard
-    from convlab.gpu.measure import TimingPolicy
+    from convlab.gpu.timer import TimingPolicy
 
     draw = guard.draw_images
     guard.draw_images = lambda batch, rng, count=args.verify_images: draw(batch, rng, count)

@@ -105,7 +105,7 @@ def test_end_to_end_top1_kernel_compiles():
 
 def test_ceiling_kernels_compile():
     """The mma.sync peak loops `convlab device` measures the TF32 and FP16 ceilings with."""
-    from convlab.gpu.measure import MMA_PEAK_SOURCE, MMA_PEAKS
+    from convlab.gpu.peaks import MMA_PEAKS, MMA_PEAK_SOURCE
 
     assert compile_cubin("ceiling:mma", MMA_PEAK_SOURCE, ("-std=c++17",))[:4] == b"\x7fELF"
     assert all(f'void {name}(' in MMA_PEAK_SOURCE for name, *_ in MMA_PEAKS.values())

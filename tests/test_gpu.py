@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from convlab.bench import lab
-from convlab.gpu import measure
+from convlab.gpu import hardware, peaks, timer
 from convlab.kernels import REFERENCE_VARIANTS, TANH_POOL, VARIANTS
 from convlab.models import FASHION_MNIST, MODELS, load_weights
 from convlab.net import network as net
@@ -147,7 +147,7 @@ def test_network_reproduces_cpu_accuracy(variant, model):
     spec_shapes = MODELS[model].conv_shapes(10000).values()
     if not all(variant.supports(s) for s in spec_shapes):
         pytest.skip("variant does not support this model's layers")
-    policy = measure.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
+    policy = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
     result = lab.run(model, variant.name, 10000, policy)
     failures = [f"{layer.label}: {layer.check.reason}" for layer in result.layers if not layer.check.passed]
     assert not failures, failures
@@ -168,7 +168,7 @@ def test_alexnet_top1_matches_float64(variant, tmp_path, monkeypatch):
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
     if not all(variant.supports(s) for s in MODELS["alexnet"].conv_shapes(8).values()):
         pytest.skip("variant does not support every AlexNet layer")
-    policy = measure.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
+    policy = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
     result = lab.run("alexnet", variant.name, 8, policy)
     failures = [f"{layer.label}: {layer.check.reason}" for layer in result.layers if not layer.check.passed]
     failures += [f"{s.label}: {s.check.reason}" for s in result.steps if s.check and not s.check.passed]
@@ -184,10 +184,10 @@ def test_timing_uses_events_and_stops(rng):
     import cupy
 
     a = cupy.asarray(rng.random((2048, 2048), dtype=np.float32))
-    timing = measure.time_device(lambda: a @ a, measure.TimingPolicy(min_runs=5, budget_s=1))
+    timing = timer.time_device(lambda: a @ a, timer.TimingPolicy(min_runs=5, budget_s=1))
     assert timing.n >= 5 and timing.median_ms > 0 and timing.stop in ("converged", "budget", "max-runs")
-    assert timing.method == measure.QUEUED and timing.launches > 1
-    cold = measure.time_device(lambda: a @ a, measure.TimingPolicy(min_runs=3, cold=True, budget_s=1))
+    assert timing.method == timer.QUEUED and timing.launches > 1
+    cold = timer.time_device(lambda: a @ a, timer.TimingPolicy(min_runs=3, cold=True, budget_s=1))
     assert cold.cold and cold.n >= 3 and cold.launches == 1
 
 
@@ -221,8 +221,8 @@ def test_queued_timing_keeps_the_hosts_dispatch_out(rng):
             pass
         kernel((4,), (1024,), (y, x, np.int32(x.size)))
 
-    single = measure.time_device(launch, measure.TimingPolicy(method=measure.SINGLE, min_runs=20))
-    queued = measure.time_device(launch, measure.TimingPolicy(min_runs=20))
+    single = timer.time_device(launch, timer.TimingPolicy(method=timer.SINGLE, min_runs=20))
+    queued = timer.time_device(launch, timer.TimingPolicy(min_runs=20))
     print(f"single {single.median_ms * 1e3:.1f} us, queued {queued.median_ms * 1e3:.1f} us "
           f"({queued.launches} launches a sample, {queued.drained} drained)")
     assert single.median_ms > 0.04  # the host's 50 us are in it
@@ -260,9 +260,15 @@ def test_cudnn_channels_last_rows_read_and_write_nhwc_and_pick_a_relu(name, rng)
 def test_cublas_gemm_rows_compute_a_1x1_layer(name, epilogue, bias, rng):
     """The GEMM rows read the channels-last input as (pixels x channels), add the bias (and
     ReLU) in or after the product, and hand back channels-last (B, M, H, W) outputs that meet
-    the class's bound; with a ReLU they name which of the two ways they kept."""
+    the class's bound; with a ReLU they name which of the two ways they kept. PyTorch's matmul
+    switches are as they were afterwards (a PyTorch baseline in the process keeps its own)."""
     import cupy
 
+    torch = pytest.importorskip("torch")
+    matmul = torch.backends.cuda.matmul
+    switches = ("allow_tf32", "allow_fp16_reduced_precision_reduction",
+                "allow_bf16_reduced_precision_reduction")
+    before = [getattr(matmul, s) for s in switches]
     variant = VARIANTS[name]
     shape = ConvShape(5, 24, 13, 11, 40, 1, bias=bias)
     x, w, b = random_problem(shape, rng, signed=True)
@@ -274,13 +280,14 @@ def test_cublas_gemm_rows_compute_a_1x1_layer(name, epilogue, bias, rng):
     check = compare(cupy.asnumpy(got).astype(np.float32),
                     reference_output(x, w, shape, epilogue, b), variant.precision)
     assert check.passed, check.reason
+    assert [getattr(matmul, s) for s in switches] == before
 
 
 def test_pytorch_candidates_for_the_whole_network():
     """run --pytorch times PyTorch in both layouts, eager, graphed and compiled (and
     channels-last with max-autotune), checks each one's top-1, and takes the fastest as the
     baseline."""
-    policy = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.5)
+    policy = timer.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.5)
     result = lab.run("ece408", "tiled", 100, policy, compare_torch=True)
     rows = result.torch_rows
     assert {(r["layout"], r["mode"]) for r in rows} == {
@@ -296,11 +303,11 @@ def test_pytorch_candidates_for_the_whole_network():
 
 def test_device_info_and_ceilings(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
-    info = measure.device_info()
+    info = hardware.device_info()
     assert info["name"] and info["compute_capability"]
-    first = measure.ceilings()
+    first = peaks.ceilings()
     assert first.copy_gbps > 100 and first.fp32_gflops > 1000 and first.tf32_gflops > first.fp32_gflops
-    assert measure.ceilings() == first  # cached on disk
+    assert peaks.ceilings() == first  # cached on disk
     assert list(tmp_path.glob("ceilings-*.json"))
     if info["compute_capability"] == "9.0":  # wgmma outruns mma.sync, and the floor uses it
         assert first.wgmma_fp16_gflops > first.fp16_gflops and first.wgmma_tf32_gflops > first.tf32_gflops
@@ -424,7 +431,7 @@ def test_compare_passes_real_variants_and_catches_broken_ones(broken_variants):
             and v.name not in REFERENCE_VARIANTS
             and all(v.supports(s) for s in layers)]  # winograd takes 3x3 layers only
     plan = compare_mod.plan(",".join(fp32 + broken_variants), "ece408", None, "10,100")
-    policy = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.2)
+    policy = timer.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.2)
     result = compare_mod.execute(plan, policy)
     rows = {(r.variant, r.batch, r.layer): r for r in result.rows}
     for name in fp32:
@@ -479,7 +486,7 @@ def test_the_checked_pass_poisons_on_the_pipelines_stream():
     x = lab.load_input("ece408", 100)
     pipe = Pipeline(network, pinned=True, graph=True)
     pipe.load(x)
-    measure.hold_device(200)  # the default stream is busy for 200 ms
+    timer.hold_device(200)  # the default stream is busy for 200 ms
     predictions = lab.checked_pass(network, pipe)
     conv = cupy.asnumpy(network.conv_steps[0].output)  # waits for the default stream too
     assert np.isfinite(conv).all()

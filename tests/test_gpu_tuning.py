@@ -5,7 +5,7 @@ import pytest
 
 from convlab import tuning
 from convlab.bench import autotune, lab, tune
-from convlab.gpu import measure
+from convlab.gpu import timer
 from convlab.kernels import RELU, get_variant
 from convlab.kernels.wgmma import WgmmaFP16
 from convlab.shapes import ConvShape
@@ -22,7 +22,7 @@ def test_the_tuned_config_becomes_the_variant_s_own_choice(tmp_path, monkeypatch
     space = variant.configs(SHAPE, RELU)
     # A short search over the heuristic's choice and two others keeps this a smoke test.
     monkeypatch.setattr(type(variant), "configs", lambda self, shape, epilogue=None: space[:3])
-    policy = measure.TimingPolicy(min_runs=3, max_runs=10, budget_s=0.1)
+    policy = timer.TimingPolicy(min_runs=3, max_runs=10, budget_s=0.1)
     result = tune.tune(SHAPE, variant, RELU, policy)
     assert result.best is not None, tune.failure_lines(result)
     best = result.best.config

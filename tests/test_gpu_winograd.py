@@ -12,7 +12,7 @@ import pytest
 
 from convlab import tuning
 from convlab.bench import tune
-from convlab.gpu import measure
+from convlab.gpu import timer
 from convlab.kernels import RELU
 from convlab.kernels.winograd import BLOCKS, MIN_GROUP_CHANNELS, Winograd, fp32_gemm
 from convlab.oracle.verify import compare, random_problem, reference_output
@@ -141,7 +141,7 @@ def test_a_launch_allocates_no_device_memory(rng):
 def test_tuned_configuration_becomes_the_default_choice(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
     shape = ConvShape(8, 32, 13, 13, 48, 3, pad=1, bias=True)
-    policy = measure.TimingPolicy(min_runs=5, max_runs=20, budget_s=0.2)
+    policy = timer.TimingPolicy(min_runs=5, max_runs=20, budget_s=0.2)
     result = tune.tune(shape, Winograd(), RELU, policy)
     for candidate in result.candidates:
         print(tune.config_text(candidate.config), candidate.status, candidate.median_ms,

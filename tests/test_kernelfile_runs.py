@@ -16,7 +16,7 @@ from convlab import gpu
 from convlab.bench import compare, filejobs, guard, lab, records
 from convlab.cli import main
 from convlab.errors import ConvlabError
-from convlab.gpu import measure
+from convlab.gpu import hardware, peaks, timer
 from convlab.kernels import VARIANTS
 from convlab.models import DEFAULT_MODEL, get_model
 from convlab.shapes import ConvShape
@@ -27,7 +27,7 @@ from convlab.userkernel.scaffold import scaffold
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
-POLICY = measure.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.1)
+POLICY = timer.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.1)
 
 CPU_KERNEL = textwrap.dedent('''\
     """The cpu variant as a kernel file: one that runs without a GPU."""
@@ -274,8 +274,8 @@ def test_compare_failures_of_a_kernel_file_are_fail_rows(stubs, mine_cu, monkeyp
 
 def test_execute_runs_kernel_files_after_the_built_ins_and_records_them(cpu_kernel, as_if_gpu,
                                                                         monkeypatch):
-    monkeypatch.setattr(measure, "ceilings", lambda: measure.Ceilings("test", 1000.0, 1e4, 4e4))
-    monkeypatch.setattr(measure, "device_info", lambda: {"name": "test"})
+    monkeypatch.setattr(peaks, "ceilings", lambda: peaks.Ceilings("test", 1000.0, 1e4, 4e4))
+    monkeypatch.setattr(hardware, "device_info", lambda: {"name": "test"})
     p = compare.plan("cudnn", "ece408", None, "10", kernel_files=[cpu_kernel])
     steps = []
     result = compare.execute(p, POLICY, lambda what, done, total: steps.append((what, done, total)))

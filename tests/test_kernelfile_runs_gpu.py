@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from convlab.bench import compare, lab
 from convlab.cli import main
-from convlab.gpu import measure
+from convlab.gpu import timer
 from convlab.shapes import ConvShape
 from convlab.userkernel.kernelfile import load_kernel_file
 from convlab.userkernel.sanitize import WHERE_TO_GET, find_compute_sanitizer
@@ -21,7 +21,7 @@ from convlab.userkernel.scaffold import scaffold
 
 pytestmark = pytest.mark.gpu
 
-POLICY = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=20, budget_s=0.3)
+POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=20, budget_s=0.3)
 STORE = "    y[i] = acc;"
 FAULT = "    y[i + (1LL << 40)] = acc;"
 SPIN = "    while (clock64() >= 0) {}  // 2^63 cycles: forever\n    y[i] = acc;"

@@ -11,7 +11,7 @@ from convlab.gpu import hardware
 from convlab.gpu.jit import compile_cubin
 from convlab.models import LRN, MODELS, Dense, MaxPool, ReLU, Softmax, Tanh
 from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, softmax
-from convlab.oracle import reference
+from convlab.oracle import lrn as lrn_oracle, reference
 from convlab.oracle.verify import LAMBDA, TINY, compare
 from convlab.shapes import LAYOUTS
 
@@ -218,7 +218,7 @@ LRNS = [((2, 7, 5, 6), 5, 1e-4, 0.75, 1.0), ((1, 9, 4, 3), 3, 0.5, 0.75, 2.0),
 def test_lrn_reference_matches_channel_loop_and_reference_py(rng, shape, size, alpha, beta, k):
     x = (8 * rng.standard_normal(shape)).astype(np.float32)
     expected, _ = lrn_loops(x.astype(np.float64), size, alpha, beta, k)
-    got = lrn.reference_lrn(x, size, alpha, beta, k).values
+    got = lrn_oracle.reference_lrn(x, size, alpha, beta, k).values
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0)
     np.testing.assert_allclose(got, reference.lrn(x.astype(np.float64), size, alpha, beta, k),
                                rtol=1e-13, atol=0)
@@ -229,7 +229,7 @@ def test_lrn_max_pool_reference_is_lrn_then_pool(rng, shape, size, alpha, beta, 
     x = (8 * rng.standard_normal(shape)).astype(np.float32)
     ps, pst = (3, 2) if min(shape[2:]) >= 3 else (2, 1)
     expected = pool_loop_nest(lrn_loops(x.astype(np.float64), size, alpha, beta, k)[0], ps, pst)
-    got = lrn.reference_lrn_max_pool(x, size, alpha, beta, k, ps, pst).values
+    got = lrn_oracle.reference_lrn_max_pool(x, size, alpha, beta, k, ps, pst).values
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0)
 
 
@@ -287,11 +287,11 @@ def test_lrn_bound_follows_its_error_analysis(rng, shape, size, alpha, beta, k):
     power = 22 if beta == 0.75 else beta * np.abs(np.log(d)) * 6 + 8
     expected = U * np.abs(y) * (beta * LAMBDA * math.sqrt(size) + 2 * beta + power + 1) \
         + size * TINY
-    ref = lrn.reference_lrn(x, size, alpha, beta, k)
+    ref = lrn_oracle.reference_lrn(x, size, alpha, beta, k)
     assert ref.length == size
     np.testing.assert_allclose(element_bound(ref), expected, rtol=1e-12, atol=0)
     ps, pst = (3, 2) if min(shape[2:]) >= 3 else (2, 1)
-    pooled = lrn.reference_lrn_max_pool(x, size, alpha, beta, k, ps, pst)
+    pooled = lrn_oracle.reference_lrn_max_pool(x, size, alpha, beta, k, ps, pst)
     np.testing.assert_allclose(element_bound(pooled), pool_loop_nest(expected, ps, pst),
                                rtol=1e-12, atol=0)
 
@@ -342,7 +342,7 @@ def lrn_float32(x, size, alpha, beta, k, drop_last=False):
 
 def test_lrn_bound_admits_float32_and_catches_a_missing_channel(rng):
     x = (8 * rng.standard_normal((2, 16, 5, 5))).astype(np.float32)
-    ref = lrn.reference_lrn(x, 5, 1e-4, 0.75, 1.0)
+    ref = lrn_oracle.reference_lrn(x, 5, 1e-4, 0.75, 1.0)
     assert compare(lrn_float32(x, 5, 1e-4, 0.75, 1.0), ref, "fp32").passed
     assert not compare(lrn_float32(x, 5, 1e-4, 0.75, 1.0, drop_last=True), ref, "fp32").passed
 

@@ -8,7 +8,7 @@ Run on a GPU machine with `pytest -m gpu tests/test_ops_gpu.py -s` (-s shows the
 import numpy as np
 import pytest
 
-from convlab.gpu import hardware, measure
+from convlab.gpu import hardware, peaks, timer
 from convlab.ops import (dense, prepare_activation, prepare_dense, prepare_dense_cublas,
                          prepare_lrn, prepare_lrn_max_pool, prepare_max_pool, prepare_softmax,
                          reference_activation, reference_dense, reference_lrn,
@@ -132,12 +132,12 @@ def test_lrn_max_pool_fused_beats_lrn_then_pool(rng, shape):
     pool = prepare_max_pool(shape, 3, 2)
     normalised = cupy.empty(shape, dtype=cupy.float32)
     y = cupy.empty(fused.output_shape, dtype=cupy.float32)
-    policy = measure.TimingPolicy(min_runs=20, budget_s=2)
-    fused_ms = measure.time_device(lambda: fused(x, y), policy).median_ms
-    lrn_ms = measure.time_device(lambda: alone(x, normalised), policy).median_ms
-    pool_ms = measure.time_device(lambda: pool(normalised, y), policy).median_ms
+    policy = timer.TimingPolicy(min_runs=20, budget_s=2)
+    fused_ms = timer.time_device(lambda: fused(x, y), policy).median_ms
+    lrn_ms = timer.time_device(lambda: alone(x, normalised), policy).median_ms
+    pool_ms = timer.time_device(lambda: pool(normalised, y), policy).median_ms
     n, p = 4 * int(np.prod(shape)), 4 * int(np.prod(fused.output_shape))
-    copy_gbps = measure.ceilings().copy_gbps
+    copy_gbps = peaks.ceilings().copy_gbps
     print(f"\n{fused.name} batch {shape[0]}, {shape[1]}x{shape[2]}x{shape[3]} "
           f"(copy bandwidth {copy_gbps:.0f} GB/s):")
     for name, ms, moved in (("fused", fused_ms, n + p), ("LRN", lrn_ms, 2 * n),
@@ -210,7 +210,7 @@ def test_dense_fc6_batch_128_within_2x_of_cublas(rng):
     1024 (no split) are printed alongside for the record."""
     import cupy
 
-    policy = measure.TimingPolicy(min_runs=20, budget_s=3)
+    policy = timer.TimingPolicy(min_runs=20, budget_s=3)
     times = {}
     for batch in (1, 128, 1024):
         x, w, b = dense_problem(rng, batch, 9216, 4096, positive=True)
@@ -218,8 +218,8 @@ def test_dense_fc6_batch_128_within_2x_of_cublas(rng):
         y = cupy.empty((batch, 4096), dtype=cupy.float32)
         ours = prepare_dense(batch, w, b, "relu")
         theirs = prepare_dense_cublas(batch, w, b, "relu")
-        times[batch] = (measure.time_device(lambda: ours(xd, y), policy).median_ms,
-                        measure.time_device(lambda: theirs(xd, y), policy).median_ms)
+        times[batch] = (timer.time_device(lambda: ours(xd, y), policy).median_ms,
+                        timer.time_device(lambda: theirs(xd, y), policy).median_ms)
         plan = dense.plan_dense(batch, 9216, 4096, hardware.current().sms)
         flops = 2 * batch * 9216 * 4096
         print(f"\nfc6 batch {batch:4d} ({plan.describe()}): ours {times[batch][0]:.4f} ms "

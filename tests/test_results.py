@@ -11,18 +11,18 @@ from convlab import report
 from convlab.bench import compare, results
 from convlab.cli import main
 from convlab.errors import ConvlabError, DataError
-from convlab.gpu import measure
+from convlab.gpu import hardware, peaks, roofline, timer
 from convlab.kernels import TANH_POOL
 from convlab.models import DEFAULT_MODEL, get_model
 from convlab.shapes import ConvShape
 
 SHAPE = ConvShape(100, 1, 28, 28, 50, 5)
-CEILINGS = measure.Ceilings("Test GPU", copy_gbps=3000.0, fp32_gflops=50000.0, tf32_gflops=300000.0)
+CEILINGS = peaks.Ceilings("Test GPU", copy_gbps=3000.0, fp32_gflops=50000.0, tf32_gflops=300000.0)
 COL = {c.header: i for i, c in enumerate(report.COMPARE_COLUMNS)}  # compare_cells' positions
 
 
 def row(variant, ms, status="PASS", batch=100, layer="conv", epilogue=None, precision="fp32", reason=""):
-    timing = measure.Timing([ms * f for f in (0.99, 1.0, 1.01, 1.0, 1.0)]) if ms else None
+    timing = timer.Timing([ms * f for f in (0.99, 1.0, 1.01, 1.0, 1.0)]) if ms else None
     return compare.Row(variant=variant, precision=precision, batch=batch, layer=layer, label=layer,
                        shape=SHAPE, epilogue=epilogue, status=status, reason=reason, timing=timing,
                        max_rel_error=1e-7 if ms else None, accuracy=0.9 if ms else None,
@@ -38,7 +38,7 @@ def sample():
     kernels = list(dict.fromkeys(r.variant for r in rows))
     return compare.Comparison("ece408-high", [100], kernels, rows, CEILINGS.as_dict(),
                               {"name": "Test GPU", "compute_capability": "9.0", "cuda_runtime": "13.0",
-                               "cupy": "14"}, vars(measure.TimingPolicy()))
+                               "cupy": "14"}, vars(timer.TimingPolicy()))
 
 
 def test_speedups_floor_and_best():
@@ -59,13 +59,13 @@ def test_a_16_bit_row_computing_in_fp32_counts_16_bit_bytes():
     depthwise = ConvShape(64, 128, 56, 56, 128, 3, pad=1, groups=128)
     rows = [compare.Row(variant=name, precision="fp16", batch=64, layer="layer", label="layer",
                         shape=depthwise, epilogue=None, status="PASS", reason="",
-                        timing=measure.Timing([0.05] * 5))
+                        timing=timer.Timing([0.05] * 5))
             for name in ("depthwise-fp16", "cudnn-fp16")]
     compare.finish(rows, CEILINGS)
     ours, cudnn = rows
     assert ours.floor_basis == cudnn.floor_basis == "copy"
     assert ours.floor_ms == pytest.approx(cudnn.floor_ms)
-    assert ours.floor_ms == pytest.approx(measure.traffic_bytes(depthwise, None, 2) / 3e9)
+    assert ours.floor_ms == pytest.approx(roofline.traffic_bytes(depthwise, None, 2) / 3e9)
 
 
 def test_fail_and_skip_rows_show_no_speed():
@@ -110,9 +110,9 @@ def test_diff_flags_changes_beyond_noise_and_missing_rows():
     old = sample()
     new = sample()
     by = {(r.variant, r.epilogue): r for r in new.rows}
-    by[("tiled", None)].timing = measure.Timing([3.0] * 5)  # 2.0 -> 3.0 ms: slower
-    by[("naive", None)].timing = measure.Timing([4.02] * 5)  # +0.5%: noise
-    by[("register-tiled", None)].timing = measure.Timing([0.25] * 5)  # faster
+    by[("tiled", None)].timing = timer.Timing([3.0] * 5)  # 2.0 -> 3.0 ms: slower
+    by[("naive", None)].timing = timer.Timing([4.02] * 5)  # +0.5%: noise
+    by[("register-tiled", None)].timing = timer.Timing([0.25] * 5)  # faster
     new.rows = [r for r in new.rows if r.variant != "fused"]
     new.rows.append(row("unrolled", 1.5))
     verdicts = {(d.key[0], d.key[3]): d.verdict for d in results.diff(new, old)}
@@ -307,7 +307,7 @@ def test_rows_timed_by_another_method_are_not_compared():
     old, new = sample(), sample()
     for r in new.rows:
         if r.timing is not None:
-            r.timing.method = measure.QUEUED
+            r.timing.method = timer.QUEUED
     verdicts = {d.key[0]: d.verdict for d in results.diff(new, old) if d.key[2] == "conv"
                 and d.key[3] is None}
     assert verdicts["tiled"] == "not comparable"
@@ -362,13 +362,13 @@ def test_sigterm_stops_a_compare_with_the_rows_measured_so_far(monkeypatch):
     import signal
 
     monkeypatch.setattr(compare, "require_cupy", lambda what: None)
-    monkeypatch.setattr(measure, "ceilings", lambda: measure.Ceilings("test", 1000.0, 1e4, 4e4))
-    monkeypatch.setattr(measure, "device_info", lambda: {"name": "test"})
+    monkeypatch.setattr(peaks, "ceilings", lambda: peaks.Ceilings("test", 1000.0, 1e4, 4e4))
+    monkeypatch.setattr(hardware, "device_info", lambda: {"name": "test"})
     calls = []
     monkeypatch.setattr(compare, "variant_rows", interrupting_rows(calls, at=2))
     before = signal.getsignal(signal.SIGTERM)
     p = compare.plan("naive,tiled,constant", "ece408", None, "10,100")
-    result = compare.execute(p, compare.measure.TimingPolicy())
+    result = compare.execute(p, timer.TimingPolicy())
     assert calls == ["naive", "tiled"] and [r.variant for r in result.rows] == ["naive"]
     runs = 2 * len(p.kernels)  # the cuDNN rows compare adds run too
     assert result.interrupted == f"stopped after 1 of {runs} variant runs"
@@ -376,7 +376,7 @@ def test_sigterm_stops_a_compare_with_the_rows_measured_so_far(monkeypatch):
     assert signal.getsignal(signal.SIGTERM) is before
     calls.clear()
     monkeypatch.setattr(compare, "variant_rows", interrupting_rows(calls, at=0))
-    finished = compare.execute(p, compare.measure.TimingPolicy())
+    finished = compare.execute(p, timer.TimingPolicy())
     assert len(calls) == runs and len(finished.rows) == runs and finished.interrupted == ""
 
 

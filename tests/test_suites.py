@@ -6,12 +6,13 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from convlab import report
+from convlab import plot, report
 from convlab.bench import compare, results as results_io, suites
 from convlab.cli import main
 from convlab.errors import ConvlabError
-from convlab.gpu.measure import Timing
-from convlab.kernels import RELU, get_variant
+from convlab.gpu import hardware, peaks
+from convlab.gpu.timer import Timing, TimingPolicy
+from convlab.kernels import REFERENCE_VARIANTS, RELU, get_variant
 from convlab.shapes import ConvShape
 
 
@@ -198,3 +199,38 @@ def test_the_variants_of_a_layer_share_its_random_trials(monkeypatch):
 
     ok, reason = compare.random_trials(Wrong(), shapes, {"l": RELU}, problems=problems)
     assert not ok and "random inputs, l" in reason
+
+
+def test_a_layer_mode_compare_hands_each_layers_variants_one_problem(monkeypatch):
+    """execute gives every variant of a layer the same problems dict, a fresh one per layer,
+    and counts a layer's variant runs when interrupted."""
+    import signal
+
+    monkeypatch.setattr(compare, "require_cupy", lambda what: None)
+    monkeypatch.setattr(peaks, "ceilings", lambda: peaks.Ceilings("test", 1000.0, 1e4, 4e4))
+    monkeypatch.setattr(hardware, "device_info", lambda: {"name": "test"})
+    seen = []
+
+    def rows(variant, batch, model, policy, shapes, weights, verify, epilogues=None,
+             problems=None):
+        (layer, shape), = shapes.items()
+        seen.append((layer, variant.name, problems))
+        if len(seen) == 7:
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        return [compare.Row(variant.name, variant.precision, batch, layer, layer, shape)]
+
+    monkeypatch.setattr(compare, "variant_rows", rows)
+    plan = compare.suite_plan("alexnet", "wgmma-fp16", "128", None)
+    result = compare.execute(plan, TimingPolicy())
+    by_layer = {}
+    for layer, _, problems in seen:
+        by_layer.setdefault(layer, set()).add(id(problems))
+    assert all(len(ids) == 1 for ids in by_layer.values())
+    assert len({next(iter(ids)) for ids in by_layer.values()}) == len(by_layer)
+    assert seen[0][2] is not None and len(seen) == 7
+    total = sum(1 for _ in compare._steps(plan, 128, plan.shapes_for(128)))
+    assert result.interrupted == f"stopped after 6 of {total} variant runs"
+
+
+def test_the_plot_draws_every_reference_row_as_one():
+    assert all(name.startswith(plot.REFERENCE_PREFIXES) for name in REFERENCE_VARIANTS)

@@ -21,7 +21,7 @@ from convlab import tuning
 from convlab.bench import lab, tune
 from convlab.cli import main
 from convlab.errors import ConvlabError, KernelCompileError
-from convlab.gpu.measure import Timing, TimingPolicy
+from convlab.gpu.timer import Timing, TimingPolicy
 from convlab.kernels import RELU, Support, Variant
 from convlab.kernels.base import Config
 from convlab.kernels.cpu import Cpu

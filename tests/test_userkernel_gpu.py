@@ -8,7 +8,7 @@ when the tool is missing: pip install nvidia-cuda-sanitizer-api-cu12)."""
 import pytest
 
 from convlab.bench import lab
-from convlab.gpu import cubin, measure
+from convlab.gpu import cubin, timer
 from convlab.gpu.isolate import run_isolated
 from convlab.gpu.jit import nvrtc_compile
 from convlab.kernels import VARIANTS, kernel_variants
@@ -22,7 +22,7 @@ from convlab.userkernel.scaffold import scaffold
 
 pytestmark = pytest.mark.gpu
 
-POLICY = measure.TimingPolicy(warmup=3, min_runs=5, max_runs=20, budget_s=0.3)
+POLICY = timer.TimingPolicy(warmup=3, min_runs=5, max_runs=20, budget_s=0.3)
 COURSE = ConvShape(100, 12, 21, 21, 24, 7)
 GENERAL = ConvShape(3, 6, 17, 15, 8, 3, stride=2, pad=1, groups=2, bias=True)
 SMALL = ConvShape(4, 3, 12, 11, 5, 3)

@@ -28,7 +28,7 @@ from typing import Callable
 from .. import tuning
 from ..errors import ConvlabError
 from ..gpu.isolate import run_isolated
-from ..gpu.measure import Timing, TimingPolicy
+from ..gpu.timer import Timing, TimingPolicy
 from ..oracle.verify import Check
 from ..shapes import ConvShape
 from . import lab

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ConvlabError
-from ..gpu import gpu_available, measure, require_cupy
+from ..gpu import gpu_available, hardware, peaks, require_cupy, roofline, timer
 from ..gpu.isolate import (DEFAULT_TIMEOUT_S, gpu_wait, run_isolated, sigterm_interrupts,
                            stop_status)
 from ..kernels import CUDNN_ROWS, REFERENCE_VARIANTS, RELU, TANH_POOL, VARIANTS, get_variant
@@ -25,7 +25,7 @@ from ..kernels.base import Arithmetic, direct_arithmetic
 from ..models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
 from ..net.network import conv_epilogue
 from ..oracle.verify import compare as compare_output, random_problem, reference_output
-from ..shapes import ConvShape, parse_layer
+from ..shapes import FLOAT_BYTES, ConvShape, parse_layer
 from ..userkernel.kernelfile import load_kernel_file
 from . import guard, lab, suites
 from .guard import host
@@ -48,7 +48,7 @@ class Row:
     epilogue: str | None = None
     status: str = PASS
     reason: str = ""
-    timing: measure.Timing | None = None
+    timing: timer.Timing | None = None
     max_rel_error: float | None = None
     accuracy: float | None = None
     predictions_differ: int | None = None
@@ -77,14 +77,14 @@ class Row:
 
     @property
     def gflops(self) -> float | None:
-        return measure.gflops(self.shape, self.median_ms) if self.valid else None
+        return roofline.gflops(self.shape, self.median_ms) if self.valid else None
 
     @property
     def gbps(self) -> float | None:
         if not self.valid:
             return None
-        return measure.gbps(self.shape, self.median_ms, self.epilogue,
-                            measure.element_bytes(self.precision))
+        return roofline.gbps(self.shape, self.median_ms, self.epilogue,
+                            roofline.element_bytes(self.precision))
 
     @property
     def pct_floor(self) -> float | None:
@@ -107,7 +107,7 @@ class Row:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in d.items() if k in known}
         values["shape"] = ConvShape(**d["shape"])
-        values["timing"] = measure.Timing.from_dict(d["timing"]) if d.get("timing") else None
+        values["timing"] = timer.Timing.from_dict(d["timing"]) if d.get("timing") else None
         return cls(**values)
 
 
@@ -167,9 +167,10 @@ def for_other_gpus(spec: str | None) -> dict[str, str]:
 
 def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, str | None],
                   trials: int = RANDOM_TRIALS, problems: dict | None = None) -> tuple[bool, str]:
-    """Run the variant on fresh random problems for every layer; the first failure's reason.
-    With `problems` (a layer's, shared by the variants compared on it), the trial problems and
-    their float64 references are drawn once and kept there for the layer's other variants."""
+    """Run the variant on random problems for every layer, drawn on every run; the first
+    failure's reason. With `problems` (a layer's, shared by the variants compared on it), the
+    trial problems and their float64 references are drawn once and kept there for the layer's
+    other variants, the problems read-only: a variant that writes into them fails."""
     xp = np
     if variant.on_gpu:
         import cupy as xp
@@ -185,6 +186,9 @@ def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, st
                 x, w, b = random_problem(shape, rng, signed=bool(rng.integers(2)))
                 ref = reference_output(x, w, shape, epilogue, b)
                 if drawn is not None:
+                    for array in (x, w, b):
+                        if array is not None:
+                            array.setflags(write=False)
                     drawn.append((x, w, b, ref))
             got = variant.prepare(shape, w, epilogue, b).run_once(x, xp)
             if variant.on_gpu:
@@ -216,7 +220,7 @@ def _epilogues(model: str | None, variant, shapes: dict[str, ConvShape]) -> dict
             if isinstance(layer, Conv) and variant.supports(shapes[layer.name])}
 
 
-def variant_rows(variant, batch: int, model: str | None, policy: measure.TimingPolicy,
+def variant_rows(variant, batch: int, model: str | None, policy: timer.TimingPolicy,
                  shapes: dict[str, ConvShape], weights: Weights | None = None,
                  verify: str = "sample", epilogues: dict[str, str | None] | None = None,
                  problems: dict | None = None) -> list[Row]:
@@ -283,11 +287,14 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
             layers.append(result)
         accuracy, differ, run_ok = None, None, True
     else:
+        # A reference row that applies to some layers only (cuBLAS's GEMM: the 1x1 ones) runs
+        # the network with the others on the fallback, as a variant that refuses them does.
+        partial = bool(skipped) or set(supported) != set(get_model(model).conv_shapes(batch))
         run = lab.run(model, variant, batch, policy, weights=weights,
-                      fallback=FALLBACK if skipped else None, verify=verify)
+                      fallback=FALLBACK if partial else None, verify=verify)
         layers = [layer for layer in run.layers if layer.name in supported]
         accuracy, differ = run.accuracy, run.predictions_differ
-        if skipped:  # the network's predictions are partly another variant's
+        if partial:  # the network's predictions are partly another variant's
             accuracy, differ = None, None
         run_ok = variant.precision != "fp32" or not differ
     for layer in layers:
@@ -324,8 +331,9 @@ def _cudnn_fused_row(name: str, batch, layer_name, shape, policy, verify="sample
 
 
 def best_cudnn(rows: list[Row], row: Row) -> Row | None:
-    """The fastest verified cuDNN row of `row`'s precision class for the same layer, batch and
-    epilogue (both layouts compete): what a speedup divides by."""
+    """The fastest verified reference row of `row`'s precision class for the same layer, batch
+    and epilogue (cuDNN in both layouts, cuBLAS's GEMM where it applies): what a speedup
+    divides by."""
     names = CUDNN_ROWS.get(row.precision, CUDNN_ROWS["fp32"])
     rivals = [r for r in rows if r.variant in names and r.valid
               and (r.batch, r.layer, r.epilogue) == (row.batch, row.layer, row.epilogue)]
@@ -340,7 +348,7 @@ def arithmetic_of(row: Row) -> Arithmetic:
     return variant.arithmetic(row.shape)
 
 
-def finish(rows: list[Row], ceilings: measure.Ceilings | None) -> None:
+def finish(rows: list[Row], ceilings: peaks.Ceilings | None) -> None:
     """Floors, speedups and the best row per layer, from the timed rows (also what a saved
     record is re-derived with when loaded, so old records follow today's rules)."""
     by_key = {r.key: r for r in rows}
@@ -349,7 +357,7 @@ def finish(rows: list[Row], ceilings: measure.Ceilings | None) -> None:
             arithmetic = arithmetic_of(r)
             r.floor_ms, r.floor_bound = ceilings.floor_ms(
                 r.shape, arithmetic.rate, r.epilogue, arithmetic.flops,
-                measure.element_bytes(r.precision))
+                roofline.element_bytes(r.precision))
             r.floor_basis = "copy" if r.floor_bound == "memory" else arithmetic.label
         r.speedup_naive = r.speedup_cudnn = None
         r.cudnn_basis, r.best = "", False
@@ -392,7 +400,7 @@ def layer_bytes(shape: ConvShape) -> int:
     rows' own copies."""
     floats = ((guard.ROTATION + 1) * int(np.prod(shape.input_shape))
               + int(np.prod(shape.output_shape)) + int(np.prod(shape.weight_shape)))
-    return 2 * measure.FLOAT_BYTES * floats
+    return 2 * FLOAT_BYTES * floats
 
 
 def check_layer_memory(shape: ConvShape) -> None:
@@ -479,7 +487,7 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
 
 
 def kernel_file_rows(kernel_file, batch: int, shapes: dict[str, ConvShape], p: Plan,
-                     policy: measure.TimingPolicy) -> list[Row]:
+                     policy: timer.TimingPolicy) -> list[Row]:
     """A kernel file's rows at one batch size, from variant_rows in a child process: a fault,
     a hang, a crash, or a file that changed meanwhile makes every row FAIL with the reason.
     Compiler messages name lines of the user's file."""
@@ -521,7 +529,7 @@ def _steps(p: Plan, batch: int, shapes: dict[str, ConvShape]):
             yield entry, {ln: s for ln, s in shapes.items() if applies(entry, s, p)}, None
     else:
         for ln, s in shapes.items():
-            problems: dict[bool, lab.LayerProblem] = {}
+            problems: dict = {}  # lab.LayerProblem by on_gpu; random_trials' problems
             for entry in p.kernels:
                 if applies(entry, s, p):
                     yield entry, {ln: s}, problems
@@ -529,15 +537,15 @@ def _steps(p: Plan, batch: int, shapes: dict[str, ConvShape]):
         yield kernel_file, shapes, None
 
 
-def execute(p: Plan, policy: measure.TimingPolicy,
+def execute(p: Plan, policy: timer.TimingPolicy,
             progress: Callable[[str, int, int], None] | None = None) -> Comparison:
     """Every planned run; Ctrl-C or SIGTERM ends them early with the rows finished so far kept
     and `interrupted` saying how far they got."""
     require_cupy("convlab compare")
-    ceilings = measure.ceilings()
+    ceilings = peaks.ceilings()
     file_names = [f.variant.name for f in p.kernel_files]
     result = Comparison(p.model, p.batches, p.kernels + file_names, ceilings=ceilings.as_dict(),
-                        device=measure.device_info(), policy=vars(policy).copy(),
+                        device=hardware.device_info(), policy=vars(policy).copy(),
                         kernel_files=[f.record() for f in p.kernel_files],
                         other_gpus=dict(p.other_gpus), suite=p.suite, classes=list(p.classes))
     total = sum(1 for b in p.batches for _ in _steps(p, b, p.shapes_for(b)))
@@ -581,7 +589,7 @@ def execute(p: Plan, policy: measure.TimingPolicy,
 class ClassSummary:
     """One precision class of a suite run: per (layer, batch) cell, the fastest of our
     verified rows of the class (or of a more accurate one standing in: suites.STANDS_IN) over
-    the fastest cuDNN row of the class."""
+    the fastest reference row of the class (cuDNN's, or cuBLAS's GEMM where it applies)."""
 
     precision: str
     ratios: list[tuple[str, int, float, str]] = field(default_factory=list)  # layer, batch, x, choice

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gpu import measure
+from ..gpu import timer
 from ..gpu.isolate import gpu_wait
 from ..models import Conv, get_model, load_weights
 from ..net.network import conv_epilogue
@@ -24,7 +24,7 @@ def time_layer(shape: dict, kernel_file: str | None = None, variant: str | None 
                seed: int | None = None) -> dict:
     """lab.run_layer in the child: the LayerResult as a dict, with the kernel file's hash."""
     chosen, record = job_variant(kernel_file, variant)
-    result = lab.run_layer(ConvShape(**shape), chosen, measure.TimingPolicy(**(policy or {})),
+    result = lab.run_layer(ConvShape(**shape), chosen, timer.TimingPolicy(**(policy or {})),
                            epilogue, seed)
     return {"layer": result.as_dict(), "kernel_file": record}
 
@@ -36,7 +36,7 @@ def run_model(kernel_file: str, model: str, batch: int, policy: dict | None = No
     loaded = load_kernel_file(kernel_file)
     if loaded.variant.on_gpu:
         _launch_alone(loaded.variant, model, batch)
-    result = lab.run(model, loaded.variant, batch, measure.TimingPolicy(**(policy or {})),
+    result = lab.run(model, loaded.variant, batch, timer.TimingPolicy(**(policy or {})),
                      weights=load_weights(model, weights_path), fallback=fallback,
                      compare_torch=compare_torch, graph=graph, verify=verify)
     return {"sha256": loaded.sha256, "run": result.as_dict()}
@@ -71,6 +71,6 @@ def compare_rows(kernel_file: str, batch: int, shapes: dict[str, dict], model: s
     {"sha256", "rows": [Row as a dict]}."""
     loaded = load_kernel_file(kernel_file)
     weights = load_weights(model, weights_path) if weights_path is not None else None
-    rows = compare.variant_rows(loaded.variant, batch, model, measure.TimingPolicy(**(policy or {})),
+    rows = compare.variant_rows(loaded.variant, batch, model, timer.TimingPolicy(**(policy or {})),
                                 {name: ConvShape(**s) for name, s in shapes.items()}, weights, verify)
     return {"sha256": loaded.sha256, "rows": [row.as_dict() for row in rows]}

@@ -9,13 +9,14 @@ the check will not see. Each defence answers one way of skipping:
   has seen. Only that launch's output is verified, so a kernel that computes on its first call
   only, or only for an input pointer it has not seen, or that copies a result cached on an
   earlier call, is caught.
-- The verified sample (verify_output): SAMPLE_IMAGES images drawn at random on every run are
-  checked whole, and every image's first and last output rows are checked too (a random subset
+- The verified sample (verify_output): SAMPLE_IMAGES images drawn at random for every problem
+  (a layer's random inputs, fresh on every run) are checked whole, and every image's first and last output rows are checked too (a random subset
   of channels per image when all of them would cost more than ROW_BUDGET multiply-adds), so a
   kernel that computes only the images or elements a fixed sample would look at is caught;
   verify="full" checks every output. Variants timed on one problem (a comparison's rows of a
-  layer) share one draw (Sample), and with it the float64 references of the sample, kept with
-  the input they were computed from and reused only for an input equal to it.
+  layer, autotune's candidates) share one draw (Sample), and with it the float64 references of
+  the sample, kept with the input they were computed from and reused only for an input equal
+  to it.
 - Work outside the timed stream (StreamWatch, wall_check): after each sample's stop event has
   completed, a device-wide synchronize must return at once (outstanding work means the op
   launched on another stream, past the stop event); and the op's CUDA-event time must account
@@ -198,11 +199,11 @@ def check_images(layer: Layer, x, out, images: Sequence[int], layer_mean: float 
     the same images and input may be kept."""
     x_h = host(x[list(images)])
     got = host(out[list(images)])
-    ref = _reference(sample, ("images", tuple(images), layer.epilogue, layer_mean), (x_h,),
+    ref = _reference(sample, ("images", tuple(images), layer.epilogue), (x_h,),
                      lambda: reference_output(x_h, layer.weights,
                                               layer.shape.with_batch(len(images)),
                                               layer.epilogue, layer.bias))
-    ref.layer_mean = layer_mean
+    ref = replace(ref, layer_mean=layer_mean)
     check = compare(got, ref, layer.precision)
     return relabel(check, lambda i: (images[i[0]], *i[1:])), x_h, got, ref
 
@@ -282,7 +283,7 @@ def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator,
         conv_row, count = _conv_rows(layer.epilogue, out_row)
         lo = max(0, conv_row * shape.stride - shape.pad_h)
         hi = min(shape.H, (conv_row + count - 1) * shape.stride - shape.pad_h + shape.span_h)
-        x_rows = host(x[:, :, lo:hi])
+        x_rows = np.array(host(x[:, :, lo:hi]))  # a copy: the input's buffer is refilled later
         ref = _reference(sample, ("rows", out_row, layer.epilogue, layer_mean), (x_rows, pairs),
                          lambda: edge_row_reference(layer, x_rows, lo, conv_row, count, pairs,
                                                     layer_mean))
@@ -310,8 +311,9 @@ def verify_output(layer: Layer, x, out, mode: str = "sample",
     # The bound's floor is a share of the layer's mean sum|x*w|, estimated once on whole
     # images (the random sample, or the first chunk) and used for every part checked.
     parts, failed, layer_mean = [], None, None
+    kept = sample if mode == "sample" else None  # "full" references are used once each
     for images in chunks:
-        check, x_h, got, ref = check_images(layer, x, out, images, layer_mean, sample)
+        check, x_h, got, ref = check_images(layer, x, out, images, layer_mean, kept)
         layer_mean = ref.mean_magnitude()
         parts.append(check)
         if not check.passed and failed is None:

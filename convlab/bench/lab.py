@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import tuning
 from ..errors import ConvlabError
-from ..gpu import gpu_available, measure, nvtx, require_cupy, unavailable_reason
+from ..gpu import (cache_dir, gpu_available, hardware, nvtx, require_cupy, timer,
+                  unavailable_reason)
 from ..gpu.elements import FLOAT16
 from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated
 from ..kernels import VARIANTS, Variant, get_variant
@@ -132,7 +133,7 @@ def reference_probabilities(weights: Weights, x: np.ndarray) -> np.ndarray:
     """The float64 forward pass of the whole network on the fixed random ImageNet batch x
     (load_input's), cached on disk per weights: image i is the same at every batch size, so a
     longer cached prefix serves every shorter batch."""
-    folder = measure.cache_dir()
+    folder = cache_dir()
     path = folder / f"reference-{weights.spec.name}-{_digest(weights)}-seed{IMAGENET_INPUT_SEED}.npy"
     known = np.zeros((0, 0))
     if path.exists():
@@ -166,9 +167,9 @@ def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None,
                                verify, sample=sample)
 
 
-def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPolicy,
+def time_and_verify(step: ConvStep, variant: Variant, policy: timer.TimingPolicy,
                     verify: str = "sample", sample: guard.Sample | None = None,
-                    ) -> tuple[measure.Timing, Check]:
+                    ) -> tuple[timer.Timing, Check]:
     """Time the step's op, then verify the output of its last timed run, with the defences of
     convlab/bench/guard.py: the timed runs rotate between inputs of different contents; the last
     timed sample is one launch that reads contents no run has seen, into an output poisoned
@@ -187,10 +188,10 @@ def time_and_verify(step: ConvStep, variant: Variant, policy: measure.TimingPoli
 
     if variant.on_gpu:
         watch = guard.StreamWatch()
-        timing = measure.time_device(launch, policy, after_warmup=lambda: poison(step.output),
+        timing = timer.time_device(launch, policy, after_warmup=lambda: poison(step.output),
                                      before_last=before_last, after_sample=watch.after_sample)
     else:
-        timing = measure.time_host(launch, policy, after_warmup=lambda: poison(step.output),
+        timing = timer.time_host(launch, policy, after_warmup=lambda: poison(step.output),
                                    before_last=before_last)
     check = verify_step(step, variant.precision, verify, rotation.last_input, sample)
     if variant.on_gpu:
@@ -268,10 +269,10 @@ def classify(model: str, kernel: str, paths: list[Path],
 
 
 def _time_steps(network: Network, passes: int,
-                budget_s: float = measure.DEFAULT_BUDGET_S) -> dict[str, list[float]]:
+                budget_s: float = timer.DEFAULT_BUDGET_S) -> dict[str, list[float]]:
     """Per-step times inside whole forward passes (after the warm-up pass): CUDA events between
     steps on the GPU, each pass queued behind a spin kernel so the host's dispatch of one step
-    never shows as another's time (as measure.time_device does); the host clock for the cpu
+    never shows as another's time (as timer.time_device does); the host clock for the cpu
     variant, where passes stop early (after MIN_HOST_PASSES) once `budget_s` is spent."""
     samples: dict[str, list[float]] = {s.label: [] for s in network.steps}
     if not network.on_gpu:
@@ -296,7 +297,7 @@ def _time_steps(network: Network, passes: int,
             marks[(step.label, when)] = ev
 
         if spin_ms is not None:
-            measure.hold_device(spin_ms)
+            timer.hold_device(spin_ms)
         issued = time.perf_counter()
         network.forward(on_step=mark)
         issued = (time.perf_counter() - issued) * 1e3
@@ -306,11 +307,11 @@ def _time_steps(network: Network, passes: int,
         return marks, queued, issued
 
     host_ms = one_pass(None)[2]
-    spin_ms = max(measure.SPIN_FLOOR_MS, measure.SPIN_MARGIN * host_ms)
+    spin_ms = max(timer.SPIN_FLOOR_MS, timer.SPIN_MARGIN * host_ms)
     while len(samples[network.steps[0].label]) < passes:
         marks, queued, _ = one_pass(spin_ms)
-        if not queued and spin_ms < measure.MAX_SPIN_MS:  # the GPU caught up: spin longer
-            spin_ms = min(2 * spin_ms, measure.MAX_SPIN_MS)
+        if not queued and spin_ms < timer.MAX_SPIN_MS:  # the GPU caught up: spin longer
+            spin_ms = min(2 * spin_ms, timer.MAX_SPIN_MS)
             continue
         for s in network.steps:
             samples[s.label].append(cupy.cuda.get_elapsed_time(marks[(s.label, "begin")],
@@ -334,7 +335,7 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
     return compare(host(step.result()), ref, "fp32")
 
 
-def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPolicy | None = None,
+def run(model: str, kernel: str | Variant, batch: int, policy: timer.TimingPolicy | None = None,
         on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
         fallback: str | None = None, compare_torch: bool = False,
         graph: bool = True, verify: str = "sample") -> RunResult:
@@ -347,7 +348,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
     variant = _variant_for(kernel)
     fb = _variant_for(fallback) if fallback is not None else None
     check_support(spec, variant, batch, fb)
-    policy = policy or measure.TimingPolicy()
+    policy = policy or timer.TimingPolicy()
 
     emit("loading-data")
     x = load_input(model, batch)
@@ -408,7 +409,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: measure.TimingPol
     if network.fallback_layers:
         result.notes.append(f"layers {', '.join(network.fallback_layers)} ran with "
                             f"'{fb.name}' ('{variant.name}' does not support them)")
-    result.device = measure.device_info() if network.on_gpu else None
+    result.device = hardware.device_info() if network.on_gpu else None
     result.wall_s = time.perf_counter() - start
     emit("done", result)
     return result
@@ -422,17 +423,17 @@ def _load(network: Network, x: np.ndarray) -> None:
 
 
 def _device_end_to_end(network: Network, x: np.ndarray, result: RunResult,
-                       policy: measure.TimingPolicy, graph: bool):
+                       policy: timer.TimingPolicy, graph: bool):
     """Device-resident forward time (eager and, when capturable, graph replay), copy times, and
     the host-to-host pass that yields the predictions."""
     import cupy
 
-    eager = measure.time_device(lambda: network.forward(), _whole_pass_policy(policy))
+    eager = timer.time_device(lambda: network.forward(), _whole_pass_policy(policy))
     result.eager_forward_ms = eager.median_ms
     pipe = Pipeline(network, pinned=True, graph=graph)
     result.graph = pipe.graph is not None
     if pipe.graph is not None:
-        replay = measure.time_device(lambda: pipe.graph.launch(cupy.cuda.get_current_stream()),
+        replay = timer.time_device(lambda: pipe.graph.launch(cupy.cuda.get_current_stream()),
                                      _whole_pass_policy(policy))
         result.forward_ms = replay.median_ms
     else:
@@ -457,14 +458,14 @@ def checked_pass(network: Network, pipe) -> np.ndarray:
     return pipe.run()
 
 
-def _whole_pass_policy(policy: measure.TimingPolicy) -> measure.TimingPolicy:
-    return measure.TimingPolicy(warmup=2, min_runs=max(5, policy.min_runs // 2),
+def _whole_pass_policy(policy: timer.TimingPolicy) -> timer.TimingPolicy:
+    return timer.TimingPolicy(warmup=2, min_runs=max(5, policy.min_runs // 2),
                                 max_runs=policy.max_runs, target_rse=policy.target_rse,
                                 budget_s=policy.budget_s, cold=policy.cold)
 
 
 def _torch_time(weights: Weights, network: Network, result: RunResult,
-                policy: measure.TimingPolicy, reference_top1: np.ndarray) -> None:
+                policy: timer.TimingPolicy, reference_top1: np.ndarray) -> None:
     """PyTorch's candidates for the same pass in the run's precision class (torch_forward), and
     the fastest as the run's PyTorch time."""
     reason = torch_forward.unavailable_reason()
@@ -472,7 +473,7 @@ def _torch_time(weights: Weights, network: Network, result: RunResult,
         result.torch_note = reason
         return
     rows = candidates(weights, network.input, result.precision, reference_top1,
-                      lambda fn: measure.time_device(fn, _whole_pass_policy(policy)).median_ms)
+                      lambda fn: timer.time_device(fn, _whole_pass_policy(policy)).median_ms)
     result.torch_rows = [row.as_dict() for row in rows]
     best = fastest(rows, network.batch)
     if best is None:
@@ -483,7 +484,7 @@ def _torch_time(weights: Weights, network: Network, result: RunResult,
     result.torch_note = f"fastest of {len(rows)}: {best.label}"
 
 
-def run_batches(model: str, kernel: str, batches: list[int], policy: measure.TimingPolicy | None = None,
+def run_batches(model: str, kernel: str, batches: list[int], policy: timer.TimingPolicy | None = None,
                 on_event: Callable[[str, object], None] | None = None, **options) -> list[RunResult]:
     """`run` for each batch size in turn."""
     return [run(model, kernel, b, policy, on_event, **options) for b in batches]
@@ -504,6 +505,9 @@ class LayerProblem:
     @classmethod
     def draw(cls, shape: ConvShape, on_gpu: bool, seed: int | None = None) -> "LayerProblem":
         x, w, b = random_problem(shape, np.random.default_rng(seed))
+        for array in (x, w, b):  # shared by the variants timed on it: none may write into them
+            if array is not None:
+                array.setflags(write=False)
         if on_gpu:
             import cupy
 
@@ -511,7 +515,7 @@ class LayerProblem:
         return cls(shape, x, w, b)
 
 
-def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPolicy | None = None,
+def run_layer(shape: ConvShape, kernel: str | Variant, policy: timer.TimingPolicy | None = None,
               epilogue: str | None = None, seed: int | None = None,
               verify: str = "sample", problem: LayerProblem | None = None) -> LayerResult:
     """Time one conv layer alone, on fresh random inputs (or `problem`'s), and verify the last
@@ -532,7 +536,7 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: measure.TimingPol
     step = ConvStep(label="layer", category="conv", kernel_label=f"{kernel} layer", op=op,
                     shape=shape, weights=w, bias=b, epilogue=epilogue, input=xd,
                     staged=op.stage(xd), output=xp.empty(op.output_shape, dtype=op.output_dtype))
-    timing, check = time_and_verify(step, variant, policy or measure.TimingPolicy(), verify,
+    timing, check = time_and_verify(step, variant, policy or timer.TimingPolicy(), verify,
                                     problem.sample)
     label = "layer" + (f" + {epilogue}" if epilogue else "")
     note = op.note
@@ -557,7 +561,7 @@ RUN_JOB = "convlab.bench.filejobs:run_model"
 
 
 def run_kernel_file(model: str, kernel_file, batches: list[int],
-                    policy: measure.TimingPolicy | None = None,
+                    policy: timer.TimingPolicy | None = None,
                     on_event: Callable[[str, object], None] | None = None,
                     weights_path: str | os.PathLike | None = None, fallback: str | None = None,
                     compare_torch: bool = False, graph: bool = True, verify: str = "sample",
@@ -576,7 +580,7 @@ def run_kernel_file(model: str, kernel_file, batches: list[int],
         check_batch(batch, model)
         check_support(spec, variant, batch, fb)
     args = {"kernel_file": str(kernel_file.path), "model": model,
-            "policy": vars(policy or measure.TimingPolicy()).copy(),
+            "policy": vars(policy or timer.TimingPolicy()).copy(),
             "weights_path": None if weights_path is None else str(weights_path),
             "fallback": fallback, "compare_torch": compare_torch, "graph": graph, "verify": verify}
     results: list[RunResult | FailedRun] = []
@@ -626,7 +630,7 @@ class RunPlan:
     kernel_file: KernelFile | None = None  # run in a child process
     weights_path: str | None = None
     note: str | None = None  # why the kernel is what it is (no GPU: the cpu variant)
-    policy: measure.TimingPolicy = field(default_factory=measure.TimingPolicy)
+    policy: timer.TimingPolicy = field(default_factory=timer.TimingPolicy)
     fallback: str | None = None
     pytorch: bool = False
     graph: bool = True
@@ -664,7 +668,7 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
     if loaded is None and kernel is None:
         kernel, note = default_kernel(model)
     variant = loaded.variant if loaded is not None else get_variant(kernel)
-    policy = measure.TimingPolicy(min_runs=repeat or (10 if variant.on_gpu else 3), cold=cold)
+    policy = timer.TimingPolicy(min_runs=repeat or (10 if variant.on_gpu else 3), cold=cold)
     return RunPlan(model, batch_list, variant, weights, loaded,
                    None if weights_path is None else str(weights_path), note, policy, fallback,
                    pytorch, graph, verify, timeout_s, sanitize)

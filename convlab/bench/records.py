@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from ..gpu import measure
+from ..gpu import roofline, timer
 from ..models import get_model
 from ..oracle.verify import Check
 from ..shapes import ConvShape
@@ -17,7 +17,7 @@ class LayerResult:
     label: str
     shape: ConvShape
     epilogue: str | None
-    timing: measure.Timing
+    timing: timer.Timing
     check: Check
     compile_s: float
     variant: str = ""
@@ -33,11 +33,11 @@ class LayerResult:
 
     @property
     def gflops(self) -> float:
-        return measure.gflops(self.shape, self.timing.median_ms)
+        return roofline.gflops(self.shape, self.timing.median_ms)
 
     @property
     def gbps(self) -> float:
-        return measure.gbps(self.shape, self.timing.median_ms, self.epilogue,
+        return roofline.gbps(self.shape, self.timing.median_ms, self.epilogue,
                             self.element_bytes)
 
     def as_dict(self) -> dict:
@@ -50,7 +50,7 @@ class LayerResult:
     @classmethod
     def from_dict(cls, d: dict) -> "LayerResult":
         return cls(name=d["name"], label=d["label"], shape=ConvShape(**d["shape"]),
-                   epilogue=d["epilogue"], timing=measure.Timing.from_dict(d["timing"]),
+                   epilogue=d["epilogue"], timing=timer.Timing.from_dict(d["timing"]),
                    check=Check(**d["check"]), compile_s=d["compile_s"],
                    variant=d.get("variant", ""), note=d.get("note", ""),
                    element_bytes=d.get("element_bytes", 4), choice=d.get("choice", ""))

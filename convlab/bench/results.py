@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import DataError
-from ..gpu import measure
+from ..gpu import peaks, timer
 from .compare import Comparison, Row, class_summaries, finish
 
 SCHEMA_VERSION = 1
@@ -63,7 +63,7 @@ def from_record(record: dict) -> Comparison:
                             other_gpus=record.get("other_gpus", {}),
                             interrupted=record.get("interrupted", ""),
                             suite=record.get("suite"), classes=record.get("classes", []))
-    ceilings = measure.Ceilings(**comparison.ceilings) if comparison.ceilings else None
+    ceilings = peaks.Ceilings(**comparison.ceilings) if comparison.ceilings else None
     finish(comparison.rows, ceilings)
     return comparison
 
@@ -171,7 +171,7 @@ def diff(new: Comparison, old: Comparison, floor: float = 0.02, sigmas: float = 
     `sigmas` combined standard errors of the two medians, and never below `floor` (2%). A
     baseline row is "missing" only where this run asked for its variant and batch: a run of
     a few variants at one batch is checked against those rows of a full record. Rows timed
-    by different methods (measure.TIMING_METHODS) are "not comparable"."""
+    by different methods (timer.TIMING_METHODS) are "not comparable"."""
     old_rows = {r.key: r for r in old.rows}
     deltas = []
     for row in new.rows:

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ConvlabError, DataError
-from ..gpu import gpu_available, measure, unavailable_reason
+from ..gpu import gpu_available, hardware, timer, unavailable_reason
 from ..models import FASHION_MNIST, get_model, load_weights
 from ..net import data, torch_stream
 from ..net.imagenet import imagenet_transform, load_bytes
@@ -225,8 +225,8 @@ def stream(model: str, kernel: str | None, batches: list[int], images: int,
                 emit("pytorch", batch)
                 record.torch_rows.append(torch_stream.stream(
                     weights, transform, pool, batch, images, variant.precision,
-                    predictions[:batch], workers, lambda fn: measure.time_device(fn).median_ms))
-    record.device = measure.device_info()
+                    predictions[:batch], workers, lambda fn: timer.time_device(fn).median_ms))
+    record.device = hardware.device_info()
     return record
 
 

@@ -28,7 +28,8 @@ from .. import tuning
 from ..errors import ConvlabError, KernelCompileError
 from ..gpu import unavailable_reason
 from ..gpu.isolate import run_isolated, sigterm_interrupts, stop_status
-from ..gpu.measure import Timing, TimingPolicy, gflops
+from ..gpu.roofline import gflops
+from ..gpu.timer import Timing, TimingPolicy
 from ..kernels import VARIANTS, get_variant
 from ..kernels.igemm.tiling import Tiling
 from ..oracle.verify import Check

@@ -1,8 +1,11 @@
-"""Finding CuPy and a usable GPU, with messages that say what to do when either is missing."""
+"""Finding CuPy and a usable GPU, with messages that say what to do when either is missing; and
+where convlab keeps what it measured or built for this machine (cache_dir)."""
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from pathlib import Path
 
 from ..errors import GPUUnavailable
 
@@ -55,3 +58,9 @@ def _capability(device_id: int) -> tuple[int, int]:
 
     props = cupy.cuda.runtime.getDeviceProperties(device_id)
     return props["major"], props["minor"]
+
+
+def cache_dir() -> Path:
+    """Device ceilings, tunings, compiled cubins and float64 references: CONVLAB_CACHE_DIR,
+    default ~/.cache/convlab."""
+    return Path(os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab"))

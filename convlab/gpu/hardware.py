@@ -1,5 +1,6 @@
 """The GPU figures that size work (SM count, shared memory, registers): one record per
-architecture, and the current device's own figures when there is one.
+architecture, and the current device's own figures when there is one; and the facts a record
+keeps of the device it ran on (device_info).
 
 `H100` is the machine convlab builds for and the one its static choices (the pipelined cost
 model, tilings measured for the course's layers) were made on: code that plans without a GPU
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from . import gpu_available
+from . import gpu_available, require_cupy
 from .cubin import ARCH_LIMITS, ArchLimits
 
 
@@ -49,3 +50,27 @@ def current() -> Hardware:
     import cupy
 
     return _device(cupy.cuda.Device().id)
+
+
+def device_info() -> dict:
+    """Name, compute capability, memory and software versions of the current GPU."""
+    import cupy
+
+    require_cupy("this command")
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    def version(v):
+        return f"{v // 1000}.{v % 1000 // 10}"
+    return {
+        "name": name,
+        "compute_capability": f"{props['major']}.{props['minor']}",
+        "multiprocessors": props["multiProcessorCount"],
+        "memory_gib": round(props["totalGlobalMem"] / 2**30, 1),
+        "l2_mib": round(props["l2CacheSize"] / 2**20, 1),
+        "pci_bus_id": dev.pci_bus_id,
+        "driver": version(cupy.cuda.runtime.driverGetVersion()),
+        "cuda_runtime": version(cupy.cuda.runtime.runtimeGetVersion()),
+        "cupy": cupy.__version__,
+    }

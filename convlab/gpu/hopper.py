@@ -1,7 +1,7 @@
 """Hopper's warpgroup MMA (`wgmma`, sm_90a) as CUDA C helpers: shared-memory descriptors for the
 128-byte swizzle, the fences and group waits, and `wgmma_tile` for each N and element type. The
 wgmma conv mainloop (kernels/igemm/wgmma.py) and the ceiling that measures the instruction's
-rate (measure.py) both include them. The tile helpers take the accumulators as an
+rate (peaks.py) both include them. The tile helpers take the accumulators as an
 [MF][NF][4] array (MF = 1, NF = N/8): what a warp of the group holds, laid out as a 16xN
 mma.sync warp tile; scale_d 0 starts a fresh sum (D = A*B) instead of accumulating.
 

@@ -11,7 +11,7 @@ The protocol (generic over any importable function taking and returning JSON-abl
   {"function": "package.module:function", "args": {...}}, and passes it a pipe whose file
   descriptor number is in the environment variable CONVLAB_ISOLATE_FD.
 - The child calls function(**args) and writes JSON lines to that pipe: {"wait": "begin"} and
-  {"wait": "end"} around every wait on the device (`gpu_wait()`; measure.time_device and the
+  {"wait": "end"} around every wait on the device (`gpu_wait()`; timer.time_device and the
   guard use it), then {"result": value} or {"error": {"type": ..., "message": ...}}.
 - The parent kills the process group when one device wait lasts longer than `timeout_s` (a
   hang: a kernel that never finishes) or the whole job longer than `limit_s`. Compilation and

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import ConvlabError, KernelCompileError
-from . import require_cupy
+from . import cache_dir, require_cupy
 
 CHECK_ARCH = "sm_90"
 BASE_OPTIONS = ("-std=c++17",)
@@ -74,8 +74,7 @@ def load_module(variant: str, source: str, options: tuple[str, ...],
 
 
 def cubin_cache_dir() -> Path:
-    directory = os.environ.get("CONVLAB_CACHE_DIR", Path.home() / ".cache" / "convlab")
-    return Path(directory) / "cubin"
+    return cache_dir() / "cubin"
 
 
 def private_temp_dir() -> Path | None:

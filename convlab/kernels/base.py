@@ -28,7 +28,7 @@ RELU = "relu"  # conv (+ bias), then ReLU: every AlexNet conv layer
 @dataclass(frozen=True)
 class Arithmetic:
     """The arithmetic a variant issues for one shape, which its roofline floor is made of:
-    `flops` at the ceiling of `rate` (a key of measure.Ceilings.rate), named `label`."""
+    `flops` at the ceiling of `rate` (a key of peaks.Ceilings.rate), named `label`."""
     rate: str
     flops: float
     label: str

@@ -19,7 +19,9 @@ Conv + bias + ReLU: PyTorch exposes cuDNN's fused convolution-bias-activation as
 are timed once when the op is prepared, and the faster is kept; the row's note says which.
 """
 
-from ..gpu import measure
+import contextlib
+
+from ..gpu import timer
 from ..shapes import FEATURES, NCHW, NHWC
 from .base import RELU, TANH_POOL, Op, Support, Variant, check_inputs, device_weights
 
@@ -72,7 +74,6 @@ class Cudnn(Variant):
         def launch(x, y):
             import cupy
 
-            self._allow(torch)
             if cache.get("x") is not x:  # DLPack views are made once per input array
                 cache["x"], cache["xt"] = x, torch.from_dlpack(x)
             # PyTorch launches on its own current stream; the network's pipeline runs on a
@@ -81,7 +82,7 @@ class Cudnn(Variant):
             if ptr not in streams:
                 streams[ptr] = (torch.cuda.ExternalStream(ptr) if ptr
                                 else torch.cuda.default_stream())
-            with torch.cuda.stream(streams[ptr]):
+            with torch.cuda.stream(streams[ptr]), self._switched(torch):
                 out = chosen["fn"](cache["xt"])
                 cache["out"] = out
                 return cupy.from_dlpack(out)
@@ -92,15 +93,21 @@ class Cudnn(Variant):
             op.note = self._faster_relu(op, shape, chosen, plain, fused)
         return op
 
-    def _allow(self, torch) -> None:
-        """PyTorch's switches for this row's maths, set before every launch (another row of
-        the same process may have flipped them)."""
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = self.allow_tf32
+    @contextlib.contextmanager
+    def _switched(self, torch):
+        """PyTorch's switches for this row's maths while it launches, put back after: another
+        row, or a PyTorch baseline in the same process, keeps its own."""
+        flags = torch.backends.cudnn
+        saved = flags.benchmark, flags.allow_tf32
+        flags.benchmark, flags.allow_tf32 = True, self.allow_tf32
+        try:
+            yield
+        finally:
+            flags.benchmark, flags.allow_tf32 = saved
 
     def _calls(self, torch, shape, w, b, epilogue):
-        """(the layer as PyTorch users write it, cuDNN's fused conv-bias-ReLU): functions of
-        the staged input tensor."""
+        """(the layer as PyTorch users write it, the fused conv-bias-ReLU or None where there is
+        none): functions of the staged input tensor."""
         F = torch.nn.functional
         w = w.contiguous(memory_format=self._tensor_layout(torch))
         stride, groups, dilation = shape.stride, shape.groups, shape.dilation
@@ -148,12 +155,14 @@ class Cudnn(Variant):
         import cupy
 
         x = op.stage(cupy.random.standard_normal(shape.input_shape, dtype=cupy.float32))
-        policy = measure.TimingPolicy(warmup=2, min_runs=5, max_runs=30, budget_s=0.3)
+        policy = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=30, budget_s=0.3)
         chosen["fn"] = plain
-        plain_ms = measure.time_device(lambda: op(x, None), policy).median_ms
+        if fused is None:
+            return self.plain_note
+        plain_ms = timer.time_device(lambda: op(x, None), policy).median_ms
         chosen["fn"] = fused
         try:
-            fused_ms = measure.time_device(lambda: op(x, None), policy).median_ms
+            fused_ms = timer.time_device(lambda: op(x, None), policy).median_ms
         except Exception:  # noqa: BLE001 - no fused kernel for this layer here, or in this PyTorch
             fused_ms = None
         if fused_ms is not None and fused_ms < plain_ms:
@@ -244,11 +253,19 @@ class CublasGemm(Cudnn):
                                   "stride 1, no padding and one group only")
         return super().supports(shape)
 
-    def _allow(self, torch) -> None:
+    @contextlib.contextmanager
+    def _switched(self, torch):
         matmul = torch.backends.cuda.matmul
-        matmul.allow_tf32 = self.allow_tf32
-        matmul.allow_fp16_reduced_precision_reduction = False
-        matmul.allow_bf16_reduced_precision_reduction = False
+        names = ("allow_tf32", "allow_fp16_reduced_precision_reduction",
+                 "allow_bf16_reduced_precision_reduction")
+        saved = [getattr(matmul, name) for name in names]
+        for name, value in zip(names, (self.allow_tf32, False, False)):
+            setattr(matmul, name, value)
+        try:
+            yield
+        finally:
+            for name, value in zip(names, saved):
+                setattr(matmul, name, value)
 
     def _calls(self, torch, shape, w, b, epilogue):
         C, M = shape.C, shape.M
@@ -270,11 +287,9 @@ class CublasGemm(Cudnn):
             return image(out, xt)
 
         def fused(xt):
-            if b is None:
-                return image(torch.relu_(gemm(xt)), xt)
             return image(torch._addmm_activation(b, rows(xt), wt), xt)
 
-        return plain, fused
+        return plain, (fused if b is not None else None)
 
 
 class CublasGemmTF32(CublasGemm):

@@ -8,7 +8,7 @@ its default mode), and torch.compile's max-autotune mode (Triton conv and GEMM t
 against cuDNN's, CUDA graphs) in channels-last, the layout its user picks for speed; it compiles
 for minutes (more than five for AlexNet in fp32 on an H100), so it is not timed in NCHW. Each is
 warmed up (cuDNN's algorithm search, compilation) before it is timed
-with measure.time_device, and its top-1 predictions are checked against the reference's. The
+with timer.time_device, and its top-1 predictions are checked against the reference's. The
 input's conversion to the candidate's dtype and layout is staging, outside the time. PyTorch is
 optional; without it (or without CUDA) this reports why. A candidate that fails (torch.compile
 without a working compiler toolchain, say) is reported with its error, not raised.

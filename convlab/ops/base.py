@@ -9,7 +9,6 @@ CuPy nor a GPU, so CPU-only CI compiles every kernel configuration a plan can ch
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,18 +16,13 @@ import numpy as np
 
 from ..gpu.elements import FLOAT32
 from ..gpu.jit import build_options, load_module
-from ..oracle.verify import LAMBDA
+from ..oracle.verify import ALLOWED_ULPS
 from ..shapes import LAYOUTS, NCHW
 
 # Activations an op can apply to its result, as the ACT compile-time constant.
 ACTIVATIONS = {None: 0, "relu": 1, "tanh": 2}
 ACTIVATION_LABELS = {"relu": "ReLU", "tanh": "tanh"}
 
-# CUDA's documented maximum errors (CUDA C++ Programming Guide, Mathematical Functions,
-# single precision, default flags: no fast math) are 2 ulps for expf, tanhf, exp2f and rsqrtf
-# and 1 for log2f. Those figures come from extensive but not exhaustive tests, so the bounds
-# allow twice as many. One ulp of a normal float v is at most 2^-23 |v| = 2u|v|.
-ALLOWED_ULPS = {"expf": 4, "tanhf": 4, "exp2f": 4, "rsqrtf": 4, "log2f": 2}
 # |tanh| < 1 (tanhf returns at most 1.0), where an ulp is at most 2^-24: the allowed tanhf error
 # as an absolute term.
 TANH_ABSOLUTE = ALLOWED_ULPS["tanhf"] * 2.0 ** -24
@@ -165,10 +159,3 @@ def activation_absolute(activation: str | None) -> float:
     """What an activation adds to an element's bound. ReLU is exact and tanh 1-Lipschitz, so an
     error in the activation's argument passes through no larger; tanhf adds its own error."""
     return TANH_ABSOLUTE if activation == "tanh" else 0.0
-
-
-def magnitude_for_units(extra_units: np.ndarray | float, n: int) -> np.ndarray | float:
-    """Reference.bound is LAMBDA*sqrt(n)*u*magnitude. To add `extra_units`*u*|y| (a handful of
-    roundings counted at their worst case) to the bound of a sum's n-term law, the magnitude
-    grows by extra_units / (LAMBDA*sqrt(n)) times |y|."""
-    return extra_units / (LAMBDA * math.sqrt(n))

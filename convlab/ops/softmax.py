@@ -37,9 +37,8 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ y, int rows)
 import numpy as np  # noqa: E402
 
 from ..oracle.reference import softmax  # noqa: E402
-from ..oracle.verify import Reference  # noqa: E402
-from .base import (ALLOWED_ULPS, KernelSpec, LayerOp, ceil_div, compile_specs,  # noqa: E402
-                   magnitude_for_units, spec)
+from ..oracle.verify import ALLOWED_ULPS, Reference, magnitude_for_units  # noqa: E402
+from .base import KernelSpec, LayerOp, ceil_div, compile_specs, spec  # noqa: E402
 
 WARPS = 8
 

@@ -48,6 +48,11 @@ from .reference import conv2d_with_magnitude, conv_shape_args, max_pool, relu
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 LAMBDA = 8.0
+# CUDA's documented maximum errors (CUDA C++ Programming Guide, Mathematical Functions,
+# single precision, default flags: no fast math) are 2 ulps for expf, tanhf, exp2f and rsqrtf
+# and 1 for log2f. Those figures come from extensive but not exhaustive tests, so the bounds
+# allow twice as many. One ulp of a normal float v is at most 2^-23 |v| = 2u|v|.
+ALLOWED_ULPS = {"expf": 4, "tanhf": 4, "exp2f": 4, "rsqrtf": 4, "log2f": 2}
 # Every element may also err by this share of the layer's mean sum|x*w|: algorithms that
 # transform the input (FFT and Winograd, which cuDNN picks on the course's layers, and our
 # winograd rung) spread rounding across neighbouring outputs, so an output whose own terms are
@@ -192,3 +197,10 @@ def random_problem(shape, rng: np.random.Generator, signed: bool = False):
     w = (rng.standard_normal(shape.weight_shape) / np.sqrt(fan_in)).astype(np.float32)
     b = (0.1 * rng.standard_normal(shape.M)).astype(np.float32) if shape.bias else None
     return x, w, b
+
+
+def magnitude_for_units(extra_units: np.ndarray | float, n: int) -> np.ndarray | float:
+    """Reference.bound is LAMBDA*sqrt(n)*u*magnitude. To add `extra_units`*u*|y| (a handful of
+    roundings counted at their worst case) to the bound of a sum's n-term law, the magnitude
+    grows by extra_units / (LAMBDA*sqrt(n)) times |y|."""
+    return extra_units / (LAMBDA * math.sqrt(n))

@@ -41,7 +41,7 @@ from .. import __version__
 from ..bench import lab, results
 from ..bench.results import git_commit, read_json
 from ..errors import ConvlabError, DataError, GPUUnavailable
-from ..gpu import gpu_available, measure, nvtx, unavailable_reason
+from ..gpu import gpu_available, hardware, nvtx, unavailable_reason
 from ..kernels import VARIANTS, get_variant
 from ..models import get_model
 from ..net.pipeline import Pipeline
@@ -887,7 +887,7 @@ def run_profile(model: str, kernel: str, batches: str, passes: int = DEFAULT_PAS
         if on_batch:
             on_batch(batch)
         runs.append(profile_batch(cupti, cupy, model, kernel, batch, passes))
-    profile = Profile(model, kernel, threshold, runs, measure.device_info(),
+    profile = Profile(model, kernel, threshold, runs, hardware.device_info(),
                       versions(cupy, driver_version(cupy)), command,
                       time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_commit())
     return profile.as_dict()

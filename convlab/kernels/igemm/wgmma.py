@@ -391,7 +391,7 @@ HALO_OVERHEAD = 80
 HALO_LOADER_REGISTERS = 56
 # The "tma" gather's loaders: the persistent loop's counters and coordinates, no row origins.
 TMA_LOADER_REGISTERS = 40
-# Warpgroups an SM needs resident to issue at the wgmma peak: three, as gpu/measure.py measures
+# Warpgroups an SM needs resident to issue at the wgmma peak: three, as gpu/peaks.py measures
 # the peak. The sweeps in results/h100/wgmma-20261125 say that one warpgroup issues well below
 # it (the model without this term ordered 60% of their pairs as measured, its picks 1.37x the
 # best; with it 84% and 1.14x); they cannot tell 3 from 4 (1, 2 or 4 are ever resident).
