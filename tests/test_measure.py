@@ -85,7 +85,7 @@ def test_floor_picks_the_binding_ceiling():
 def test_a_half_precision_floor_counts_16_bit_bytes():
     """fp16 rows read and write 16-bit tensors: their memory floor (and GB/s) counted 4-byte
     elements, so the ResNet 3x3 layer's fp16 rows showed 74-76% of a "copy" floor twice the
-    real one (session 16)."""
+    real one (2026-11-25)."""
     resnet = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
     c = peaks.Ceilings("test", 3000.0, 50000.0, 300000.0, fp16_gflops=650000.0,
                          wgmma_tf32_gflops=600000.0, wgmma_fp16_gflops=980000.0)
@@ -99,7 +99,7 @@ def test_a_half_precision_floor_counts_16_bit_bytes():
 
 def test_a_half_precision_layer_of_a_run_counts_16_bit_bytes():
     """`convlab run`'s per-layer GB/s counted 4-byte elements for fp16 and bf16 layers as
-    compare's rows did before session 16 (left then, fixed in session 17); a record saved
+    compare's rows did before 2026-11-25 (left then, fixed on 2026-11-26); a record saved
     before the layer kept its element size reads as 4 bytes."""
     from convlab.bench.records import LayerResult
     from convlab.oracle.verify import Check

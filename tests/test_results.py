@@ -55,7 +55,7 @@ def test_speedups_floor_and_best():
 def test_a_16_bit_row_computing_in_fp32_counts_16_bit_bytes():
     """depthwise-fp16 issues FP32 FMAs on 16-bit tensors: its copy floor is that of 2-byte
     elements (the class's, as its GB/s), not of the FP32 rate's 4-byte ones, which doubled
-    it (session 18: 133-195% of the floor on an H100)."""
+    it (2026-11-26: 133-195% of the floor on an H100)."""
     depthwise = ConvShape(64, 128, 56, 56, 128, 3, pad=1, groups=128)
     rows = [compare.Row(variant=name, precision="fp16", batch=64, layer="layer", label="layer",
                         shape=depthwise, epilogue=None, status="PASS", reason="",
@@ -317,7 +317,7 @@ def test_rows_timed_by_another_method_are_not_compared():
 def test_committed_records_fit_80_columns_with_the_cudnn_basis_named():
     """The x cuDNN cell names its basis's layout ("0.51 nhwc"); the key columns must still fit
     80 columns whole, with the longest variant names and batch 10,000. rel err is the first
-    column to go where they do not leave it room: the ResNet record of session 16, with
+    column to go where they do not leave it room: the ResNet record of 2026-11-25, with
     channels-last-3xtf32 beside the ms and x cuDNN cells, printed it cut to "3.8e"."""
     from rich.console import Console
 

@@ -211,7 +211,7 @@ def test_no_wgmma_waits_for_the_one_before(variant):
     """ptxas serializes every wgmma of a kernel where other instructions read accumulators
     while a group may be in flight (C7514), or where a wgmma or its wait sits in a branch
     (C7517: a wait injected, C7518: serialized; a 3xTF32 partial sum closed under a condition
-    did both, session 20); the pipelines read them only after wait_group 0, outside branches.
+    did both, 2026-11-26); the pipelines read them only after wait_group 0, outside branches.
     The default tiling of a 3x3 layer, the table-gathered stem and an FC layer, and a
     persistent tiling on a layer of an odd number of K-tiles."""
     odd = ConvShape(8, 32, 20, 20, 64, 3, pad=1)

@@ -44,8 +44,8 @@ MIN_HOST_PASSES = 1  # on the CPU a pass can take seconds: passes go on while th
 DEFAULT_BATCH = {FASHION_MNIST: MAX_BATCH, IMAGENET: 128}
 # For models with general layers: the first of these that computes every conv layer on this GPU
 # is the default GPU kernel, the fastest general fp32 variant first (AlexNet's forward at batch
-# 128 on an H100: wgmma-3xtf32 2.864 ms (Hopper only; session 15), channels-last-3xtf32 3.453,
-# pipelined-3xtf32 3.840 (session 13).
+# 128 on an H100: wgmma-3xtf32 2.864 ms (Hopper only; 2026-11-25), channels-last-3xtf32 3.453,
+# pipelined-3xtf32 3.840 (2026-11-25).
 GENERAL_DEFAULTS = ("wgmma-3xtf32", "channels-last-3xtf32", "pipelined-3xtf32", "implicit-gemm",
                     "naive")
 

@@ -8,7 +8,7 @@ SOURCE = (r"""
 // depthwise: changes from wgmma -- a depthwise layer is no GEMM worth the tensor cores: each
 // output channel reads one input channel, so its reduction is the K*K taps alone. The implicit
 // GEMM pads that one channel to a 128-byte chunk and fills one row of a 64-row filter tile per
-// group: 2.6-3.6 ms on a layer whose bytes take 0.05 (session 17, H200). Here a block owns a
+// group: 2.6-3.6 ms on a layer whose bytes take 0.05 (H200, 2026-11-26). Here a block owns a
 // tile of ROWS x COLS output pixels by LANES*VEC channels. It copies the input patch under it
 // (((ROWS-1)*STRIDE+K) x ((COLS-1)*STRIDE+K) pixels of those channels, contiguous in NHWC)
 // into shared memory with cp.async: every copy in flight at once, 16 bytes each where the
@@ -18,7 +18,7 @@ SOURCE = (r"""
 // output row whose window holds it. DRAM sees the input about once (the halos are read again
 // from L2) and the output once: the layer is bound by memory, as cuDNN's is. A first version
 // without the patch, each thread loading its own window through L1, reached 88% of the copy
-// rate in fp32 but 60% in fp16 on an H100 (session 18): its loads in flight were limited by
+// rate in fp32 but 60% in fp16 on an H100 (2026-11-26): its loads in flight were limited by
 // its registers, and halving the bytes per load halved the bytes in flight.
 //
 // Compile-time: C (= M, the channels and groups), CP (the staged input's channels per pixel,
@@ -186,7 +186,7 @@ MAX_FILTER_REGISTERS = 128
 MAX_ACCUMULATORS = 64
 MAX_THREADS = 1024
 MAX_SMEM = 200 * 1024
-# The heuristic's patch: four blocks an SM. On an H100 (session 18) the strided 3x3 layer's
+# The heuristic's patch: four blocks an SM. On an H100 (2026-11-26) the strided 3x3 layer's
 # fp16 sweep was fastest at a 36 KB patch (8 rows), 8% ahead of the 72 KB one (16 rows).
 PATCH_BUDGET = 48 * 1024
 MAX_GRID_YZ = 65535
@@ -263,8 +263,8 @@ def heuristic_tile(shape: ConvShape, maths: str) -> BlockTile:
     """Two channels a thread where the channels and FILTER_REGISTERS allow (3x3), else one; as
     many columns as make 256 threads a block (or the layer's); 16 rows (or the layer's),
     halved down to 4 while the patch passes PATCH_BUDGET (strided layers), then the columns.
-    The tile sweeps of session
-    18 on an H100 (3x3, 5x5 and 7x7 depthwise layers, fp32 and fp16) had their fastest tiles
+    The tile sweeps of 2026-11-26
+    on an H100 (3x3, 5x5 and 7x7 depthwise layers, fp32 and fp16) had their fastest tiles
     there, or within 2% of it: wider vectors hold more filters, fewer blocks fit an SM, and
     the 16-byte copies do not need them."""
     vec = 2

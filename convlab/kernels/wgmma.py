@@ -28,14 +28,14 @@ SOURCE = (r"""
 // FP32 adds, as channels-last-3xtf32 does.
 //
 // CROSS_BF16 (wgmma-split-bf16): 3xTF32's three TF32 products a step take 3x the tensor cores'
-// time of TF32 (session 23, no copies at all: 487 TFLOP/s of TF32 products issued, 162 of
+// time of TF32 (H100, 2026-11-26, no copies at all: 487 TFLOP/s of TF32 products issued, 162 of
 // FP32 ones). The two cross products only correct the big one by ~2^-10 of it, so BF16
 // (twice TF32's rate, FP32's exponent range) computes them within the fp32 bound on
 // reductions of MIN_REDUCTION terms or more: A's second
 // tile holds [big | small] in BF16 and B's [small | big], 64 elements a 128-byte row, one
 // BF16 product over that doubled K giving big x small + small x big. Same shared memory and
 // copies; 2/3 of the tensor time. H100, same tilings: conv2 0.589 -> 0.493 ms, conv3 0.360 ->
-// 0.297, conv5 0.204 -> 0.170 (session 23).
+// 0.297, conv5 0.204 -> 0.170 (2026-11-26).
 //
 // PERSISTENT (the tiling's schedule): in the grid schedule every thread both copies and
 // multiplies, so each block waits for its first K-tiles' loads before any MMA and the tensor
@@ -50,20 +50,20 @@ SOURCE = (r"""
 // GATHER_TMA (the tiling's gather "tma", persistent schedule): the loader warpgroup's threads
 // each issued a cp.async per B row and vector (16 a K-tile on conv3's 128x256 fp16 tile),
 // waited for them, fenced them for the async proxy and arrived on the stage's barrier; run
-// back to back under the 700 W cap, those copies cost clock (session 21: without B's gather
+// back to back under the 700 W cap, those copies cost clock (2026-11-26: without B's gather
 // VGG ran the same cycles 12% faster). Here one thread brings B by the copy engine's im2col
 // mode (cp.async.bulk.tensor with a tensor map of the NHWC input, passed by value): a box of
 // BN output pixels x BK channels at one tap, zeros outside the image, written in the 128-byte
 // swizzle the wgmmas read; its bytes and A's complete the stage's barrier, so no loader waits
 // to publish and every free stage is in flight. H100, tuner's timing: conv3 fp16 0.0592 ->
-// 0.0532 ms, tf32 0.1052 -> 0.0977 on the same tiling (session 22).
+// 0.0532 ms, tf32 0.1052 -> 0.0977 on the same tiling (2026-11-26).
 //
 // HALO (the tiling's schedule "halo", stride 1): the persistent schedule still gathers each
 // input pixel once per tap, K*K times a tile (ncu, ResNet 3x3 layer: L2 at 66%, the loaders
 // waiting on their copies, the tensor pipe 39% active). Here a tile is HALO_ROWS whole output
 // rows; the loaders copy their input patch once per channel chunk and every tap's wgmmas read
 // it at a shift, the filters ride a ring of A buffers (resident where it holds them all). On
-// an H100 the ResNet layer's TF32 ran 1.2x faster than persistent, fp16 no faster (session 16).
+// an H100 the ResNet layer's TF32 ran 1.2x faster than persistent, fp16 no faster (2026-11-25).
 //
 // Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under

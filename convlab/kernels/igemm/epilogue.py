@@ -83,11 +83,11 @@ STORE_NHWC = r"""
 # n-block, two columns: their bias is read once a tile and each column's address is reckoned
 # once for both channels. Both schedules had a copy of this loop reading the bias and forming
 # a 64-bit address per element, about 13 instructions an output (SASS of the VGG 3x3 tiles);
-# this one takes half that, and on an H100 it timed the same (session 19).
+# this one takes half that, and on an H100 it timed the same (2026-11-26).
 # What the stores cost is their count: an fp16 tile of 128x256 written an element at a time is
 # 128 2-byte stores a thread. With the stores switched off the persistent kernels took 1.15-1.17x
 # (AlexNet conv3) and 1.35-1.38x (VGG 3x3) fewer cycles; with the same bytes in 16-byte stores,
-# 16 a thread, 1.08x and 1.21x (H100, session 21; aiming them at a slice that stays in L2
+# 16 a thread, 1.08x and 1.21x (H100, 2026-11-26; aiming them at a slice that stays in L2
 # changed nothing, so it is not the traffic). Turning the fragments around in registers
 # (movmatrix and a 4x4 shuffle within each quad) cost more than it saved. So under VECTOR_STORE
 # (fp16 output of the persistent schedule, each group's channels on 16 bytes, y itself on 16
@@ -98,7 +98,7 @@ STORE_NHWC = r"""
 # the clock at 1,485-1,790 MHz, this took conv3 and conv4 1.02-1.04x and the VGG layer 1.11x
 # less time; in the tuner's and compare's timing (short bursts after a spin kernel, 1.15-1.29x
 # faster than back to back; the clock was not sampled there) the same tilings timed the same
-# as before, within 1% (session 21, calls 11 and 14).
+# as before, within 1% (H100, 2026-11-26).
 STORE_REGISTERS_NHWC = r"""
         {
             const int m0 = mtile * BM + 16 * warp + g8;

@@ -13,9 +13,9 @@ of patch pixels. The K - 1 columns past each row's last output are computed and 
 channels a row with 16-byte chunk c at c ^ (row % 8), the patch starting on 1 KB; a tap's
 descriptor starts at its first pixel, mid-atom. The H100 applies the 128-byte swizzle to the
 shared address itself, so that start reads right with the descriptor's base offset left at 0
-(set to (address >> 7) & 7, the outputs were wrong: session 16), and 128-byte-swizzled B ran
-the ResNet layer 1.2x faster than B stored unswizzled as 8-row x 16-byte core matrices (which
-any 16-byte shift could start), in fp16 and tf32 alike.
+(set to (address >> 7) & 7, the outputs were wrong: H100, 2026-11-25), and 128-byte-swizzled
+B ran the ResNet layer 1.2x faster than B stored unswizzled as 8-row x 16-byte core matrices
+(which any 16-byte shift could start), in fp16 and tf32 alike.
 
 A (the filters, host-packed and swizzled as in the other schedules) comes by the copy engine
 into a ring of `stages` K-tile buffers; where the ring holds every K-tile of the layer, a block
@@ -29,7 +29,7 @@ from .tiling import INT32_MAX, Tiling, element_bytes
 
 ROW_BYTES = 128
 # Two patch buffers: a third cost blocks per SM and was slower on the ResNet layer's tilings
-# that ran two blocks (0.0498 against 0.0461 ms, session 16).
+# that ran two blocks (0.0498 against 0.0461 ms, H100, 2026-11-25).
 PATCH_STAGES = 2
 
 # PATCHERS: loader warp 0 brings A (one lane issues the bulk copies), warps 1-3 copy patches.

@@ -5,7 +5,7 @@ the grid schedule beside it (igemm.wgmma); or, with the "tma" gather, one loader
 copy engine bring both operands (B through an im2col tensor map, gpu.tensormap).
 
 setmaxnreg moves registers from the loaders to the MMA warps where those need more than the
-launch's cap: without it such tilings ran 5-16% slower on an H100 (session 15). It cannot make
+launch's cap: without it such tilings ran 5-16% slower on an H100 (2026-11-25). It cannot make
 room for one wgmma's accumulators beyond that cap (ptxas stops with C7602), so the host picks
 blocks per SM for those to fit (igemm.wgmma.blocks_per_sm)."""
 

@@ -75,8 +75,8 @@ SPLIT_B = r"""
     // thread writes the exact residual, rounded to TF32, to B's small tile once its copies land.
     // One vector load and store per copy, as it was copied: a warp's lanes cover whole 128-byte
     // rows. Rounding the big part in place as well cost a store per vector and its
-    // shared-memory bandwidth: 4-9% on every AlexNet layer and the ResNet one (H200, session
-    // 17). The truncated big part leaves a residual up to 2^-10 of the input (not 2^-11), so
+    // shared-memory bandwidth: 4-9% on every AlexNet layer and the ResNet one (H200,
+    // 2026-11-26). The truncated big part leaves a residual up to 2^-10 of the input (not 2^-11), so
     // the small part's rounding and the dropped small x small product err by up to 2^-21 of
     // each product instead of 2^-22: on same-sign data at n = 64 the error went from 0.11 to
     // 0.14-0.17 of the fp32 bound (n = 4,608: 0.022 to 0.025-0.028).
@@ -155,7 +155,7 @@ PIPELINE = r"""
     // running one with FP32 adds (round to nearest): the tensor cores' truncating accumulation
     // then spans those K-tiles, not the whole reduction (as in the mma.sync kernel). The add
     // waits for every wgmma to retire (wait_group 0), which this schedule's block-wide barrier
-    // then exposes: once a span, not once a K-tile (H100, session 23: conv5 0.258 -> 0.234 ms
+    // then exposes: once a span, not once a K-tile (H100, 2026-11-26: conv5 0.258 -> 0.234 ms
     // at 3 K-tiles). The host sizes the span to the reduction (part_ktiles). Two partial sums
     // taking turns, one added while the other's group ran, made ptxas serialize every wgmma
     // of the kernel (C7514: other instructions read accumulators while a group is in flight).
@@ -284,10 +284,10 @@ def part_ktiles(reduction: int, t: Tiling, ktiles: int) -> int:
     its terms within SPAN_TERMS_PER_ROOT_N * sqrt(n), n the layer's reduction; at least one,
     at most the layer's. The tensor cores truncate as they accumulate, so on data whose
     products all have one sign a span errs all one way, by about 0.035-0.04 x its terms /
-    sqrt(n) of the fp32 bound (session 17, n = 288: 0.06 / 0.12 / 0.25 at 1 / 2 / 4 K-tiles).
+    sqrt(n) of the fp32 bound (2026-11-26, n = 288: 0.06 / 0.12 / 0.25 at 1 / 2 / 4 K-tiles).
     The persistent schedule keeps one K-tile: its MMA threads release a stage once its own
     wgmmas retire, and within a span they could only once the next K-tile's were issued,
-    which holds each stage until the next one lands (H100, session 23: conv2 0.591 -> 0.695
+    which holds each stage until the next one lands (H100, 2026-11-26: conv2 0.591 -> 0.695
     ms at 3 K-tiles, conv3 0.356 -> 0.409 at 4)."""
     terms = int(SPAN_TERMS_PER_ROOT_N * math.sqrt(reduction))
     return max(1, min(ktiles, terms // t.bk))
@@ -381,7 +381,7 @@ SPAN_TERMS_PER_ROOT_N = 5
 MAX_BN = {"3xtf32": 128}
 # Registers a thread of the persistent schedule needs beside a wgmma's accumulators: compiling
 # every persistent tiling of the ResNet layer and AlexNet's at two blocks per SM (NVRTC 12.9,
-# session 15), those with accumulators + 24 above the cap failed (C7602 at the wgmma: 64x224 at
+# 2026-11-25), those with accumulators + 24 above the cap failed (C7602 at the wgmma: 64x224 at
 # 128 registers, 128x128 at 80) and all the others built.
 PERSISTENT_OVERHEAD = 24
 # The halo schedule's MMA threads beside their accumulators, and its loaders: compiling the
