@@ -88,7 +88,7 @@ def test_a_half_precision_floor_counts_16_bit_bytes():
     real one (2026-11-25)."""
     resnet = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
     c = peaks.Ceilings("test", 3000.0, 50000.0, 300000.0, fp16_gflops=650000.0,
-                         wgmma_tf32_gflops=600000.0, wgmma_fp16_gflops=980000.0)
+                       wgmma_tf32_gflops=600000.0, wgmma_fp16_gflops=980000.0)
     ms, bound = c.floor_ms(resnet, "fp16")
     assert bound == "memory" and ms == pytest.approx(resnet.min_bytes / 2 / 3000e9 * 1e3)
     assert c.floor_ms(resnet, "tf32")[0] == pytest.approx(2 * ms)
@@ -130,7 +130,7 @@ def test_the_floor_uses_the_fastest_instruction_the_gpu_has():
     measured, mma.sync's elsewhere, and a saved record without wgmma rates reads as before."""
     conv3 = ConvShape(128, 256, 13, 13, 384, 3, pad=1, bias=True)
     hopper = peaks.Ceilings("test", 3000.0, 50000.0, 320000.0, fp16_gflops=650000.0,
-                              wgmma_tf32_gflops=490000.0, wgmma_fp16_gflops=980000.0)
+                            wgmma_tf32_gflops=490000.0, wgmma_fp16_gflops=980000.0)
     assert hopper.rate("tf32") == 490000.0 and hopper.rate("fp16") == hopper.rate("bf16") == 980000.0
     assert hopper.rate("fp32") == 50000.0
     ms, bound = hopper.floor_ms(conv3, "fp16")
@@ -175,7 +175,7 @@ def test_ceilings_saved_before_the_wgmma_rates_are_measured_again_on_hopper(
     old = peaks.Ceilings("GPU", 3000.0, 50000.0, 320000.0, fp16_gflops=650000.0)
     (tmp_path / "ceilings-GPU-0-1.json").write_text(json.dumps(old.as_dict()))
     fresh = peaks.Ceilings("GPU", 3000.0, 50000.0, 320000.0, fp16_gflops=650000.0,
-                             wgmma_tf32_gflops=490000.0, wgmma_fp16_gflops=930000.0)
+                           wgmma_tf32_gflops=490000.0, wgmma_fp16_gflops=930000.0)
     monkeypatch.setattr(peaks, "measure_ceilings", lambda: fresh)
     got = peaks.ceilings()
     assert got == (fresh if measured_again else old)

@@ -84,7 +84,7 @@ class Row:
         if not self.valid:
             return None
         return roofline.gbps(self.shape, self.median_ms, self.epilogue,
-                            roofline.element_bytes(self.precision))
+                             roofline.element_bytes(self.precision))
 
     @property
     def pct_floor(self) -> float | None:

@@ -10,9 +10,10 @@ the check will not see. Each defence answers one way of skipping:
   only, or only for an input pointer it has not seen, or that copies a result cached on an
   earlier call, is caught.
 - The verified sample (verify_output): SAMPLE_IMAGES images drawn at random for every problem
-  (a layer's random inputs, fresh on every run) are checked whole, and every image's first and last output rows are checked too (a random subset
-  of channels per image when all of them would cost more than ROW_BUDGET multiply-adds), so a
-  kernel that computes only the images or elements a fixed sample would look at is caught;
+  (a layer's random inputs, fresh on every run) are checked whole, and every image's first
+  and last output rows are checked too (a random subset of channels per image when all of
+  them would cost more than ROW_BUDGET multiply-adds), so a kernel that computes only the
+  images or elements a fixed sample would look at is caught;
   verify="full" checks every output. Variants timed on one problem (a comparison's rows of a
   layer, autotune's candidates) share one draw (Sample), and with it the float64 references of
   the sample, kept with the input they were computed from and reused only for an input equal

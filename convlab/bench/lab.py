@@ -189,10 +189,10 @@ def time_and_verify(step: ConvStep, variant: Variant, policy: timer.TimingPolicy
     if variant.on_gpu:
         watch = guard.StreamWatch()
         timing = timer.time_device(launch, policy, after_warmup=lambda: poison(step.output),
-                                     before_last=before_last, after_sample=watch.after_sample)
+                                   before_last=before_last, after_sample=watch.after_sample)
     else:
         timing = timer.time_host(launch, policy, after_warmup=lambda: poison(step.output),
-                                   before_last=before_last)
+                                 before_last=before_last)
     check = verify_step(step, variant.precision, verify, rotation.last_input, sample)
     if variant.on_gpu:
         finding = watch.finding(timing.median_ms) or guard.wall_check(launch, timing.median_ms)
@@ -434,7 +434,7 @@ def _device_end_to_end(network: Network, x: np.ndarray, result: RunResult,
     result.graph = pipe.graph is not None
     if pipe.graph is not None:
         replay = timer.time_device(lambda: pipe.graph.launch(cupy.cuda.get_current_stream()),
-                                     _whole_pass_policy(policy))
+                                   _whole_pass_policy(policy))
         result.forward_ms = replay.median_ms
     else:
         result.forward_ms = eager.median_ms
@@ -460,8 +460,8 @@ def checked_pass(network: Network, pipe) -> np.ndarray:
 
 def _whole_pass_policy(policy: timer.TimingPolicy) -> timer.TimingPolicy:
     return timer.TimingPolicy(warmup=2, min_runs=max(5, policy.min_runs // 2),
-                                max_runs=policy.max_runs, target_rse=policy.target_rse,
-                                budget_s=policy.budget_s, cold=policy.cold)
+                              max_runs=policy.max_runs, target_rse=policy.target_rse,
+                              budget_s=policy.budget_s, cold=policy.cold)
 
 
 def _torch_time(weights: Weights, network: Network, result: RunResult,

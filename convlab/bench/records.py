@@ -38,7 +38,7 @@ class LayerResult:
     @property
     def gbps(self) -> float:
         return roofline.gbps(self.shape, self.timing.median_ms, self.epilogue,
-                            self.element_bytes)
+                             self.element_bytes)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "label": self.label, "shape": self.shape.as_dict(),
