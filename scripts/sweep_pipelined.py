@@ -28,7 +28,7 @@ import numpy as np
 
 from convlab.gpu import hardware, timer
 from convlab.kernels import RELU, pipelined as P
-from convlab.kernels.cudnn import Cudnn, CudnnTF32
+from convlab.kernels.cudnn import Cudnn
 from convlab.kernels.igemm import tiling
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
@@ -204,7 +204,7 @@ def main():
                                     error=f"{type(exc).__name__}: {exc}"))
                     if "CUDA" in type(exc).__name__:  # a fault poisons the context: stop
                         raise
-            for variant in (Cudnn(), CudnnTF32()):
+            for variant in (Cudnn("fp32"), Cudnn("tf32")):
                 rows.append(time_cudnn(problem, layer, variant))
             rows.append(time_cudnn_fp16(problem, layer))
             print_layer(layer, shape, rows)

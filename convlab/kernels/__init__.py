@@ -5,9 +5,7 @@ from .base import RELU, TANH_POOL, Op, Support, Variant
 from .channels_last import ChannelsLast, ChannelsLast3xTF32, ChannelsLastBF16, ChannelsLastFP16
 from .constant import Constant
 from .cpu import Cpu
-from .cudnn import (CublasGemm, CublasGemmBF16, CublasGemmFP16, CublasGemmTF32, Cudnn,
-                    CudnnBF16, CudnnFP16, CudnnNHWC, CudnnNHWCBF16, CudnnNHWCFP16, CudnnNHWCTF32,
-                    CudnnTF32)
+from .cudnn import reference_rows
 from .depthwise import Depthwise, DepthwiseBF16, DepthwiseFP16
 from .fused import Fused
 from .im2col import Im2col
@@ -29,21 +27,15 @@ VARIANTS: dict[str, Variant] = {
         ImplicitGemm(), TensorCore(), TensorCore3xTF32(), Pipelined(), Pipelined3xTF32(),
         PipelinedFP16(), PipelinedBF16(), ChannelsLast(), ChannelsLast3xTF32(),
         ChannelsLastFP16(), ChannelsLastBF16(), Wgmma(), Wgmma3xTF32(), WgmmaSplitBF16(),
-        WgmmaFP16(), WgmmaBF16(), Depthwise(), DepthwiseFP16(), DepthwiseBF16(), Fused(), Cudnn(),
-        CudnnNHWC(), CudnnTF32(), CudnnNHWCTF32(), CudnnFP16(), CudnnNHWCFP16(),
-        CudnnBF16(), CudnnNHWCBF16(), CublasGemm(), CublasGemmTF32(), CublasGemmFP16(),
-        CublasGemmBF16(),
+        WgmmaFP16(), WgmmaBF16(), Depthwise(), DepthwiseFP16(), DepthwiseBF16(), Fused(),
+        *reference_rows(),
     )
 }
 
 # The reference rows of each precision class: cuDNN in both layouts and, on 1x1 layers with
 # stride 1, cuBLAS's GEMM (kernels.cudnn.CublasGemm); a speedup divides by the fastest.
-CUDNN_ROWS = {
-    "fp32": ("cudnn", "cudnn-nhwc", "cublas-gemm"),
-    "tf32": ("cudnn-tf32", "cudnn-nhwc-tf32", "cublas-gemm-tf32"),
-    "fp16": ("cudnn-fp16", "cudnn-nhwc-fp16", "cublas-gemm-fp16"),
-    "bf16": ("cudnn-bf16", "cudnn-nhwc-bf16", "cublas-gemm-bf16"),
-}
+CUDNN_ROWS = {precision: tuple(v.name for v in reference_rows() if v.precision == precision)
+              for precision in ("fp32", "tf32", "fp16", "bf16")}
 REFERENCE_VARIANTS = tuple(name for rows in CUDNN_ROWS.values() for name in rows)
 
 

@@ -20,6 +20,7 @@ are timed once when the op is prepared, and the faster is kept; the row's note s
 """
 
 import contextlib
+from dataclasses import dataclass
 
 from ..gpu import timer
 from ..shapes import FEATURES, NCHW, NHWC
@@ -37,16 +38,49 @@ def _torch():
     return torch if torch.cuda.is_available() else None
 
 
+@dataclass(frozen=True)
+class ClassMaths:
+    """What a precision class's reference rows read and write, and how PyTorch is told."""
+
+    dtype: str
+    allow_tf32: bool
+    words: str  # for the summary
+
+
+CLASS_MATHS = {
+    "fp32": ClassMaths("float32", False, "FP32 (TF32 off)"),
+    "tf32": ClassMaths("float32", True, "TF32 tensor cores allowed"),
+    "fp16": ClassMaths("float16", False, "half inputs and weights (FP32 accumulation)"),
+    "bf16": ClassMaths("bfloat16", False, "bfloat16 inputs and weights"),
+}
+
+
 class Cudnn(Variant):
-    name = "cudnn"
-    summary = "cuDNN via PyTorch F.conv2d, FP32 (TF32 off), NCHW tensors"
+    """One class's cuDNN row in one layout: `cudnn`, `cudnn-nhwc`, `cudnn-tf32`, ...
+    (reference_rows registers each)."""
+
+    stem = "cudnn"
     epilogues = (TANH_POOL, RELU)
     general = frozenset(FEATURES)
-    allow_tf32 = False
-    dtype = "float32"  # what cuDNN reads and writes
-    layout = NCHW
     plain_note = CONV_THEN_RELU
     fused_note = FUSED_RELU
+
+    def __init__(self, precision: str = "fp32", layout: str = NCHW):
+        maths = CLASS_MATHS[precision]
+        self.precision, self.layout = precision, layout
+        self.dtype, self.allow_tf32 = maths.dtype, maths.allow_tf32  # what it reads and writes
+        self.name = self.row_name(precision, layout)
+        self.summary = self.describe(maths, layout)
+
+    @classmethod
+    def row_name(cls, precision: str, layout: str) -> str:
+        return (cls.stem + ("-nhwc" if layout == NHWC else "")
+                + ("" if precision == "fp32" else f"-{precision}"))
+
+    @staticmethod
+    def describe(maths: ClassMaths, layout: str) -> str:
+        tensors = "channels-last" if layout == NHWC else "NCHW"
+        return f"cuDNN via PyTorch F.conv2d, {maths.words}, {tensors} tensors"
 
     @staticmethod
     def fits(shape) -> bool:
@@ -177,51 +211,6 @@ def cupy_from_torch(tensor):
     return cupy.from_dlpack(tensor)
 
 
-class CudnnTF32(Cudnn):
-    name = "cudnn-tf32"
-    summary = "cuDNN via PyTorch F.conv2d with TF32 tensor cores allowed, NCHW tensors"
-    precision = "tf32"
-    allow_tf32 = True
-
-
-class CudnnFP16(Cudnn):
-    name = "cudnn-fp16"
-    summary = "cuDNN via PyTorch F.conv2d on half inputs and weights (FP32 accumulation), NCHW"
-    precision = "fp16"
-    dtype = "float16"
-
-
-class CudnnBF16(Cudnn):
-    name = "cudnn-bf16"
-    summary = "cuDNN via PyTorch F.conv2d on bfloat16 inputs and weights, NCHW tensors"
-    precision = "bf16"
-    dtype = "bfloat16"
-
-
-class CudnnNHWC(Cudnn):
-    name = "cudnn-nhwc"
-    summary = "cuDNN via PyTorch F.conv2d, FP32 (TF32 off), channels-last tensors"
-    layout = NHWC
-
-
-class CudnnNHWCTF32(CudnnTF32):
-    name = "cudnn-nhwc-tf32"
-    summary = "cuDNN via PyTorch F.conv2d with TF32 allowed, channels-last tensors"
-    layout = NHWC
-
-
-class CudnnNHWCFP16(CudnnFP16):
-    name = "cudnn-nhwc-fp16"
-    summary = "cuDNN via PyTorch F.conv2d on half inputs and weights, channels-last tensors"
-    layout = NHWC
-
-
-class CudnnNHWCBF16(CudnnBF16):
-    name = "cudnn-nhwc-bf16"
-    summary = "cuDNN via PyTorch F.conv2d on bfloat16 inputs and weights, channels-last tensors"
-    layout = NHWC
-
-
 class CublasGemm(Cudnn):
     """A 1x1 convolution with stride 1 is a matrix product over the channels-last input: the
     (pixels x C) view of it times the filters' (C x M). A PyTorch user with such a layer can
@@ -233,13 +222,22 @@ class CublasGemm(Cudnn):
     basis (CUDNN_ROWS). FP32 accumulation in every class: PyTorch's reduced-precision
     reductions for half and bfloat16 are switched off."""
 
-    name = "cublas-gemm"
-    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, FP32"
+    stem = "cublas-gemm"
     epilogues = (RELU,)
     general = frozenset({"bias"})  # fits() has ruled out the rest
-    layout = NHWC
     plain_note = "GEMM with the bias in its epilogue, then ReLU"
     fused_note = "GEMM with bias and ReLU in its epilogue (torch._addmm_activation)"
+
+    def __init__(self, precision: str = "fp32"):
+        super().__init__(precision, NHWC)
+
+    @classmethod
+    def row_name(cls, precision: str, layout: str) -> str:
+        return cls.stem + ("" if precision == "fp32" else f"-{precision}")
+
+    @staticmethod
+    def describe(maths: ClassMaths, layout: str) -> str:
+        return f"cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, {maths.words}"
 
     @staticmethod
     def fits(shape) -> bool:
@@ -292,22 +290,8 @@ class CublasGemm(Cudnn):
         return plain, (fused if b is not None else None)
 
 
-class CublasGemmTF32(CublasGemm):
-    name = "cublas-gemm-tf32"
-    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, TF32"
-    precision = "tf32"
-    allow_tf32 = True
-
-
-class CublasGemmFP16(CublasGemm):
-    name = "cublas-gemm-fp16"
-    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, half inputs"
-    precision = "fp16"
-    dtype = "float16"
-
-
-class CublasGemmBF16(CublasGemm):
-    name = "cublas-gemm-bf16"
-    summary = "cuBLAS GEMM via PyTorch addmm on a 1x1 layer's channels-last view, bfloat16"
-    precision = "bf16"
-    dtype = "bfloat16"
+def reference_rows() -> list[Variant]:
+    """Every reference row, from one table: cuDNN in both layouts for each class, then cuBLAS's
+    GEMM for each class."""
+    return ([Cudnn(precision, layout) for precision in CLASS_MATHS for layout in (NCHW, NHWC)]
+            + [CublasGemm(precision) for precision in CLASS_MATHS])
