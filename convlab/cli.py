@@ -439,7 +439,8 @@ def device(ceilings, refresh, as_json):
 @main.command("compare")
 @click.option("--kernels", default="all", show_default=True,
               help="Comma-separated variants, or 'all' (every variant supporting the layers). "
-                   "cuDNN rows of the precisions present are always added.")
+                   "The reference rows of the precisions present (cuDNN in both layouts; cuBLAS's "
+                   "GEMM on 1x1 layers) are always added.")
 @click.option("--kernel-file", "kernel_files", multiple=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help=KERNEL_FILE_HELP[:-1] + " (repeatable).")

@@ -349,7 +349,7 @@ def interrupting_rows(calls, at):
     import signal
 
     def rows(variant, batch, model, policy, shapes, weights, verify, epilogues=None,
-             problems=None):
+             shared=None):
         calls.append(variant.name)
         if len(calls) == at:
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)

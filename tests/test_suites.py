@@ -184,11 +184,11 @@ def test_the_variants_of_a_layer_share_its_random_trials(monkeypatch):
 
     monkeypatch.setattr(compare, "reference_output", counting)
     shapes = {"l": ConvShape(2, 3, 7, 7, 4, 3, pad=1, bias=True)}
-    problems: dict = {}
+    problems = compare.SharedLayer()
     cpu = get_variant("cpu")
-    assert compare.random_trials(cpu, shapes, {"l": RELU}, problems=problems) == (True, "")
+    assert compare.random_trials(cpu, shapes, {"l": RELU}, shared=problems) == (True, "")
     assert len(computed) == compare.RANDOM_TRIALS
-    assert compare.random_trials(cpu, shapes, {"l": RELU}, problems=problems) == (True, "")
+    assert compare.random_trials(cpu, shapes, {"l": RELU}, shared=problems) == (True, "")
     assert len(computed) == compare.RANDOM_TRIALS
 
     class Wrong(type(cpu)):
@@ -197,12 +197,12 @@ def test_the_variants_of_a_layer_share_its_random_trials(monkeypatch):
         def prepare(self, shape, weights, epilogue=None, bias=None):
             return super().prepare(shape, weights * 1.01, epilogue, bias)
 
-    ok, reason = compare.random_trials(Wrong(), shapes, {"l": RELU}, problems=problems)
+    ok, reason = compare.random_trials(Wrong(), shapes, {"l": RELU}, shared=problems)
     assert not ok and "random inputs, l" in reason
 
 
 def test_a_layer_mode_compare_hands_each_layers_variants_one_problem(monkeypatch):
-    """execute gives every variant of a layer the same problems dict, a fresh one per layer,
+    """execute gives every variant of a layer the same SharedLayer, a fresh one per layer,
     and counts a layer's variant runs when interrupted."""
     import signal
 
@@ -212,8 +212,9 @@ def test_a_layer_mode_compare_hands_each_layers_variants_one_problem(monkeypatch
     seen = []
 
     def rows(variant, batch, model, policy, shapes, weights, verify, epilogues=None,
-             problems=None):
+             shared=None):
         (layer, shape), = shapes.items()
+        problems = shared
         seen.append((layer, variant.name, problems))
         if len(seen) == 7:
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)

@@ -165,12 +165,28 @@ def for_other_gpus(spec: str | None) -> dict[str, str]:
     return {name: problem for name, problem in problems.items() if problem}
 
 
+@dataclass
+class SharedLayer:
+    """What the variants compared on one layer share, drawn by the first that needs it and
+    dropped with the layer: its timed problem on each device (lab.LayerProblem, with its
+    verified sample), and the random trials' problems with their float64 references, by
+    epilogue (read-only: a variant that writes into them fails)."""
+
+    problems: dict[bool, lab.LayerProblem] = field(default_factory=dict)
+    trials: dict[str | None, list] = field(default_factory=dict)
+
+    def problem(self, shape: ConvShape, on_gpu: bool) -> lab.LayerProblem:
+        if on_gpu not in self.problems:
+            self.problems[on_gpu] = lab.LayerProblem.draw(shape, on_gpu)
+        return self.problems[on_gpu]
+
+
 def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, str | None],
-                  trials: int = RANDOM_TRIALS, problems: dict | None = None) -> tuple[bool, str]:
+                  trials: int = RANDOM_TRIALS, shared: SharedLayer | None = None,
+                  ) -> tuple[bool, str]:
     """Run the variant on random problems for every layer, drawn on every run; the first
-    failure's reason. With `problems` (a layer's, shared by the variants compared on it), the
-    trial problems and their float64 references are drawn once and kept there for the layer's
-    other variants, the problems read-only: a variant that writes into them fails."""
+    failure's reason. With `shared` (a layer's), the trial problems and their references are
+    the ones the layer's other variants ran on."""
     xp = np
     if variant.on_gpu:
         import cupy as xp
@@ -178,7 +194,7 @@ def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, st
     for name, full in shapes.items():
         shape = full.with_batch(min(full.B, RANDOM_TRIAL_BATCH))
         epilogue = epilogues.get(name)
-        drawn = None if problems is None else problems.setdefault(("trials", epilogue), [])
+        drawn = None if shared is None else shared.trials.setdefault(epilogue, [])
         for i in range(trials):
             if drawn is not None and i < len(drawn):
                 x, w, b, ref = drawn[i]
@@ -223,14 +239,13 @@ def _epilogues(model: str | None, variant, shapes: dict[str, ConvShape]) -> dict
 def variant_rows(variant, batch: int, model: str | None, policy: timer.TimingPolicy,
                  shapes: dict[str, ConvShape], weights: Weights | None = None,
                  verify: str = "sample", epilogues: dict[str, str | None] | None = None,
-                 problems: dict | None = None) -> list[Row]:
+                 shared: SharedLayer | None = None) -> list[Row]:
     """The variant's rows at one batch size: random trials, then the timed and verified run
     of the model (or each layer alone, with `epilogues`' epilogue where the variant has it, on
-    the problem `problems` holds for its device, drawn there if none yet); an error is FAIL
-    rows with its message."""
+    `shared`'s problem for its device); an error is FAIL rows with its message."""
     try:
         return _rows_for_run(variant, batch, model, policy, shapes, weights, verify,
-                             epilogues or {}, problems)
+                             epilogues or {}, shared)
     except ConvlabError as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - a crashing variant is a FAIL row, not a crash
@@ -253,7 +268,7 @@ def _layer_epilogues(variant, shapes: dict[str, ConvShape],
 
 
 def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="sample",
-                  wanted=None, problems=None) -> list[Row]:
+                  wanted=None, shared=None) -> list[Row]:
     name = variant.name
     epilogues = (_epilogues(model, variant, shapes) if model is not None
                  else _layer_epilogues(variant, shapes, wanted or {}))
@@ -266,7 +281,7 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
     if not supported:
         return skipped
     if variant.name not in REFERENCE_VARIANTS:
-        ok, reason = random_trials(variant, supported, epilogues, problems=problems)
+        ok, reason = random_trials(variant, supported, epilogues, shared=shared)
         if not ok:
             return skipped + [Row(variant=name, precision=variant.precision, batch=batch,
                                   layer=layer, label=layer, shape=shape,
@@ -276,11 +291,7 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
     if model is None:
         layers = []
         for layer_name, shape in supported.items():
-            problem = None
-            if problems is not None:
-                if variant.on_gpu not in problems:
-                    problems[variant.on_gpu] = lab.LayerProblem.draw(shape, variant.on_gpu)
-                problem = problems[variant.on_gpu]
+            problem = None if shared is None else shared.problem(shape, variant.on_gpu)
             result = lab.run_layer(shape, variant, policy, epilogues.get(layer_name),
                                    verify=verify, problem=problem)
             result.name = result.label = layer_name
@@ -519,20 +530,19 @@ def applies(name: str, shape: ConvShape, p: Plan) -> bool:
 
 
 def _steps(p: Plan, batch: int, shapes: dict[str, ConvShape]):
-    """(entry, the layers it runs, problems) for each variant run at one batch size. A model's
-    network runs whole, a variant at a time; single layers run a layer at a time, every
-    variant on one problem of the layer (`problems`, filled by the first variant on the GPU or
-    the CPU, dropped with the layer), so they share its inputs and verified sample. Kernel files
-    run last, in child processes, all layers at once."""
+    """(entry, the layers it runs, SharedLayer or None) for each variant run at one batch size.
+    A model's network runs whole, a variant at a time; single layers run a layer at a time,
+    every variant of a layer on what it shares (SharedLayer). Kernel files run last, in child
+    processes, all layers at once."""
     if p.model is not None:
         for entry in p.kernels:
             yield entry, {ln: s for ln, s in shapes.items() if applies(entry, s, p)}, None
     else:
         for ln, s in shapes.items():
-            problems: dict = {}  # lab.LayerProblem by on_gpu; random_trials' problems
+            shared = SharedLayer()
             for entry in p.kernels:
                 if applies(entry, s, p):
-                    yield entry, {ln: s}, problems
+                    yield entry, {ln: s}, shared
     for kernel_file in p.kernel_files:
         yield kernel_file, shapes, None
 
@@ -555,19 +565,19 @@ def execute(p: Plan, policy: timer.TimingPolicy,
             for batch in p.batches:
                 shapes = p.shapes_for(batch)
                 fused_layers: set[str] = set()
-                for entry, mine, problems in _steps(p, batch, shapes):
+                for entry, mine, shared in _steps(p, batch, shapes):
                     isolated = not isinstance(entry, str)
                     if progress:
                         name = entry.variant.name if isolated else entry
                         where = (" (child process)" if isolated else
-                                 f": {next(iter(mine))}" if problems is not None else "")
+                                 f": {next(iter(mine))}" if shared is not None else "")
                         progress(f"{name} @ batch {batch}{where}", done + 1, total)
                     if isolated:
                         rows = kernel_file_rows(entry, batch, shapes, p, policy)
                     else:
                         rows = variant_rows(get_variant(entry), batch, p.model, policy, mine,
                                             p.weights, p.verify, p.epilogues,
-                                            problems) if mine else []
+                                            shared) if mine else []
                     fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}
                     result.rows += rows
                     done += 1
