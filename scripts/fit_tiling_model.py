@@ -4,15 +4,16 @@ records of scripts/sweep_tilings.py, and say how well the choice generalises.
 Each cell (a layer at a batch, one variant) contributes the tilings `configs()` offered it
 (the analytic model's diverse list, what `convlab tune` tries), each with its measured median
 time. Least squares (a little ridge) fits the features' weights to each cell's log times about
-the cell's mean; the choice is then the offered tiling of lowest predicted time (weighted toward each cell's fastest
-candidates: fit's docstring). Reported:
+the cell's mean, weighted toward each cell's fastest candidates (fit's docstring); the choice
+is then the offered tiling of lowest predicted time. Reported:
 the share of cells whose choice is within 1.10x and 1.25x of the cell's fastest, and the
-geometric mean of choice/fastest, for the analytic model's first choice, the fit on every
-cell, and the fit with each network's cells (resnet50, vgg16, ..., random) left out of it
+geometric mean of choice/fastest, for the choice each sweep ran with (the analytic model's
+first in the first sweep, the fitted one's in the second), the fit on every cell, and the
+fit with each network's cells (resnet50, vgg16, ..., random) left out of it
 (the honest figure for a layer the fit never saw). Writes convlab/assets/tiling-model.json.
 
-Usage: python scripts/fit_tiling_model.py [RECORDS_DIR [MODEL_FILE]] (default
-results/h100/tiling-sweep-20261127 and convlab/assets/tiling-model.json)
+Usage: python scripts/fit_tiling_model.py [RECORDS_DIR[,RECORDS_DIR...] [MODEL_FILE]] (default,
+or RECORDS_DIR "": SWEEPS under results/h100, and convlab/assets/tiling-model.json)
 """
 
 import json
@@ -27,6 +28,9 @@ from convlab.kernels.igemm import learned
 from convlab.kernels.igemm.tiling import Tiling
 from convlab.shapes import ConvShape
 
+# The whole suite and random layers; then the cells whose candidates split K, after the
+# persistent schedule learnt to (its split tilings beside the grid's).
+SWEEPS = ("tiling-sweep-20261127", "tiling-sweep-splitk-20261127")
 RIDGE = 1e-3
 TAU = 0.3
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,11 +94,11 @@ def summary(ratios) -> str:
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    directory = Path(argv[0]).resolve() if argv else \
-        ROOT / "results" / "h100" / "tiling-sweep-20261127"
+    directories = ([Path(d).resolve() for d in argv[0].split(",")] if argv and argv[0] else
+                   [ROOT / "results" / "h100" / name for name in SWEEPS])
     out = Path(argv[1]) if len(argv) > 1 else learned.MODEL_FILE
-    data = cells(directory)
-    analytic = [own / min(ms for _, ms in rows) for _, _, rows, own in data]
+    data = [cell for directory in directories for cell in cells(directory)]
+    ran = [own / min(ms for _, ms in rows) for _, _, rows, own in data]
     weights = fit(data)
     fitted = [choice_ratio(rows, weights) for _, _, rows, _ in data]
     held_out = []
@@ -102,7 +106,7 @@ def main(argv=None):
         w = fit([c for c in data if c[0] != group])
         held_out += [choice_ratio(rows, w) for g, _, rows, _ in data if g == group]
     report = {
-        "analytic first choice": summary(analytic),
+        "choice the sweep ran": summary(ran),
         "fitted, every cell": summary(fitted),
         "fitted, each network left out": summary(held_out),
     }
@@ -115,7 +119,7 @@ def main(argv=None):
         print(f"  {name}: {summary(ratios)}")
     model = {"features": list(learned.FEATURES),
              "weights": dict(zip(learned.FEATURES, map(float, weights))),
-             "fitted_on": str(directory.relative_to(ROOT)), "cells": len(data),
+             "fitted_on": [str(d.relative_to(ROOT)) for d in directories], "cells": len(data),
              "ridge": RIDGE, "tau": TAU, "report": report}
     out.write_text(json.dumps(model, indent=1) + "\n")
     print(f"wrote {out}")

@@ -15,7 +15,7 @@ started again after the task it was on, which is recorded as crashed. Verificati
 timed with timer.time_device alone (the compare and tune rows add the guard's defences).
 
 Usage: python scripts/sweep_tilings.py OUT [--suite all] [--random 32] [--gpus 4]
-       [--configs 16] [--variants wgmma,wgmma-fp16,...] [--cudnn]
+       [--configs 16] [--variants wgmma,wgmma-fp16,...] [--cudnn] [--split-cells]
 """
 
 import argparse
@@ -76,7 +76,14 @@ def random_layers(count: int, seed: int = 2026):
     return layers
 
 
-def tasks(suite: str, extra: int, variants, with_cudnn: bool):
+def splits_k(variant, shape) -> bool:
+    """Whether any of the variant's candidates splits K on the layer: too few output tiles
+    for the GPU."""
+    ranked = getattr(variant, "ranked", None)
+    return bool(ranked) and any(t.split_k > 1 for t in ranked(shape))
+
+
+def tasks(suite: str, extra: int, variants, with_cudnn: bool, split_cells: bool = False):
     from convlab.bench import suites
     from convlab.kernels import get_variant
     from convlab.shapes import ConvShape
@@ -89,7 +96,8 @@ def tasks(suite: str, extra: int, variants, with_cudnn: bool):
         shape = ConvShape(**layer["shape"])
         for name in variants:
             v = get_variant(name)
-            if v.supports(shape) and (shape.groups == 1) != name.startswith("depthwise"):
+            if (v.supports(shape) and (shape.groups == 1) != name.startswith("depthwise")
+                    and (not split_cells or splits_k(v, shape))):
                 out.append({**layer, "variant": name})
         if with_cudnn:
             out.append({**layer, "variant": "cudnn"})
@@ -207,7 +215,8 @@ def supervise(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     variants = args.variants.split(",")
-    everything = list(enumerate(tasks(args.suite, args.random, variants, args.cudnn)))
+    everything = list(enumerate(tasks(args.suite, args.random, variants, args.cudnn,
+                                      args.split_cells)))
     print(f"{len(everything)} tasks on {args.gpus} GPUs", flush=True)
     procs = {}
     scratch = Path(tempfile.mkdtemp(prefix="sweep-tasks-"))
@@ -270,6 +279,9 @@ def main():
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--cudnn", action="store_true",
                         help="Also time each cell's cuDNN rows (both layouts, each class).")
+    parser.add_argument("--split-cells", action="store_true",
+                        help="Only the cells where a variant's candidates split K (too few "
+                             "output tiles for the GPU).")
     parser.add_argument("--hold-gpu0", help="Start GPU 0's worker once this file exists.")
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--tasks")

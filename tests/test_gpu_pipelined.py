@@ -174,6 +174,50 @@ def test_the_persistent_schedule_writes_fp16_and_runs_again(variant, rng):
     check_relaunch_and_fp16(variant, persistent_tilings(variant, shape)[0], shape, x, w, b)
 
 
+# Too few output tiles to fill 132 SMs, where the persistent schedule splits K: a 7x7 grid of
+# 512 channels (ResNet-50's last stage at batch 1), groups with an M tail and a pixel tail, a 1x1
+# layer; each split count the model offers, with the tap gather and the copy engine's.
+FEW_TILES = [ConvShape(1, 512, 7, 7, 512, 3, pad=1, bias=True),
+             ConvShape(2, 256, 9, 9, 200, 3, pad=1, groups=2),
+             ConvShape(3, 1024, 7, 7, 136, 1, bias=True)]
+
+
+def persistent_split_tilings(variant, shape):
+    """For each K-split above 1, gather and count of MMA warpgroups, a persistent tiling: the
+    cost model's first with one warpgroup, the widest with two (the most registers beside the
+    reduce)."""
+    chosen = {}
+    for t in variant.ranked(shape):
+        if t.schedule == "persistent" and t.split_k > 1:
+            key = (t.split_k, t.gather, t.warps_m)
+            if key not in chosen or (t.warps_m == 8 and t.bn > chosen[key].bn):
+                chosen[key] = t
+    return list(chosen.values())
+
+
+@pytest.mark.parametrize("shape", FEW_TILES, ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_persistent_schedule_splits_k(variant, shape, rng):
+    """Each block walks units of one tile's K-split; the last split of a tile to arrive adds
+    the partial tiles and stores, whichever block it ran on."""
+    skip_off_its_gpu(variant, shape)
+    tilings = persistent_split_tilings(variant, shape)
+    assert {t.split_k for t in tilings} >= {2, 4}
+    check_tilings(variant, shape, tilings, rng)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_a_persistent_split_k_runs_again_to_the_same_bits(variant, rng):
+    """The arrival counts are back at zero after a launch, and the sum is added in split order
+    whatever order the splits arrive in: a second launch gives the same bits."""
+    shape = FEW_TILES[0]
+    skip_off_its_gpu(variant, shape)
+    x, w, b = random_problem(shape, rng, signed=True)
+    deepest = max(persistent_split_tilings(variant, shape), key=lambda t: t.split_k)
+    check_relaunch_and_fp16(variant, deepest, shape, x, w, b)
+
+
 # Layers whose groups hold whole 128-byte channel chunks (64 fp16 / 32 tf32 channels), for
 # the copy engine's im2col box: strides 1-4; pad 0-3, pad beyond the filter's reach (3 on a
 # 3x3); 1x1, 3x3, 5x5, 7x7 and 11x11 filters; odd, non-square and tiny images; groups; batch

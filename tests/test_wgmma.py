@@ -300,10 +300,15 @@ def test_persistent_blocks_per_sm_count_the_accumulators():
     assert wgmma.blocks_per_sm(dataclasses.replace(two, bn=64), "3xtf32") == 1  # 2 x 32 + 24
 
 
-def test_persistent_tilings_have_no_split_k_and_only_wgmma_runs_them():
+def test_persistent_tilings_split_k_where_the_grid_ones_do_and_only_wgmma_runs_them():
     t = persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap"))
     assert not W.WgmmaFP16().tiling_problem(t)
-    assert "no split-K" in W.WgmmaFP16().tiling_problem(dataclasses.replace(t, split_k=2))
+    assert not W.WgmmaFP16().tiling_problem(dataclasses.replace(t, split_k=2))
+    halo = tiling.Tiling(64, 64, 64, 4, 1, 4, 2, "tap", "halo", 2)
+    assert "no split-K" in W.WgmmaFP16().tiling_problem(halo)
+    split_3xtf32 = dataclasses.replace(t, bk=32, split_k=2)
+    assert "at most 96" in W.Wgmma3xTF32().tiling_problem(split_3xtf32)
+    assert not W.Wgmma3xTF32().tiling_problem(dataclasses.replace(split_3xtf32, bn=96))
     assert "schedule must be" in W.WgmmaFP16().tiling_problem(
         dataclasses.replace(t, schedule="stream-k"))
     channels_last = VARIANTS["channels-last-fp16"]
@@ -316,7 +321,11 @@ def test_persistent_tilings_have_no_split_k_and_only_wgmma_runs_them():
     for shape in SHAPES:
         ranked = W.WgmmaFP16().ranked(shape)
         assert any(c.schedule == "persistent" for c in ranked)
-        assert all(c.split_k == 1 for c in ranked if c.schedule == "persistent")
+        assert ({c.split_k for c in ranked if c.schedule == "grid"}
+                == {c.split_k for c in ranked if c.schedule == "persistent"})
+    small = ConvShape(1, 512, 7, 7, 512, 3, pad=1)  # 16 tiles of 128 x 128 for 132 SMs
+    assert {(c.split_k, c.gather) for c in W.WgmmaFP16().ranked(small)
+            if c.schedule == "persistent"} >= {(8, "tap"), (8, "tma")}
 
 
 def test_the_persistent_schedule_keeps_no_c_tile_and_fills_the_gpu_once(monkeypatch):
@@ -335,6 +344,8 @@ def test_the_persistent_schedule_keeps_no_c_tile_and_fills_the_gpu_once(monkeypa
     small = ConvShape(2, 64, 9, 9, 32, 3, pad=1, groups=2)
     assert fp16.launch_grid(small, t) == (2 * 2, 1, 1)  # 2 groups x 162 pixels / bn 128
     assert fp16.launch_grid(small, dataclasses.replace(t, schedule="grid")) == (2, 2, 1)
+    # a unit of work is a tile's K-split
+    assert fp16.launch_grid(small, dataclasses.replace(t, split_k=3)) == (3 * 2 * 2, 1, 1)
 
 
 def test_a_wgmma_gather_with_too_many_rows_per_thread_is_refused():

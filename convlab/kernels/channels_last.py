@@ -24,10 +24,10 @@ SOURCE = (r"""
 //
 // Compile-time: as pipelined, plus NHWC 1 and VEC (elements per copy).
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + ELEMENT_SOURCE
-          + mainloop.KERNEL_BEGIN + gather_nhwc.LOADER_LANE + gather_nhwc.ROW_ORIGINS
-          + mainloop.LOAD_A + gather_nhwc.GATHER_B + mainloop.COMPUTE + mainloop.PIPELINE
-          + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC)
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
+          + ELEMENT_SOURCE + mainloop.KERNEL_BEGIN + gather_nhwc.LOADER_LANE
+          + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B + mainloop.COMPUTE
+          + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC)
 
 from dataclasses import replace  # noqa: E402
 

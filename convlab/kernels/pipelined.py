@@ -34,8 +34,8 @@ SOURCE = (r"""
 // NHWC kernel), IN_HALF 0 and OUT_HALF (the output as fp16, for an fp16 conv after it:
 // `writing`).
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + EPILOGUE_SOURCE + ELEMENT_SOURCE
-          + mainloop.KERNEL_BEGIN
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
+          + ELEMENT_SOURCE + mainloop.KERNEL_BEGIN
           + gather.COLUMN_ORIGINS + mainloop.LOAD_A + gather.GATHER_B + mainloop.COMPUTE
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW)
 

@@ -71,8 +71,8 @@ SOURCE = (r"""
 // PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA; HALO and
 // HALO_ROWS; PART_KTILES (3xTF32 in the grid schedule) and CROSS_BF16.
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + wgmma.INSTRUCTIONS + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + persistent.INSTRUCTIONS
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + wgmma.INSTRUCTIONS
+          + EPILOGUE_SOURCE + ELEMENT_SOURCE + persistent.INSTRUCTIONS
           + "#if HALO\n" + halo.KERNEL + "#elif PERSISTENT\n" + persistent.KERNEL + "#else\n"
           + mainloop.KERNEL_BEGIN
           + gather_nhwc.LOADER_LANE + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A
@@ -145,11 +145,12 @@ class Wgmma(ChannelsLast):
         return tensormap.Im2colMaps(self.input_dtype(), k, t.bk, t.bn)
 
     def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
-        """Persistent and halo: as many blocks as the GPU holds at once (or tiles, if fewer)."""
+        """Persistent and halo: as many blocks as the GPU holds at once (or units of work, a
+        tile's K-split each, if fewer)."""
         if t.schedule == "grid":
             return super().launch_grid(k, t)
         slots = hardware.current().sms * wgmma.blocks_per_sm(t, self.maths, k)
-        return (min(output_tiles(k, t), slots), 1, 1)
+        return (min(output_tiles(k, t) * t.split_k, slots), 1, 1)
 
     def tiling_problem(self, t: Tiling) -> str:
         return wgmma.tiling_problem(t, self.maths)

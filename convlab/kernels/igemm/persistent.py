@@ -131,8 +131,9 @@ __device__ __forceinline__ void setmaxnreg_inc()
 # grid schedule's pieces where they are the same (gather, B split, MMAs).
 FRAME = r"""
 // wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][A_PARTS][BM*BK];
-// table: the "table" gather's per-vector offsets; ws and counters are unused (no split-K);
-// im2col_map (GATHER_TMA): the input's tensor map.
+// table: the "table" gather's per-vector offsets; ws, counters: split-K partial tiles and
+// arrival counts (all counts zero between launches); im2col_map (GATHER_TMA): the input's
+// tensor map.
 """ + mainloop.WARP_SPECIALISED_ENTRY + r"""
     // After the stages: STAGES "full" barriers (the loaders' copies and A's bulk copy landed;
     // under GATHER_TMA both copies, counted in bytes behind one arrival) and STAGES "empty"
@@ -144,6 +145,7 @@ FRAME = r"""
     const int npix = batch * HWO;  // < 2^31, checked by the host
     const int ntiles = (npix + BN - 1) / BN;
     const int tiles = G * MTILES * ntiles;
+    const int units = tiles * SPLIT_K;  // < 2^31, checked by the host
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
@@ -153,12 +155,19 @@ FRAME = r"""
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // Tiles m fastest (neighbours share their input rows in L2), then pixels, then groups;
-    // block b takes tiles b, b + gridDim.x, ...: both roles walk the same list.
-#define TILE_COORDS(t) \
-    const int mtile = (t) % MTILES; \
-    const int ntile = ((t) / MTILES) % ntiles; \
-    const int group = (t) / (MTILES * ntiles);
+    // A unit of work is one K-split of one output tile; a tile's splits are neighbours in
+    // the list, so they run at once and the last one's reads of the others' partial tiles
+    // find them in L2. Tiles m fastest (neighbours share their input rows in L2), then
+    // pixels, then groups; block b takes units b, b + gridDim.x, ...: both roles walk the
+    // same list.
+#define UNIT_COORDS(u) \
+    const int split = (u) % SPLIT_K; \
+    const int tile_id = (u) / SPLIT_K; \
+    const int mtile = tile_id % MTILES; \
+    const int ntile = (tile_id / MTILES) % ntiles; \
+    const int group = tile_id / (MTILES * ntiles); \
+    const int kbeg = (int)((long long)split * KTILES / SPLIT_K); \
+    const int kend = (int)((long long)(split + 1) * KTILES / SPLIT_K);
 """
 
 LOADER_BEGIN = r"""
@@ -171,7 +180,7 @@ LOADER_BEGIN = r"""
 """
 
 LOADER_LOOP = r"""
-        // K-tile j (counted over all of this block's tiles) goes to stage j % STAGES once the
+        // K-tile j (counted over all of this block's units) goes to stage j % STAGES once the
         // MMA threads released that stage's previous use. Its B copies are published LAG
         // K-tiles later, when cp.async.wait_group says they landed: this thread fences them
         // for the async proxy that wgmma reads through (and splits them for 3xTF32) before
@@ -189,8 +198,8 @@ LOADER_LOOP = r"""
             mbar_arrive(full0 + 8 * stage);
         };
         int j = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            TILE_COORDS(t)
+        for (int u = blockIdx.x; u < units; u += gridDim.x) {
+            UNIT_COORDS(u)
 """
 
 LOAD_A_BULK = r"""
@@ -206,7 +215,7 @@ LOAD_A_BULK = r"""
 """
 
 LOADER_END = r"""
-            for (int kt = 0; kt < KTILES; ++kt, ++j) {
+            for (int kt = kbeg; kt < kend; ++kt, ++j) {
                 const int stage = j % STAGES;
                 mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
                 load_tile(stage, kt);
@@ -228,15 +237,15 @@ LOADER_TMA = r"""
         // every free stage has its copies in flight, and one thread issues them all.
         if (tid == 0) {
             int j = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                TILE_COORDS(t)
+            for (int u = blockIdx.x; u < units; u += gridDim.x) {
+                UNIT_COORDS(u)
                 const float4* wtiles =
                     wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
                 // the tile's first pixel, as the gather's ROW_ORIGINS finds it
                 const int n0 = ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
                 const int ho = r / WO, wo = r - ho * WO;
                 const int w0 = wo * STRIDE - PAD_W, h0 = ho * STRIDE - PAD_H;
-                for (int kt = 0; kt < KTILES; ++kt, ++j) {
+                for (int kt = kbeg; kt < kend; ++kt, ++j) {
                     const int stage = j % STAGES;
                     mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
                     const unsigned bar = full0 + 8 * stage;
@@ -262,16 +271,23 @@ CONSUMER = r"""
         // Warpgroup w multiplies rows 64w.. of each tile; each K-tile's stage is released
         // once the wgmmas reading it have retired (one group stays in flight, so the release
         // of K-tile j follows the issue of j + 1), and the tile's sum goes straight from the
-        // registers to the output while the loaders fill the stages for the next tile.
+        // registers to the output while the loaders fill the stages for the next tile. A
+        // K-split's partial sum goes to the workspace instead, and the tile's last split to
+        // arrive adds them and stores (splitk.SPLIT_K_LAST). The loaders do not take part in
+        // the MMA threads' barriers.
+#if SPLIT_K > 1
+        __shared__ int split_arrivals;
+        auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" :: "n"(THREADS) : "memory"); };
+#endif
         int j = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            TILE_COORDS(t)
+        for (int u = blockIdx.x; u < units; u += gridDim.x) {
+            UNIT_COORDS(u)
 #pragma unroll
             for (int f = 0; f < NF; ++f)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[0][f][e] = 0.0f;
             fence_operands(acc);
-            for (int kt = 0; kt < KTILES; ++kt, ++j) {
+            for (int kt = kbeg; kt < kend; ++kt, ++j) {
                 const int stage = j % STAGES;
                 mbar_wait(full0 + 8 * stage, (j / STAGES) & 1);
 #if MODE == 1
@@ -289,7 +305,7 @@ CONSUMER = r"""
 #else
                 compute(stage, acc);
                 wgmma_wait<1>();
-                if (kt > 0) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+                if (kt > kbeg) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
 #endif
             }
 #if MODE != 1
@@ -297,6 +313,11 @@ CONSUMER = r"""
             mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
 #endif
             fence_operands(acc);
+#if SPLIT_K > 1
+            if (!split_k_last(&acc[0][0][0], ws, counters, tile_id, split, tid,
+                              consumers_sync, &split_arrivals))
+                continue;
+#endif
             out_t* const ytile = y + (long long)ntile * BN * M + group * MG + mtile * BM;
             const int tile_pixels = npix - ntile * BN;
             auto pixel = [&](int q, unsigned& at) {

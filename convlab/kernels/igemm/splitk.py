@@ -1,34 +1,56 @@
 """Split-K inside one launch: each split writes its partial tile, the last to arrive adds them
-in split order (so the result does not depend on arrival order) and goes on to the epilogue."""
+in split order (so the result does not depend on arrival order) and goes on to the epilogue.
+One meeting point (SPLIT_K_LAST) for the grid schedule, whose blocks each hold one split and
+meet on __syncthreads, and the persistent one, whose MMA threads walk the splits as units of
+work and meet on a named barrier the loaders do not take part in."""
+
+SPLIT_K_LAST = r"""
+#if SPLIT_K > 1
+// Each split writes its partial tile (thread-private order: coalesced, and read back by the
+// same thread of whichever split finishes last, its own included), then counts itself in;
+// `sync` is a barrier of the THREADS threads that hold the tile's accumulators, `arrivals` a
+// shared word. The last split to arrive adds the partials in split order into `flat` and
+// returns true; the others return false and leave the tile to it. Every count is back at
+// zero when the tile is done.
+template <typename Sync>
+__device__ __forceinline__ bool split_k_last(float* flat, float* __restrict__ ws,
+                                             int* __restrict__ counters, long long tile_id,
+                                             int split, int tid, Sync sync, int* arrivals)
+{
+    float* parts = ws + tile_id * (SPLIT_K * BM * BN);
+#pragma unroll
+    for (int e = 0; e < MF * NF * 4; ++e)
+        __stcg(parts + split * (BM * BN) + e * THREADS + tid, flat[e]);
+    __threadfence();
+    sync();
+    if (tid == 0) *arrivals = atomicAdd(counters + tile_id, 1);
+    sync();
+    if (*arrivals != SPLIT_K - 1) return false;
+    __threadfence();
+    // A split at a time, its own partial read back too, in a loop the compiler keeps: the
+    // splits' loads unrolled beside the sum spilled the wide tiles' registers.
+#pragma unroll
+    for (int e = 0; e < MF * NF * 4; ++e) flat[e] = 0.0f;
+#pragma unroll 1
+    for (int s = 0; s < SPLIT_K; ++s) {
+#pragma unroll
+        for (int e = 0; e < MF * NF * 4; ++e)
+            flat[e] += __ldcg(parts + s * (BM * BN) + e * THREADS + tid);
+    }
+    if (tid == 0) counters[tile_id] = 0;
+    return true;
+}
+#endif
+"""
 
 SPLIT_K_REDUCE = r"""
 #if SPLIT_K > 1
     {
-        // Each split writes its partial tile (thread-private order: coalesced, and read back by
-        // the same thread of whichever block finishes last), then counts itself in. The last
-        // one adds the partials in split order, so the result does not depend on arrival order.
-        __shared__ int last;
-        const long long tile_id = (long long)group * (gridDim.x / SPLIT_K) + tile;
-        float* parts = ws + tile_id * (SPLIT_K * BM * BN);
-        float* flat = &acc[0][0][0];
-#pragma unroll
-        for (int e = 0; e < MF * NF * 4; ++e)
-            __stcg(parts + split * (BM * BN) + e * THREADS + tid, flat[e]);
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) last = atomicAdd(counters + tile_id, 1) == SPLIT_K - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-#pragma unroll
-        for (int e = 0; e < MF * NF * 4; ++e) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int s = 0; s < SPLIT_K; ++s)
-                sum += s == split ? flat[e] : __ldcg(parts + s * (BM * BN) + e * THREADS + tid);
-            flat[e] = sum;
-        }
-        if (tid == 0) counters[tile_id] = 0;
+        __shared__ int arrivals;
+        if (!split_k_last(&acc[0][0][0], ws, counters,
+                          (long long)group * (gridDim.x / SPLIT_K) + tile, split, tid,
+                          [] { __syncthreads(); }, &arrivals))
+            return;
     }
 #endif
 """

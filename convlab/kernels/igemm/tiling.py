@@ -241,4 +241,7 @@ def shape_problem(shape: ConvShape, t: Tiling, layout: str = NCHW, maths: str = 
         return "one group's input channels exceed the kernel's 32-bit in-image offsets"
     if t.split_k > k_tiles(shape, t):
         return f"split-K {t.split_k} exceeds the {k_tiles(shape, t)} K-tiles of this layer"
+    if output_tiles(shape, t) * t.split_k > INT32_MAX:
+        return (f"{output_tiles(shape, t)} tiles x {t.split_k} K-splits overflow the kernel's "
+                f"32-bit index of its blocks' work")
     return ""

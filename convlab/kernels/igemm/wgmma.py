@@ -308,8 +308,12 @@ def tiling_problem(t: Tiling, maths: str) -> str:
         return "gather 'tma' (the copy engine's im2col) runs in the persistent schedule only"
     if t.gather == "tma" and maths == "3xtf32":
         return "gather 'tma' runs fp16, bf16 and tf32 (3xTF32 splits B as its copies land)"
-    if t.schedule != "grid" and t.split_k != 1:
-        return f"the {t.schedule} schedule has no split-K: split_k must be 1"
+    if t.schedule == "halo" and t.split_k != 1:
+        return "the halo schedule has no split-K: split_k must be 1"
+    if t.schedule == "persistent" and t.split_k > 1 and maths == "3xtf32" and t.bn > 96:
+        # NVRTC 12.9 spilled the split-K reduce's registers beside the two accumulator sets
+        # at bn 128; bn 96 and every 16-bit and TF32 width built clean (2026-11-27)
+        return "3xTF32's persistent split-K needs bn of at most 96 (two accumulator sets)"
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
     if t.bm != 16 * t.warps_m:
@@ -461,7 +465,7 @@ def halo_candidates(shape: ConvShape, maths: str) -> list[Tiling]:
 def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
     the tap gather (and the table where a group's channels are not a multiple of bk),
-    `cost.split_options`' K-splits, and without a split the persistent schedule too, with the
+    `cost.split_options`' K-splits, each in the grid schedule and the persistent one, with the
     tap gather or the copy engine's ("tma"); and the halo schedule's tilings
     (halo_candidates)."""
     bk = k_elements(maths)
@@ -469,10 +473,11 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     found = []
     for gather, warps, bn, stages in itertools.product(gathers, (8, 4), WGMMA_NS, range(3, 7)):
         base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
-        options = [replace(base, split_k=s) for s in cost.split_options(shape, base)]
-        options.append(replace(base, schedule="persistent"))
-        if gather == "tap":
-            options.append(replace(base, schedule="persistent", gather="tma"))
+        options = []
+        for s in cost.split_options(shape, base):
+            options += [replace(base, split_k=s), replace(base, split_k=s, schedule="persistent")]
+            if gather == "tap":
+                options.append(replace(base, split_k=s, schedule="persistent", gather="tma"))
         found += [t for t in options
                   if not tiling_problem(t, maths) and not layer_problem(shape, t, maths)]
     return found + halo_candidates(shape, maths)
