@@ -11,6 +11,7 @@ from test_tune import DEVICE, SHAPE, CpuTiles, FakeTiles, ModeConfig
 
 from convlab import tuning
 from convlab.bench import autotune, lab
+from convlab.bench.records import LayerResult
 from convlab.errors import ConvlabError
 from convlab.kernels import RELU
 from convlab.kernels.igemm import learned
@@ -165,6 +166,9 @@ def test_the_lab_autotunes_a_layer_before_it_prepares_it(gpu_named):
     autotune.enable(candidates=2, budget_s=60, jobs=1)
     result = lab.run_layer(SMALL, CpuModes(), seed=1)
     assert result.choice == tuning.Choice.AUTOTUNED
+    # the record names the tiling that ran, not only where it came from
+    assert result.config == CpuModes().config_for(SMALL, None).as_dict()
+    assert LayerResult.from_dict(result.as_dict()).config == result.config
     autotune.disable()
     assert not tuning.autotuning()
 

@@ -62,6 +62,7 @@ class Row:
     note: str = ""  # what the op chose when prepared (cuDNN: fused conv-bias-ReLU or not)
     floor_basis: str = ""  # the arithmetic floor_ms counts (FP32, 3xTF32, FP32 F(2x2), ...)
     choice: str = ""  # where the row's tiling came from (tuning.Choice), "" without one
+    config: dict | None = None  # the tiling the row ran (its dict), None without one
 
     @property
     def key(self) -> tuple:
@@ -319,7 +320,7 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
                         status=status, reason=reason, timing=layer.timing,
                         max_rel_error=layer.check.max_rel_error, accuracy=accuracy,
                         predictions_differ=differ, bound_ratio=layer.check.bound_ratio,
-                        note=layer.note, choice=layer.choice))
+                        note=layer.note, choice=layer.choice, config=layer.config))
     return rows
 
 

@@ -365,10 +365,11 @@ def run(model: str, kernel: str | Variant, batch: int, policy: timer.TimingPolic
     for step in network.conv_steps:
         step_variant = variant if step.layer.name not in network.fallback_layers else fb
         timing, check = time_and_verify(step, step_variant, policy, verify)
+        config, choice = step_variant.resolve(step.shape, step.epilogue)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
                             step.op.compile_seconds, step_variant.name, step.op.note,
                             (step.input if step.staged is None else step.staged).dtype.itemsize,
-                            step_variant.choice_for(step.shape, step.epilogue))
+                            choice, config and config.as_dict())
         layers.append(layer)
         emit("layer", layer)
 
@@ -542,8 +543,9 @@ def run_layer(shape: ConvShape, kernel: str | Variant, policy: timer.TimingPolic
     note = op.note
     if op.output_dtype == FLOAT16:
         note = "; ".join(filter(None, [note, "fp16 output, as cuDNN's fp16 rows write"]))
+    config, choice = variant.resolve(shape, epilogue)
     return LayerResult("layer", label, shape, epilogue, timing, check, op.compile_seconds, kernel,
-                       note, step.staged.dtype.itemsize, variant.choice_for(shape, epilogue))
+                       note, step.staged.dtype.itemsize, choice, config and config.as_dict())
 
 
 def layer_variant(variant: Variant) -> Variant:

@@ -28,8 +28,9 @@ class LayerResult:
     # 16-bit layer writes float32 (bf16 variants, an fp16 layer before a float32 one).
     element_bytes: int = 4
     # Where the variant's tiling came from (tuning.Choice: own, shipped, cached, autotuned;
-    # "" for a variant without one).
+    # "" for a variant without one), and the tiling itself (its dict; None without one).
     choice: str = ""
+    config: dict | None = None
 
     @property
     def gflops(self) -> float:
@@ -45,7 +46,8 @@ class LayerResult:
                 "epilogue": self.epilogue, "timing": self.timing.as_dict(),
                 "gflops": self.gflops, "gbps": self.gbps, "check": self.check.as_dict(),
                 "compile_s": self.compile_s, "variant": self.variant, "note": self.note,
-                "element_bytes": self.element_bytes, "choice": self.choice}
+                "element_bytes": self.element_bytes, "choice": self.choice,
+                "config": self.config}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LayerResult":
@@ -53,7 +55,8 @@ class LayerResult:
                    epilogue=d["epilogue"], timing=timer.Timing.from_dict(d["timing"]),
                    check=Check(**d["check"]), compile_s=d["compile_s"],
                    variant=d.get("variant", ""), note=d.get("note", ""),
-                   element_bytes=d.get("element_bytes", 4), choice=d.get("choice", ""))
+                   element_bytes=d.get("element_bytes", 4), choice=d.get("choice", ""),
+                   config=d.get("config"))
 
 
 @dataclass
