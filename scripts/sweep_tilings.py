@@ -94,13 +94,15 @@ def tasks(suite: str, extra: int, variants, with_cudnn: bool, split_cells: bool 
     out = []
     for layer in layers:
         shape = ConvShape(**layer["shape"])
+        mine = []
         for name in variants:
             v = get_variant(name)
             if (v.supports(shape) and (shape.groups == 1) != name.startswith("depthwise")
                     and (not split_cells or splits_k(v, shape))):
-                out.append({**layer, "variant": name})
-        if with_cudnn:
-            out.append({**layer, "variant": "cudnn"})
+                mine.append({**layer, "variant": name})
+        if with_cudnn and (mine or not split_cells):
+            mine.append({**layer, "variant": "cudnn"})
+        out += mine
     # A sweep cut short by a time limit is then a fair sample of the whole.
     random.Random(1).shuffle(out)
     return out

@@ -206,16 +206,57 @@ def test_the_persistent_schedule_splits_k(variant, shape, rng):
     check_tilings(variant, shape, tilings, rng)
 
 
+# More units of work (a tile's K-split each) than the persistent grid's blocks: a block goes
+# on from a split that was not its tile's last to its next unit, the stages' parity and the
+# MMA threads' barrier carried over.
+MANY_UNITS = ConvShape(4, 512, 7, 7, 512, 3, pad=1, bias=True)
+
+
+def walking_several_units(variant, shape):
+    """The persistent split tilings of `shape` with more units than blocks: the cost model's
+    first of each gather and count of MMA warpgroups."""
+    chosen = {}
+    k = variant.kernel_shape(shape)
+    for t in variant.ranked(shape):
+        if (t.schedule == "persistent" and t.split_k > 1
+                and tiling.output_tiles(k, t) * t.split_k > variant.launch_grid(k, t)[0]):
+            chosen.setdefault((t.gather, t.warps_m), t)
+    return list(chosen.values())
+
+
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_a_block_walks_several_split_units(variant, rng):
+    skip_off_its_gpu(variant, MANY_UNITS)
+    tilings = walking_several_units(variant, MANY_UNITS)
+    assert tilings
+    check_tilings(variant, MANY_UNITS, tilings, rng)
+
+
 @pytest.mark.smoke
 @pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
 def test_a_persistent_split_k_runs_again_to_the_same_bits(variant, rng):
-    """The arrival counts are back at zero after a launch, and the sum is added in split order
-    whatever order the splits arrive in: a second launch gives the same bits."""
-    shape = FEW_TILES[0]
-    skip_off_its_gpu(variant, shape)
-    x, w, b = random_problem(shape, rng, signed=True)
-    deepest = max(persistent_split_tilings(variant, shape), key=lambda t: t.split_k)
-    check_relaunch_and_fp16(variant, deepest, shape, x, w, b)
+    """One prepared op launched twice, with the deepest split and with blocks walking several
+    units: the arrival counts are back at zero after the first launch (else the second would
+    miscount its splits), and the partial tiles are added in split order whatever order they
+    arrive in, so the second launch gives the first one's bits; both within the bound."""
+    import cupy
+
+    for shape, t in ((FEW_TILES[0], max(persistent_split_tilings(variant, FEW_TILES[0]),
+                                        key=lambda t: t.split_k)),
+                     (MANY_UNITS, walking_several_units(variant, MANY_UNITS)[0])):
+        skip_off_its_gpu(variant, shape)
+        x, w, b = random_problem(shape, rng, signed=True)
+        op = variant.configured(t).prepare(shape, w, RELU, b)
+        xs = op.stage(cupy.asarray(x))
+        outputs = []
+        for _ in range(2):
+            y = cupy.empty(op.output_shape, dtype=op.output_dtype)
+            poison(y)
+            op(xs, y)
+            outputs.append(cupy.asnumpy(op.output(y)))
+        assert np.array_equal(outputs[0], outputs[1]), t.brief()
+        result = compare(outputs[1], reference_output(x, w, shape, RELU, b), variant.precision)
+        assert result.passed, f"{t.brief()}: {result.reason}"
 
 
 # Layers whose groups hold whole 128-byte channel chunks (64 fp16 / 32 tf32 channels), for

@@ -4,6 +4,7 @@ of a tile), independently of `swizzle_tiles`' reshapes."""
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 import pytest
@@ -254,6 +255,31 @@ def test_the_persistent_schedule_builds_where_its_blocks_per_sm_leave_room(varia
 
 
 @pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
+def test_the_persistent_split_k_builds_without_spills(variant):
+    """The split-K reduce beside the accumulators: for each split count, the widest persistent
+    tiling of two warpgroups and the cost model's first of one build with no spilled register
+    and no serialized wgmma. Unrolled over the splits, the reduce spilled 1,140 bytes at
+    128x256 with 8 splits; 3xTF32's two accumulator sets at 128x128 spilled 8 (that tiling is
+    refused)."""
+    shape = ConvShape(1, 512, 7, 7, 512, 3, pad=1, bias=True)
+    chosen = {}
+    for t in variant.ranked(shape):
+        if t.schedule == "persistent" and t.split_k > 1:
+            key = (t.split_k, t.warps_m)
+            if key not in chosen or (t.warps_m == 8 and t.bn > chosen[key].bn):
+                chosen[key] = t
+    assert {t.split_k for t in chosen.values()} >= {2, 4, 8}
+    for t in chosen.values():
+        v = variant.configured(t)
+        options = v.compile_options(shape, "relu") + ("-Xptxas=-v",)
+        result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
+        assert result.cubin is not None, f"{t.brief()}: {result.log}"
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", result.log)]
+        assert not any(spills), f"{t.brief()}: {result.log}"
+        assert not [c for c in SERIALIZED if c in result.log], result.log
+
+
+@pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
 def test_setmaxnreg_moves_registers_to_the_mma_warps_where_the_cap_is_short(variant):
     """Two warpgroups of MMAs at bn 256 (128 for 3xTF32) need more than the 168 registers the
     launch gives each of 384 threads: the loaders give some up (setmaxnreg), and ptxas takes it
@@ -306,9 +332,11 @@ def test_persistent_tilings_split_k_where_the_grid_ones_do_and_only_wgmma_runs_t
     assert not W.WgmmaFP16().tiling_problem(dataclasses.replace(t, split_k=2))
     halo = tiling.Tiling(64, 64, 64, 4, 1, 4, 2, "tap", "halo", 2)
     assert "no split-K" in W.WgmmaFP16().tiling_problem(halo)
-    split_3xtf32 = dataclasses.replace(t, bk=32, split_k=2)
+    split_3xtf32 = dataclasses.replace(t, bm=128, warps_m=8, bk=32, split_k=2)
     assert "at most 96" in W.Wgmma3xTF32().tiling_problem(split_3xtf32)
     assert not W.Wgmma3xTF32().tiling_problem(dataclasses.replace(split_3xtf32, bn=96))
+    assert not W.Wgmma3xTF32().tiling_problem(  # one warpgroup
+        dataclasses.replace(split_3xtf32, bm=64, warps_m=4))
     assert "schedule must be" in W.WgmmaFP16().tiling_problem(
         dataclasses.replace(t, schedule="stream-k"))
     channels_last = VARIANTS["channels-last-fp16"]
@@ -323,7 +351,7 @@ def test_persistent_tilings_split_k_where_the_grid_ones_do_and_only_wgmma_runs_t
         assert any(c.schedule == "persistent" for c in ranked)
         assert ({c.split_k for c in ranked if c.schedule == "grid"}
                 == {c.split_k for c in ranked if c.schedule == "persistent"})
-    small = ConvShape(1, 512, 7, 7, 512, 3, pad=1)  # 16 tiles of 128 x 128 for 132 SMs
+    small = ConvShape(1, 512, 7, 7, 512, 3, pad=1)  # 4 tiles of 128 x 128 for 132 SMs
     assert {(c.split_k, c.gather) for c in W.WgmmaFP16().ranked(small)
             if c.schedule == "persistent"} >= {(8, "tap"), (8, "tma")}
 

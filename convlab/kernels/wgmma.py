@@ -40,7 +40,8 @@ SOURCE = (r"""
 // PERSISTENT (the tiling's schedule): in the grid schedule every thread both copies and
 // multiplies, so each block waits for its first K-tiles' loads before any MMA and the tensor
 // cores idle through its epilogue; ncu on the ResNet 3x3 layer (9 K-tiles a tile in fp16) had
-// them active 29% of cycles. Here a block per SM slot walks the tiles; a loader warpgroup
+// them active 29% of cycles. Here a block per SM slot walks the tiles (or their K-splits as
+// units of work, SPLIT_K > 1: igemm.splitk); a loader warpgroup
 // gathers B with cp.async and brings A by the copy engine (cp.async.bulk), the stages passing
 // to the MMA warpgroups and back on mbarriers, so the next tile's loads run during this tile's
 // last MMAs and its epilogue, which stores from registers (no C tile in shared memory).

@@ -1,5 +1,6 @@
 """The wgmma kernel's persistent, warp-specialised schedule (Tiling.schedule "persistent"): a
-block per SM slot walks the output tiles; one warpgroup copies, the others multiply, and the
+block per SM slot walks the output tiles (each tile's K-splits, where it splits K); one
+warpgroup copies, the others multiply, and the
 stages pass between them on mbarriers. Same gather, swizzled layout, MMAs and epilogue maths as
 the grid schedule beside it (igemm.wgmma); or, with the "tma" gather, one loader thread has the
 copy engine bring both operands (B through an im2col tensor map, gpu.tensormap).

@@ -310,10 +310,13 @@ def tiling_problem(t: Tiling, maths: str) -> str:
         return "gather 'tma' runs fp16, bf16 and tf32 (3xTF32 splits B as its copies land)"
     if t.schedule == "halo" and t.split_k != 1:
         return "the halo schedule has no split-K: split_k must be 1"
-    if t.schedule == "persistent" and t.split_k > 1 and maths == "3xtf32" and t.bn > 96:
+    if (t.schedule == "persistent" and t.split_k > 1 and maths == "3xtf32" and t.warps_m == 8
+            and t.bn > 96):
         # NVRTC 12.9 spilled the split-K reduce's registers beside the two accumulator sets
-        # at bn 128; bn 96 and every 16-bit and TF32 width built clean (2026-11-27)
-        return "3xTF32's persistent split-K needs bn of at most 96 (two accumulator sets)"
+        # of two warpgroups at bn 128; one warpgroup at bn 128, two at bn 96 and every 16-bit
+        # and TF32 width built clean (2026-11-27)
+        return ("3xTF32's persistent split-K with two warpgroups needs bn of at most 96 (two "
+                "accumulator sets)")
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
     if t.bm != 16 * t.warps_m:
