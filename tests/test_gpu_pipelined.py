@@ -232,6 +232,20 @@ def test_a_block_walks_several_split_units(variant, rng):
     check_tilings(variant, MANY_UNITS, tilings, rng)
 
 
+def launched_twice(op, x) -> list[np.ndarray]:
+    """The op's outputs of two launches on one staged input, each into poisoned memory."""
+    import cupy
+
+    xs = op.stage(cupy.asarray(x))
+    outputs = []
+    for _ in range(2):
+        y = cupy.empty(op.output_shape, dtype=op.output_dtype)
+        poison(y)
+        op(xs, y)
+        outputs.append(cupy.asnumpy(op.output(y)))
+    return outputs
+
+
 @pytest.mark.smoke
 @pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
 def test_a_persistent_split_k_runs_again_to_the_same_bits(variant, rng):
@@ -239,21 +253,12 @@ def test_a_persistent_split_k_runs_again_to_the_same_bits(variant, rng):
     units: the arrival counts are back at zero after the first launch (else the second would
     miscount its splits), and the partial tiles are added in split order whatever order they
     arrive in, so the second launch gives the first one's bits; both within the bound."""
-    import cupy
-
     for shape, t in ((FEW_TILES[0], max(persistent_split_tilings(variant, FEW_TILES[0]),
                                         key=lambda t: t.split_k)),
                      (MANY_UNITS, walking_several_units(variant, MANY_UNITS)[0])):
         skip_off_its_gpu(variant, shape)
         x, w, b = random_problem(shape, rng, signed=True)
-        op = variant.configured(t).prepare(shape, w, RELU, b)
-        xs = op.stage(cupy.asarray(x))
-        outputs = []
-        for _ in range(2):
-            y = cupy.empty(op.output_shape, dtype=op.output_dtype)
-            poison(y)
-            op(xs, y)
-            outputs.append(cupy.asnumpy(op.output(y)))
+        outputs = launched_twice(variant.configured(t).prepare(shape, w, RELU, b), x)
         assert np.array_equal(outputs[0], outputs[1]), t.brief()
         result = compare(outputs[1], reference_output(x, w, shape, RELU, b), variant.precision)
         assert result.passed, f"{t.brief()}: {result.reason}"
@@ -477,21 +482,12 @@ def test_resident_filters_reload_where_a_block_crosses_to_the_next_m_tile(varian
 def test_split_k_is_deterministic_and_rearms_its_counters(variant, rng):
     """Two runs give identical bits: the last block sums the partials in split order, and
     resets the tile counters for the next launch (else the second run would miscount)."""
-    import cupy
-
     shape = ConvShape(2, 64, 9, 9, 32, 3, pad=1, bias=True)
     skip_off_its_gpu(variant, shape)
     config = next(c for c in variant.configs(shape, RELU) if c.split_k > 1)
     v = variant.configured(config)
     x, w, b = random_problem(shape, rng, signed=True)
-    op = v.prepare(shape, w, RELU, b)
-    xs = op.stage(cupy.asarray(x))
-    outputs = []
-    for _ in range(2):
-        y = cupy.empty(op.output_shape, dtype=cupy.float32)
-        poison(y)
-        op(xs, y)
-        outputs.append(cupy.asnumpy(op.output(y)))
+    outputs = launched_twice(v.prepare(shape, w, RELU, b), x)
     assert np.array_equal(outputs[0], outputs[1])
     result = compare(outputs[1], reference_output(x, w, shape, RELU, b), v.precision)
     assert result.passed, result.reason
