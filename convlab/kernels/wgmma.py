@@ -92,7 +92,7 @@ from .base import Arithmetic, Support, split_tf32_arithmetic  # noqa: E402
 from .igemm import learned  # noqa: E402
 from .igemm.cost import diverse  # noqa: E402
 from .igemm.packing import cross_bf16, gemm_weights, operand_parts, round_tf32  # noqa: E402
-from .igemm.tiling import MAX_CONFIGS, Tiling, k_tiles, output_tiles  # noqa: E402
+from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
 
 HALO_CONFIGS = 4
 
@@ -121,23 +121,9 @@ class Wgmma(ChannelsLast):
         return {**super().layout_defines(k), "SWIZZLE": 1}
 
     def defines(self, shape, epilogue=None):
-        base = super().defines(shape, epilogue)
         t = self.config_for(shape, epilogue)
-        k = self.kernel_shape(shape)
-        if t.schedule == "grid":
-            if self.maths == "3xtf32":
-                base["PART_KTILES"] = wgmma.part_ktiles(shape.reduction, t, k_tiles(k, t))
-            return base
-        loaders, mma = wgmma.register_split(k, t, self.maths)
-        defines = {**base, "PERSISTENT": 1, "MIN_BLOCKS": wgmma.blocks_per_sm(t, self.maths, k),
-                   "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma,
-                   "STORE_SCRATCH": wgmma.STORE_SCRATCH}
-        if t.gather == "tma":
-            defines["GATHER_TMA"] = 1
-        if t.schedule == "halo":
-            defines.update(HALO=1, HALO_ROWS=t.rows, WGMMA_N=t.bn - t.bn % 32,
-                           WGMMA_TAIL=t.bn % 32, PATCH_STAGES=halo.PATCH_STAGES)
-        return defines
+        return {**super().defines(shape, epilogue),
+                **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths)}
 
     def input_argument(self, k: ConvShape, t: Tiling):
         """The "tma" gather's im2col tensor map of the input, by value (gpu.tensormap)."""
@@ -148,7 +134,7 @@ class Wgmma(ChannelsLast):
     def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
         """Persistent and halo: as many blocks as the GPU holds at once (or units of work, a
         tile's K-split each, if fewer)."""
-        if t.schedule == "grid":
+        if not wgmma.schedule_of(t).warp_specialised:
             return super().launch_grid(k, t)
         slots = hardware.current().sms * wgmma.blocks_per_sm(t, self.maths, k)
         return (min(output_tiles(k, t) * t.split_k, slots), 1, 1)

@@ -217,68 +217,6 @@ def swizzle_tiles(a: np.ndarray, t: Tiling) -> np.ndarray:
     return np.ascontiguousarray(out).reshape(G, mt, kt, t.bm * t.bk)
 
 
-def smem_bytes(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
-    """The stages (A and B rows of 128 bytes, unpadded; both twice for 3xTF32's big and small
-    parts) or the epilogue's C tile (the persistent schedule stores from registers and keeps
-    two mbarriers per stage instead, and in fp16 STORE_SCRATCH bytes a warp for its store's
-    transpose), plus the alignment slack. The halo schedule's patches depend on the layer
-    (`shape`, which it needs)."""
-    if t.schedule == "halo":
-        if shape is None:
-            raise ValueError("a halo tiling's shared memory depends on the layer: pass its shape")
-        return halo.smem_bytes(shape, t, SWIZZLE_ALIGN)
-    stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
-    if t.schedule == "persistent":
-        scratch = STORE_SCRATCH * t.warps_m if maths == "fp16" else 0
-        return stages + 16 * t.stages + scratch + SWIZZLE_ALIGN
-    return max(stages, t.bn * (t.bm + 4) * 4) + SWIZZLE_ALIGN
-
-
-def blocks_per_sm(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
-    """Blocks of `t` an SM holds (at most 2): as shared memory allows, and for the persistent
-    and halo schedules, whose launch bounds ask ptxas for this many, as registers allow: ptxas
-    fits the whole kernel in 65536 / (blocks x threads) registers a thread (rounded down to 8),
-    and a wgmma holds its accumulators (twice for 3xTF32) at once, plus PERSISTENT_OVERHEAD."""
-    per_block = smem_bytes(t, maths, shape) + H100.limits.reserved_shared_per_block
-    blocks = max(1, min(2, H100.limits.shared_per_sm // per_block))
-    if t.schedule != "grid" and blocks == 2:
-        cap = H100.limits.registers_per_sm // (2 * t.block_threads)
-        if a_parts(maths) * t.bn // 2 + PERSISTENT_OVERHEAD > cap - cap % 8:
-            blocks = 1
-    return blocks
-
-
-def register_split(shape: ConvShape, t: Tiling, maths: str) -> tuple[int, int]:
-    """setmaxnreg's counts for the persistent schedule, (loaders, MMA threads), or (0, 0) where
-    the cap every thread gets at launch already holds what an MMA thread is modelled to need
-    (mma_registers). A loader keeps 4 registers per B row it copies (a 64-bit offset, two ints)
-    and ~40 more; what it gives up goes to the MMA threads."""
-    if t.schedule == "grid":
-        return 0, 0
-    cap = min(255, H100.limits.registers_per_sm
-              // (blocks_per_sm(t, maths, shape) * t.block_threads))
-    cap -= cap % 8
-    if mma_registers(t, maths) <= cap:
-        return 0, 0
-    if t.schedule == "halo":  # no row origins, but HALO_LOADER_REGISTERS for the patch loop
-        loaders = HALO_LOADER_REGISTERS
-    elif t.gather == "tma":  # one thread's loop of two copies
-        loaders = TMA_LOADER_REGISTERS
-    else:
-        rows = vector_rows(t, channel_vector(shape.Cg, maths))
-        loaders = -(-(4 * rows + 40) // 8) * 8
-    mma = min(256, (cap * t.block_threads - loaders * t.loaders) // t.threads)
-    mma -= mma % 8
-    return (loaders, mma) if mma > cap else (0, 0)
-
-
-def mma_registers(t: Tiling, maths: str) -> int:
-    """Registers an MMA thread is modelled to need: its accumulators (twice for 3xTF32) and ~56
-    more (in the grid schedule the gather's row origins among them; the halo schedule's
-    epilogue, which finds each output's row, takes HALO_OVERHEAD)."""
-    return a_parts(maths) * t.bn // 2 + (HALO_OVERHEAD if t.schedule == "halo" else 56)
-
-
 def part_ktiles(reduction: int, t: Tiling, ktiles: int) -> int:
     """K-tiles a 3xTF32 partial sum of the grid schedule spans (PART_KTILES): as many as keep
     its terms within SPAN_TERMS_PER_ROOT_N * sqrt(n), n the layer's reduction; at least one,
@@ -302,80 +240,27 @@ def tiling_problem(t: Tiling, maths: str) -> str:
     """Why a wgmma kernel cannot be compiled with `t`, or ""."""
     if t.gather not in ("tap", "table", "tma"):
         return f"gather must be 'tap', 'table' or 'tma', not {t.gather!r}"
-    if t.schedule not in ("grid", "persistent", "halo"):
+    if t.schedule not in SCHEDULES:
         return f"schedule must be 'grid', 'persistent' or 'halo', not {t.schedule!r}"
+    schedule = schedule_of(t)
     if t.gather == "tma" and t.schedule != "persistent":
         return "gather 'tma' (the copy engine's im2col) runs in the persistent schedule only"
     if t.gather == "tma" and maths == "3xtf32":
         return "gather 'tma' runs fp16, bf16 and tf32 (3xTF32 splits B as its copies land)"
-    if t.schedule == "halo" and t.split_k != 1:
-        return "the halo schedule has no split-K: split_k must be 1"
-    if (t.schedule == "persistent" and t.split_k > 1 and maths == "3xtf32" and t.warps_m == 8
-            and t.bn > 96):
-        # NVRTC 12.9 spilled the split-K reduce's registers beside the two accumulator sets
-        # of two warpgroups at bn 128; one warpgroup at bn 128, two at bn 96 and every 16-bit
-        # and TF32 width built clean (2026-11-27)
-        return ("3xTF32's persistent split-K with two warpgroups needs bn of at most 96 (two "
-                "accumulator sets)")
+    if not schedule.splits_k and t.split_k != 1:
+        return f"the {t.schedule} schedule has no split-K: split_k must be 1"
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
     if t.bm != 16 * t.warps_m:
         return f"bm must be 64 per warpgroup: {16 * t.warps_m}"
     if t.bk != k_elements(maths):
         return f"bk must be {k_elements(maths)} (one 128-byte swizzle row of {maths})"
-    if t.schedule == "halo":
-        return halo_tiling_problem(t, maths)
-    if t.rows:
-        return "rows are the halo schedule's: 0 for the others"
-    if t.bn not in WGMMA_NS:
-        return f"bn must be one of {', '.join(map(str, WGMMA_NS))}"
-    if t.bn > MAX_BN.get(maths, t.bn):
-        return (f"bn must be at most {MAX_BN[maths]} for {maths}: a thread holds two "
-                f"accumulator sets of bn/2 registers (the sum and a partial sum)")
-    if not 3 <= t.stages <= 8:
-        return "stages must be 3 to 8 (two K-tiles beyond the one the wgmmas read)"
-    if t.split_k < 1:
-        return "split_k must be at least 1"
-    if smem_bytes(t, maths) > MAX_SMEM:
-        return f"needs {smem_bytes(t, maths)} bytes of shared memory; at most {MAX_SMEM}"
-    return ""
-
-
-def halo_tiling_problem(t: Tiling, maths: str) -> str:
-    """The halo schedule's own shape-independent rules (after the warpgroup, bm and bk ones
-    every wgmma tiling has)."""
-    if maths == "3xtf32":
-        return "the halo schedule runs fp16, bf16 and tf32 (3xTF32 would split the patches)"
-    if t.gather != "tap":
-        return "the halo schedule reads whole channel chunks: gather 'tap'"
-    if t.bn % 8 or not 8 <= t.bn <= 256:
-        return "bn must be a multiple of 8 from 8 to 256 (one wgmma's N)"
-    if t.rows < 1:
-        return "rows (output rows a tile) must be at least 1"
-    if t.stages < 1 or t.stages * t.bm * ROW_BYTES > MAX_SMEM:
-        return "stages (A's buffers) must be at least 1 and fit shared memory"
-    return ""
+    return schedule.tiling_problem(t, maths)
 
 
 def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
-    """Why `t` cannot run the (channel-padded) layer, or "": the channels-last gather's rules,
-    and rows a thread copies keeping one swizzle phase (8 | rows between them); the halo
-    schedule's own (igemm.halo.problem) and its shared memory."""
-    if t.schedule == "halo":
-        problem = halo.problem(shape, t, maths, k_tiles(shape, t))
-        if not problem and smem_bytes(t, maths, shape) > MAX_SMEM:
-            problem = (f"needs {smem_bytes(t, maths, shape)} bytes of shared memory; "
-                       f"at most {MAX_SMEM}")
-        return problem
-    problem = shape_problem(shape, t, NHWC, maths, MAX_WGMMA_ROWS)
-    if problem:
-        return problem
-    if t.gather == "tma":
-        return tensormap.im2col_problem(shape, t.bk)
-    step = t.loaders // (t.bk // channel_vector(shape.Cg, maths))
-    if step % 8:
-        return f"the gather's row step {step} must be a multiple of 8 for the swizzle"
-    return ""
+    """Why `t` cannot run the (channel-padded) layer, or "" (Schedule.layer_problem)."""
+    return schedule_of(t).layer_problem(shape, t, maths)
 
 
 # Shared memory a warp of the persistent schedule's fp16 store turns 16 output columns of its 16
@@ -407,83 +292,329 @@ WARPGROUPS_FOR_PEAK = 3
 WGMMA_FLOP_PER_CYCLE = {"fp16": 4096, "bf16": 4096, "tf32": 2048, "3xtf32": 2048 / 3}
 
 
+class Schedule:
+    """What one schedule of the wgmma kernel (Tiling.schedule) owns: its shared memory, the
+    registers its threads need, its own rules, the time the cost model gives its K-loop and
+    epilogue, its candidates and its defines. The functions below ask the tiling's schedule
+    (`schedule_of`); what every schedule shares stays in them."""
+
+    name = ""
+    warp_specialised = True  # a loader warpgroup beside the MMA warps, blocks per SM bounded
+    mma_overhead = 56  # registers an MMA thread needs beside its accumulators
+    splits_k = True
+
+    def smem_bytes(self, t: Tiling, maths: str, shape: ConvShape | None) -> int:
+        raise NotImplementedError
+
+    def loader_registers(self, shape: ConvShape, t: Tiling, maths: str) -> int:
+        raise NotImplementedError
+
+    def tiling_problem(self, t: Tiling, maths: str) -> str:
+        """The schedule's shape-independent rules, checked after those of every wgmma tiling
+        (gather, warpgroups, bm, bk): N one of wgmma's, 3-8 stages, the shared memory."""
+        if t.rows:
+            return "rows are the halo schedule's: 0 for the others"
+        if t.bn not in WGMMA_NS:
+            return f"bn must be one of {', '.join(map(str, WGMMA_NS))}"
+        if t.bn > MAX_BN.get(maths, t.bn):
+            return (f"bn must be at most {MAX_BN[maths]} for {maths}: a thread holds two "
+                    f"accumulator sets of bn/2 registers (the sum and a partial sum)")
+        if not 3 <= t.stages <= 8:
+            return "stages must be 3 to 8 (two K-tiles beyond the one the wgmmas read)"
+        if t.split_k < 1:
+            return "split_k must be at least 1"
+        if self.smem_bytes(t, maths, None) > MAX_SMEM:
+            return (f"needs {self.smem_bytes(t, maths, None)} bytes of shared memory; at most "
+                    f"{MAX_SMEM}")
+        return ""
+
+    def layer_problem(self, shape: ConvShape, t: Tiling, maths: str) -> str:
+        """The channels-last gather's rules, and rows a thread copies keeping one swizzle phase
+        (8 | rows between them)."""
+        problem = shape_problem(shape, t, NHWC, maths, MAX_WGMMA_ROWS)
+        if problem:
+            return problem
+        if t.gather == "tma":
+            return tensormap.im2col_problem(shape, t.bk)
+        step = t.loaders // (t.bk // channel_vector(shape.Cg, maths))
+        if step % 8:
+            return f"the gather's row step {step} must be a multiple of 8 for the swizzle"
+        return ""
+
+    def resident(self, t: Tiling, maths: str, blocks: int) -> int:
+        """Blocks an SM runs at once, for the cost model: its blocks per SM."""
+        return blocks
+
+    def busy(self, shape: ConvShape, t: Tiling, maths: str, waves: int, resident: int,
+             mma: float, k_count: float, epilogue: float) -> float:
+        """Cycles of the busiest SM: `waves` blocks a slot, each K-tile at least `mma` cycles
+        of resident blocks issuing at the rate they reach (estimate)."""
+        raise NotImplementedError
+
+    def options(self, shape: ConvShape, base: Tiling) -> list[Tiling]:
+        """The schedule's tilings built on a grid-schedule `base` (candidates)."""
+        return []
+
+    def defines(self, shape: ConvShape, k: ConvShape, t: Tiling, maths: str) -> dict[str, int]:
+        """The schedule's defines beside the layer's and the tiling's (`shape` as the user
+        gave it, `k` the layer the kernel runs)."""
+        raise NotImplementedError
+
+
+def _issuing(t: Tiling, resident: int) -> float:
+    """The share of the wgmma rate `resident` blocks of `t` issue at."""
+    return min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
+
+
+class Grid(Schedule):
+    """A block per output tile (and K-split); every thread copies and multiplies."""
+
+    name = "grid"
+    warp_specialised = False
+
+    def smem_bytes(self, t, maths, shape):
+        stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
+        return max(stages, t.bn * (t.bm + 4) * 4) + SWIZZLE_ALIGN
+
+    def resident(self, t, maths, blocks):
+        registers = -(-mma_registers(t, maths) // 8) * 8 * t.threads
+        return max(1, min(H100.limits.registers_per_sm // registers, blocks))
+
+    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+        # waits for the loads' latency over the STAGES-2 tiles in flight, once per tile
+        latency = cost.load_latency(shape, t, maths, k_count)
+        k_tile = max(mma * resident / _issuing(t, resident), latency / (t.stages - 2)) / resident
+        return waves * (k_count * k_tile + (latency + epilogue) / resident)
+
+    def options(self, shape, base):
+        return [replace(base, split_k=s) for s in cost.split_options(shape, base)]
+
+    def defines(self, shape, k, t, maths):
+        if maths == "3xtf32":
+            return {"PART_KTILES": part_ktiles(shape.reduction, t, k_tiles(k, t))}
+        return {}
+
+
+class Persistent(Schedule):
+    """A block per SM slot walks the tiles (or their K-splits): a loader warpgroup copies, the
+    MMA warpgroups multiply, the stages passing between them on mbarriers (igemm.persistent)."""
+
+    name = "persistent"
+
+    def smem_bytes(self, t, maths, shape):
+        stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
+        scratch = STORE_SCRATCH * t.warps_m if maths == "fp16" else 0
+        return stages + 16 * t.stages + scratch + SWIZZLE_ALIGN
+
+    def loader_registers(self, shape, t, maths):
+        if t.gather == "tma":  # one thread's loop of two copies
+            return TMA_LOADER_REGISTERS
+        rows = vector_rows(t, channel_vector(shape.Cg, maths))
+        return -(-(4 * rows + 40) // 8) * 8
+
+    def tiling_problem(self, t, maths):
+        if t.split_k > 1 and maths == "3xtf32" and t.warps_m == 8 and t.bn > 96:
+            # NVRTC 12.9 spilled the split-K reduce's registers beside the two accumulator
+            # sets of two warpgroups at bn 128; one warpgroup at bn 128, two at bn 96 and
+            # every 16-bit and TF32 width built clean (2026-11-27)
+            return ("3xTF32's persistent split-K with two warpgroups needs bn of at most 96 "
+                    "(two accumulator sets)")
+        return super().tiling_problem(t, maths)
+
+    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+        # waits over STAGES-1 tiles in flight (all STAGES with the copy engine's gather, where
+        # no loader waits to publish), once per block: the loaders run ahead into the next tile
+        latency = cost.load_latency(shape, t, maths, k_count)
+        in_flight = t.stages if t.gather == "tma" else t.stages - 1
+        k_tile = max(mma * resident / _issuing(t, resident), latency / in_flight) / resident
+        return waves * (k_count * k_tile + epilogue / resident) + latency
+
+    def options(self, shape, base):
+        found = []
+        for s in cost.split_options(shape, base):
+            found.append(replace(base, split_k=s, schedule=self.name))
+            if base.gather == "tap":
+                found.append(replace(base, split_k=s, schedule=self.name, gather="tma"))
+        return found
+
+    def defines(self, shape, k, t, maths):
+        loaders, mma = register_split(k, t, maths)
+        defines = {"PERSISTENT": 1, "MIN_BLOCKS": blocks_per_sm(t, maths, k),
+                   "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma,
+                   "STORE_SCRATCH": STORE_SCRATCH}
+        if t.gather == "tma":
+            defines["GATHER_TMA"] = 1
+        return defines
+
+
+class Halo(Persistent):
+    """As persistent, but a tile is `rows` whole output rows whose input patch is copied once
+    for all the taps (igemm.halo); no split-K."""
+
+    name = "halo"
+    mma_overhead = HALO_OVERHEAD
+    splits_k = False
+
+    def smem_bytes(self, t, maths, shape):
+        if shape is None:
+            raise ValueError("a halo tiling's shared memory depends on the layer: pass its shape")
+        return halo.smem_bytes(shape, t, SWIZZLE_ALIGN)
+
+    def loader_registers(self, shape, t, maths):
+        return HALO_LOADER_REGISTERS  # no row origins, but the patch loop's
+
+    def tiling_problem(self, t, maths):
+        if maths == "3xtf32":
+            return "the halo schedule runs fp16, bf16 and tf32 (3xTF32 would split the patches)"
+        if t.gather != "tap":
+            return "the halo schedule reads whole channel chunks: gather 'tap'"
+        if t.bn % 8 or not 8 <= t.bn <= 256:
+            return "bn must be a multiple of 8 from 8 to 256 (one wgmma's N)"
+        if t.rows < 1:
+            return "rows (output rows a tile) must be at least 1"
+        if t.stages < 1 or t.stages * t.bm * ROW_BYTES > MAX_SMEM:
+            return "stages (A's buffers) must be at least 1 and fit shared memory"
+        return ""
+
+    def layer_problem(self, shape, t, maths):
+        """igemm.halo's rules and the patches' shared memory."""
+        problem = halo.problem(shape, t, maths, k_tiles(shape, t))
+        if not problem and self.smem_bytes(t, maths, shape) > MAX_SMEM:
+            problem = (f"needs {self.smem_bytes(t, maths, shape)} bytes of shared memory; "
+                       f"at most {MAX_SMEM}")
+        return problem
+
+    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+        # a K*K-th of its chunk's patch from L2 per K-tile and, unless the filters stay
+        # resident, its A tile; the latency once per block
+        a_bytes = 0 if t.stages == k_count else t.bm * ROW_BYTES
+        l2 = halo.patch_rows(shape, t.bn) * ROW_BYTES / shape.taps + a_bytes
+        k_tile = max(mma * resident / _issuing(t, resident),
+                     l2 * resident / cost.L2_BYTES_PER_CYCLE) / resident
+        return waves * (k_count * k_tile + epilogue / resident) + cost.LOAD_LATENCY
+
+    def options(self, shape, base):
+        return []
+
+    def candidates(self, shape: ConvShape, maths: str) -> list[Tiling]:
+        """One or two warpgroups, each row count whose N fits a wgmma, 2, 3, 4 or 6 A buffers
+        (no more than the layer's K-tiles) and, where it fits, one per K-tile (resident
+        filters)."""
+        bk = k_elements(maths)
+        found = []
+        for warps, rows in itertools.product((8, 4), halo.row_options(shape)):
+            base = Tiling(16 * warps, halo.halo_bn(shape, rows), bk, warps, 1, 2, 1, "tap",
+                          self.name, rows)
+            for stages in sorted({2, 3, 4, 6, k_tiles(shape, base)}):
+                t = replace(base, stages=stages)
+                if not tiling_problem(t, maths) and not layer_problem(shape, t, maths):
+                    found.append(t)
+        return found
+
+    def defines(self, shape, k, t, maths):
+        return {**super().defines(shape, k, t, maths), "HALO": 1, "HALO_ROWS": t.rows,
+                "WGMMA_N": t.bn - t.bn % 32, "WGMMA_TAIL": t.bn % 32,
+                "PATCH_STAGES": halo.PATCH_STAGES}
+
+
+SCHEDULES = {s.name: s for s in (Grid(), Persistent(), Halo())}
+
+
+def schedule_of(t: Tiling) -> Schedule:
+    return SCHEDULES[t.schedule]
+
+
+def smem_bytes(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
+    """The stages (A and B rows of 128 bytes, unpadded; both twice for 3xTF32's big and small
+    parts) or the epilogue's C tile (the persistent schedule stores from registers and keeps
+    two mbarriers per stage instead, and in fp16 STORE_SCRATCH bytes a warp for its store's
+    transpose), plus the alignment slack. The halo schedule's patches depend on the layer
+    (`shape`, which it needs)."""
+    return schedule_of(t).smem_bytes(t, maths, shape)
+
+
+def blocks_per_sm(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
+    """Blocks of `t` an SM holds (at most 2): as shared memory allows, and for the persistent
+    and halo schedules, whose launch bounds ask ptxas for this many, as registers allow: ptxas
+    fits the whole kernel in 65536 / (blocks x threads) registers a thread (rounded down to 8),
+    and a wgmma holds its accumulators (twice for 3xTF32) at once, plus PERSISTENT_OVERHEAD."""
+    per_block = smem_bytes(t, maths, shape) + H100.limits.reserved_shared_per_block
+    blocks = max(1, min(2, H100.limits.shared_per_sm // per_block))
+    if schedule_of(t).warp_specialised and blocks == 2:
+        cap = H100.limits.registers_per_sm // (2 * t.block_threads)
+        if a_parts(maths) * t.bn // 2 + PERSISTENT_OVERHEAD > cap - cap % 8:
+            blocks = 1
+    return blocks
+
+
+def register_split(shape: ConvShape, t: Tiling, maths: str) -> tuple[int, int]:
+    """setmaxnreg's counts for the warp-specialised schedules, (loaders, MMA threads), or
+    (0, 0) where the cap every thread gets at launch already holds what an MMA thread is
+    modelled to need (mma_registers). A loader keeps 4 registers per B row it copies (a 64-bit
+    offset, two ints) and ~40 more (Schedule.loader_registers); what it gives up goes to the
+    MMA threads."""
+    schedule = schedule_of(t)
+    if not schedule.warp_specialised:
+        return 0, 0
+    cap = min(255, H100.limits.registers_per_sm
+              // (blocks_per_sm(t, maths, shape) * t.block_threads))
+    cap -= cap % 8
+    if mma_registers(t, maths) <= cap:
+        return 0, 0
+    loaders = schedule.loader_registers(shape, t, maths)
+    mma = min(256, (cap * t.block_threads - loaders * t.loaders) // t.threads)
+    mma -= mma % 8
+    return (loaders, mma) if mma > cap else (0, 0)
+
+
+def mma_registers(t: Tiling, maths: str) -> int:
+    """Registers an MMA thread is modelled to need: its accumulators (twice for 3xTF32) and its
+    schedule's overhead (~56; in the grid schedule the gather's row origins among them; the
+    halo schedule's epilogue, which finds each output's row, takes HALO_OVERHEAD)."""
+    return a_parts(maths) * t.bn // 2 + schedule_of(t).mma_overhead
+
+
 def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     """Modelled microseconds, for ranking: the busiest SM's waves of blocks, each K-tile the
     larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient; a
     tail wgmma is charged as 32 columns; fewer than WARPGROUPS_FOR_PEAK warpgroups on the SM
-    issue at a fraction of the rate) and its loads; at least the DRAM floor. The grid schedule
-    waits for the loads' latency over the STAGES-2 tiles in flight, once per tile; the
-    persistent one over STAGES-1, once per block (the loaders run ahead into the next tile);
-    the halo one brings a K*K-th of its chunk's patch from L2 per K-tile and, unless the
-    filters stay resident, its A tile, paying the latency once per block."""
-    resident = blocks_per_sm(t, maths, shape)
-    if t.schedule == "grid":
-        registers = -(-mma_registers(t, maths) // 8) * 8 * t.threads
-        resident = max(1, min(H100.limits.registers_per_sm // registers, resident))
+    issue at a fraction of the rate) and its loads (Schedule.busy: the grid schedule waits for
+    the loads' latency over the STAGES-2 tiles in flight, once per tile; the persistent one
+    over STAGES-1, once per block; the halo one brings a K*K-th of its chunk's patch from L2
+    per K-tile); at least the DRAM floor."""
+    schedule = schedule_of(t)
+    resident = schedule.resident(t, maths, blocks_per_sm(t, maths, shape))
     tiles = output_tiles(shape, t) * t.split_k
-    per_sm = -(-tiles // cost.SMS)
-    resident = min(resident, per_sm)
-    issuing = min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
+    waves = -(-tiles // cost.SMS)
+    resident = min(resident, waves)
     columns = -(-t.bn // 32) * 32
     mma = 2 * t.bm * columns * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
     k_count = k_tiles(shape, t) / t.split_k
     epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
-    if t.schedule == "halo":
-        a_bytes = 0 if t.stages == k_count else t.bm * ROW_BYTES
-        l2 = halo.patch_rows(shape, t.bn) * ROW_BYTES / shape.taps + a_bytes
-        k_tile = max(mma * resident / issuing, l2 * resident / cost.L2_BYTES_PER_CYCLE) / resident
-        total = per_sm * (k_count * k_tile + epilogue / resident) + cost.LOAD_LATENCY
-    else:
-        latency = cost.load_latency(shape, t, maths, k_count)
-        in_flight = {"grid": t.stages - 2, "persistent": t.stages - 1}[t.schedule]
-        if t.gather == "tma":  # no loader waits to publish: every stage can be loading
-            in_flight = t.stages
-        k_tile = max(mma * resident / issuing, latency / in_flight) / resident
-        if t.schedule == "persistent":
-            total = per_sm * (k_count * k_tile + epilogue / resident) + latency
-        else:
-            total = per_sm * (k_count * k_tile + (latency + epilogue) / resident)
+    total = schedule.busy(shape, t, maths, waves, resident, mma, k_count, epilogue)
     total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
     if t.split_k > 1:
         total += tiles * t.bm * t.bn * 8 / cost.DRAM_BYTES_PER_CYCLE
     return total / cost.CLOCK_MHZ
 
 
-def halo_candidates(shape: ConvShape, maths: str) -> list[Tiling]:
-    """Halo tilings: one or two warpgroups, each row count whose N fits a wgmma, 2, 3, 4 or 6
-    A buffers (no more than the layer's K-tiles) and, where it fits, one per K-tile (resident
-    filters)."""
-    bk = k_elements(maths)
-    found = []
-    for warps, rows in itertools.product((8, 4), halo.row_options(shape)):
-        base = Tiling(16 * warps, halo.halo_bn(shape, rows), bk, warps, 1, 2, 1, "tap", "halo",
-                      rows)
-        for stages in sorted({2, 3, 4, 6, k_tiles(shape, base)}):
-            t = replace(base, stages=stages)
-            if not tiling_problem(t, maths) and not layer_problem(shape, t, maths):
-                found.append(t)
-    return found
-
-
 def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
-    the tap gather (and the table where a group's channels are not a multiple of bk),
-    `cost.split_options`' K-splits, each in the grid schedule and the persistent one, with the
-    tap gather or the copy engine's ("tma"); and the halo schedule's tilings
-    (halo_candidates)."""
+    the tap gather (and the table where a group's channels are not a multiple of bk), and what
+    each schedule builds on those (Schedule.options: `cost.split_options`' K-splits, each in
+    the grid schedule and the persistent one, with the tap gather or the copy engine's
+    ("tma")); and the halo schedule's tilings (Halo.candidates)."""
     bk = k_elements(maths)
     gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
     found = []
     for gather, warps, bn, stages in itertools.product(gathers, (8, 4), WGMMA_NS, range(3, 7)):
         base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
         options = []
-        for s in cost.split_options(shape, base):
-            options += [replace(base, split_k=s), replace(base, split_k=s, schedule="persistent")]
-            if gather == "tap":
-                options.append(replace(base, split_k=s, schedule="persistent", gather="tma"))
+        for schedule in SCHEDULES.values():
+            options += schedule.options(shape, base)
         found += [t for t in options
                   if not tiling_problem(t, maths) and not layer_problem(shape, t, maths)]
-    return found + halo_candidates(shape, maths)
+    return found + SCHEDULES["halo"].candidates(shape, maths)
 
 
 @lru_cache(maxsize=256)
