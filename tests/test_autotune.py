@@ -13,9 +13,9 @@ from convlab import tuning
 from convlab.bench import autotune, lab
 from convlab.bench.records import LayerResult
 from convlab.errors import ConvlabError
-from convlab.kernels import RELU
+from convlab.kernels import RELU, base
 from convlab.kernels.igemm import learned
-from convlab.kernels.wgmma import WgmmaFP16
+from convlab.kernels.wgmma import Wgmma, WgmmaFP16
 from convlab.shapes import ConvShape
 
 SMALL = ConvShape(2, 3, 9, 9, 4, 3, pad=1)
@@ -190,15 +190,37 @@ def test_the_shipped_tiling_model_is_what_the_fit_makes_of_the_committed_sweeps(
     and tiling-sweep-splitk-20261127 of the cells whose candidates split K) gives the shipped
     weights, and with each network's cells left out of the fit its choice is within 1.10x of
     the cell's fastest tiling on at least 78% of the cells (the choices the sweeps ran: 67%)."""
-    import importlib.util
-
-    script = Path(__file__).parents[1] / "scripts" / "fit_tiling_model.py"
-    spec = importlib.util.spec_from_file_location("fit_tiling_model", script)
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
+    fit = load_script("fit_tiling_model")
     model, held_out = fit.main(["", str(tmp_path / "model.json")])
     shipped = json.loads(learned.MODEL_FILE.read_text())
     assert shipped["features"] == list(learned.FEATURES)
     for name, weight in shipped["weights"].items():
         assert model["weights"][name] == pytest.approx(weight, rel=1e-6, abs=1e-9)
     assert sum(r <= 1.10 for r in held_out) >= 0.78 * len(held_out)
+
+
+def load_script(name):
+    import importlib.util
+
+    script = Path(__file__).parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_split_cells_sweep_takes_the_layers_whose_tilings_split_k(monkeypatch):
+    """`sweep_tilings.py --split-cells`: a variant's cell only where one of its candidates
+    splits K, and with --cudnn the cuDNN rows of those layers only (before the review they
+    came for every layer of the suite)."""
+    monkeypatch.setattr(base, "compute_capability", lambda: None)  # as on a Hopper GPU
+    sweep = load_script("sweep_tilings")
+    split = sweep.tasks("resnet50", 0, ["wgmma"], True, split_cells=True)
+    every = sweep.tasks("resnet50", 0, ["wgmma"], False)
+    mine = {t["label"] for t in split if t["variant"] == "wgmma"}
+    assert mine and {t["label"] for t in split if t["variant"] == "cudnn"} == mine
+    variant = Wgmma()
+    for task in every:
+        splits = any(t.split_k > 1 for t in variant.ranked(ConvShape(**task["shape"])))
+        assert splits == (task["label"] in mine), task["label"]
+    assert len(mine) < len(every)
