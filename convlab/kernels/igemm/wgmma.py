@@ -301,7 +301,7 @@ class Schedule:
     name = ""
     warp_specialised = True  # a loader warpgroup beside the MMA warps, blocks per SM bounded
     mma_overhead = 56  # registers an MMA thread needs beside its accumulators
-    splits_k = True
+    splits_k = True  # a tiling's split_k may be above 1
 
     def smem_bytes(self, t: Tiling, maths: str, shape: ConvShape | None) -> int:
         raise NotImplementedError
@@ -521,6 +521,7 @@ SCHEDULES = {s.name: s for s in (Grid(), Persistent(), Halo())}
 
 
 def schedule_of(t: Tiling) -> Schedule:
+    """The Schedule object of the tiling's schedule (a name tiling_problem has accepted)."""
     return SCHEDULES[t.schedule]
 
 
