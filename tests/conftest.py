@@ -1,6 +1,8 @@
+import importlib.util
 import os
 import secrets
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,3 +55,16 @@ def compile_all():
             return list(pool.map(one, jobs))
 
     return run
+
+
+@pytest.fixture
+def script():
+    """A script of scripts/ by name, loaded as a module (they are not a package)."""
+    def load(name):
+        path = Path(__file__).parents[1] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

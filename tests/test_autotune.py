@@ -185,12 +185,12 @@ def test_the_wgmma_choice_is_the_fitted_order_of_the_tuners_list():
     assert scores == sorted(scores)
 
 
-def test_the_shipped_tiling_model_is_what_the_fit_makes_of_the_committed_sweeps(tmp_path):
+def test_the_shipped_tiling_model_is_what_the_fit_makes_of_the_committed_sweeps(tmp_path, script):
     """scripts/fit_tiling_model.py on the committed sweeps (results/h100/tiling-sweep-20261127,
     and tiling-sweep-splitk-20261127 of the cells whose candidates split K) gives the shipped
     weights, and with each network's cells left out of the fit its choice is within 1.10x of
     the cell's fastest tiling on at least 78% of the cells (the choices the sweeps ran: 67%)."""
-    fit = load_script("fit_tiling_model")
+    fit = script("fit_tiling_model")
     model, held_out = fit.main(["", str(tmp_path / "model.json")])
     shipped = json.loads(learned.MODEL_FILE.read_text())
     assert shipped["features"] == list(learned.FEATURES)
@@ -199,22 +199,12 @@ def test_the_shipped_tiling_model_is_what_the_fit_makes_of_the_committed_sweeps(
     assert sum(r <= 1.10 for r in held_out) >= 0.78 * len(held_out)
 
 
-def load_script(name):
-    import importlib.util
-
-    script = Path(__file__).parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_split_cells_sweep_takes_the_layers_whose_tilings_split_k(monkeypatch):
+def test_a_split_cells_sweep_takes_the_layers_whose_tilings_split_k(monkeypatch, script):
     """`sweep_tilings.py --split-cells`: a variant's cell only where one of its candidates
     splits K, and with --cudnn the cuDNN rows of those layers only (before the review they
     came for every layer of the suite)."""
     monkeypatch.setattr(base, "compute_capability", lambda: None)  # as on a Hopper GPU
-    sweep = load_script("sweep_tilings")
+    sweep = script("sweep_tilings")
     split = sweep.tasks("resnet50", 0, ["wgmma"], True, split_cells=True)
     every = sweep.tasks("resnet50", 0, ["wgmma"], False)
     mine = {t["label"] for t in split if t["variant"] == "wgmma"}

@@ -4,7 +4,6 @@ The fragment decoding below is written from the PTX ISA's register layouts, inde
 `fragment_order`, so a packing bug cannot cancel out against the same bug in the check.
 """
 
-import importlib.util
 import json
 
 import numpy as np
@@ -347,7 +346,7 @@ def test_the_dram_floor_streams_both_parts_of_3xtf32_weights():
         weights + 128 * 256 * 13 * 13)
 
 
-def test_the_cost_model_orders_the_timed_picks_as_measured():
+def test_the_cost_model_orders_the_timed_picks_as_measured(script):
     """A second set, not in the sweeps: the tilings a first fit (12 warps for the peak) picked
     against the model's earlier picks, both timed on every model layer and variant where they
     differed. That fit ordered half of them right; the committed one (chosen on them) 79%."""
@@ -355,10 +354,7 @@ def test_the_cost_model_orders_the_timed_picks_as_measured():
 
     from convlab.bench import calibration
 
-    spec = importlib.util.spec_from_file_location(
-        "cost_model_picks", Path(__file__).parent.parent / "scripts" / "cost_model_picks.py")
-    picks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(picks)
+    picks = script("cost_model_picks")
     shapes = {name: shape for name, (shape, _, _) in picks.layers().items()}
     record = (Path(__file__).parent.parent / "results" / "h100" / "cost-model-20261125"
               / "picks-timed.json")
