@@ -63,6 +63,43 @@ def test_nvrtc_is_available():
     assert nvrtc_version() >= (12, 0)
 
 
+def test_a_clean_compile_leaves_the_interpreter_intact():
+    """A kernel that compiles without a message has a log of one byte (its NUL). Handed to
+    NVRTC as `b" " * 1`, that buffer was CPython's shared one-byte b" ", and NVRTC's NUL went
+    into every b" " of the process: PyTorch's TorchScript then read source without spaces."""
+    from convlab.gpu.jit import nvrtc_compile
+
+    result = nvrtc_compile("k.cu", 'extern "C" __global__ void k(float* y) { y[0] = 1.0f; }',
+                           ("-std=c++17",))
+    assert result.cubin is not None and result.log == ""
+    assert " ".encode()[0] == 32 and b" "[0] == 32 and b"x"[0] == 120
+
+
+@pytest.mark.parametrize("missing", ["bindings", "library"])
+def test_a_machine_without_nvrtc_is_told_what_to_install(monkeypatch, missing):
+    """Without NVIDIA's bindings, or with them but no libnvrtc for them to load, one line
+    that names the extra to install, not an ImportError or the loader's traceback."""
+    import sys
+
+    from cuda.bindings import nvrtc
+
+    from convlab.errors import ConvlabError
+    from convlab.gpu import jit
+
+    if missing == "bindings":
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    else:
+        def not_found():
+            raise RuntimeError('Failure finding "libnvrtc.so.13"')
+        monkeypatch.setattr(nvrtc, "nvrtcVersion", not_found)
+    jit._nvrtc.cache_clear()
+    try:
+        with pytest.raises(ConvlabError, match=r'pip install -e "\.\[dev\]"'):
+            nvrtc_version()
+    finally:
+        jit._nvrtc.cache_clear()
+
+
 @pytest.mark.parametrize("variant,shape,epilogue", CASES,
                          ids=[f"{v.name}-{s.brief()}-{e or 'conv'}" for v, s, e in CASES])
 def test_variant_compiles_for_sm90(variant, shape, epilogue):

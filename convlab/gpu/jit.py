@@ -3,23 +3,22 @@
 On a GPU machine the source goes through cupy.RawModule (NVRTC inside CuPy) with the shape's
 compile-time constants as -D defines; a variant that names an architecture-specific target
 (sm_90a, for wgmma) is compiled by NVRTC directly into an on-disk cubin cache and loaded from
-there. On any machine, `compile_cubin` runs the same source and options through NVRTC directly,
-for sm_90 (or the variant's target), so CPU-only CI proves that every variant compiles.
+there. On any machine, `compile_cubin` runs the same source and options through NVRTC directly
+(NVIDIA's cuda-bindings), for sm_90 (or the variant's target), so CPU-only CI proves that
+every variant compiles.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import glob
 import hashlib
 import os
 import re
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
@@ -128,47 +127,41 @@ def cubin_file(variant: str, source: str, options: tuple[str, ...], arch: str) -
 
 # --- NVRTC without CuPy or a GPU (the CPU-side compile check) ---------------------------------
 
-def _nvrtc_candidates() -> list[str]:
-    found = []
-    for entry in sys.path:
-        for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.*", "nvidia/cu13/lib/libnvrtc.so.*"):
-            found += sorted(glob.glob(os.path.join(entry, pattern)))
-    found += sorted(glob.glob("/usr/local/cuda/lib64/libnvrtc.so*"))
-    return [path for path in found if "builtins" not in path and ".alt." not in path]
-
-
-_nvrtc_lib = None
-
-
+@lru_cache(maxsize=1)
 def _nvrtc():
-    global _nvrtc_lib
-    if _nvrtc_lib is None:
-        for path in _nvrtc_candidates():
-            try:
-                _nvrtc_lib = ctypes.CDLL(path)
-                break
-            except OSError:
-                continue
-        else:
-            raise ConvlabError('NVRTC not found: pip install -e ".[dev]" installs it '
-                               "(nvidia-cuda-nvrtc-cu12)")
-    return _nvrtc_lib
+    """NVIDIA's NVRTC bindings (cuda-bindings), once they have found a libnvrtc: CUDA 13's or
+    CUDA 12's, whichever a pip wheel or the toolkit put on this machine."""
+    missing = 'NVRTC not found: pip install -e ".[dev]" installs it (cuda-bindings and NVRTC)'
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        raise ConvlabError(missing) from None
+    try:
+        nvrtc.nvrtcVersion()
+    except RuntimeError as exc:  # cuda.pathfinder found no libnvrtc
+        raise ConvlabError(f"{missing}: {exc}") from None
+    return nvrtc
+
+
+def _checked(program: str, options: tuple[str, ...], result):
+    """The values of an NVRTC call's (status, *values), or KernelCompileError naming the
+    status when it is not success."""
+    status, *values = result
+    if status != _nvrtc().nvrtcResult.NVRTC_SUCCESS:
+        name = _nvrtc().nvrtcGetErrorString(status)[1].decode()
+        raise KernelCompileError(program, f"NVRTC returned {name}", options)
+    if len(values) < 2:
+        return values[0] if values else None
+    return tuple(values)
 
 
 def nvrtc_version() -> tuple[int, int]:
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    _nvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    return major.value, minor.value
+    return _checked("nvrtc", (), _nvrtc().nvrtcVersion())
 
 
 def supported_archs() -> list[int]:
     """The compute capabilities this NVRTC builds for, as 75, 80, 90, ..."""
-    lib = _nvrtc()
-    count = ctypes.c_int()
-    lib.nvrtcGetNumSupportedArchs(ctypes.byref(count))
-    archs = (ctypes.c_int * count.value)()
-    lib.nvrtcGetSupportedArchs(archs)
-    return list(archs)
+    return list(_checked("nvrtc", (), _nvrtc().nvrtcGetSupportedArchs()))
 
 
 ARCH_PATTERN = re.compile(r"(sm|compute)_(\d+)[af]?")
@@ -196,29 +189,24 @@ class NvrtcResult:
 def nvrtc_compile(program: str, source: str, options: tuple[str, ...],
                   arch: str = CHECK_ARCH) -> NvrtcResult:
     """NVRTC for `arch`, naming the program `program` (its messages read `program(LINE): ...`)."""
-    lib = _nvrtc()
-    prog = ctypes.c_void_p()
-    status = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), program.encode(),
-                                    0, None, None)
-    if status != 0:
-        raise KernelCompileError(program, f"nvrtcCreateProgram failed with status {status}", options)
+    nvrtc = _nvrtc()
+    argv = [option.encode() for option in (*options, f"-arch={arch}")]
+    handle = _checked(program, options,
+                      nvrtc.nvrtcCreateProgram(source.encode(), program.encode(), 0, [], []))
+    # NVRTC writes into the buffers it is handed: they are bytearrays, never bytes (a bytes
+    # object of one byte is CPython's shared singleton, and an empty log is one byte long).
     try:
-        opts = list(options) + [f"-arch={arch}"]
-        argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-        status = lib.nvrtcCompileProgram(prog, len(opts), argv)
-        size = ctypes.c_size_t()
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-        log = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetProgramLog(prog, log)
-        text = log.value.decode(errors="replace")
-        if status != 0:
+        status, = nvrtc.nvrtcCompileProgram(handle, len(argv), argv)
+        log = bytearray(_checked(program, options, nvrtc.nvrtcGetProgramLogSize(handle)))
+        _checked(program, options, nvrtc.nvrtcGetProgramLog(handle, log))
+        text = log.rstrip(b"\0").decode(errors="replace")
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return NvrtcResult(None, text)
-        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-        cubin = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetCUBIN(prog, cubin)
-        return NvrtcResult(cubin.raw, text)
+        cubin = bytearray(_checked(program, options, nvrtc.nvrtcGetCUBINSize(handle)))
+        _checked(program, options, nvrtc.nvrtcGetCUBIN(handle, cubin))
+        return NvrtcResult(bytes(cubin), text)
     finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        nvrtc.nvrtcDestroyProgram(handle)
 
 
 def compile_cubin(variant: str, source: str, options: tuple[str, ...],

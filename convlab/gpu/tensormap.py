@@ -2,8 +2,12 @@
 reads, here in im2col mode over a channels-last input, so that one instruction brings a
 convolution's B tile (BN output pixels x BK channels of one filter tap) into shared memory.
 
-The CUDA driver encodes a map (cuTensorMapEncodeIm2col, called through ctypes: CuPy does not
-wrap it) on the host; a launch passes it by value, as a __grid_constant__ parameter (CuPy
+The CUDA driver encodes a map (cuTensorMapEncodeIm2col) on the host. CuPy does not wrap it;
+NVIDIA's cuda-bindings does, but its driver module resolves every entry point on first use, and
+where the driver is older than the bindings some of those lookups fail (cuGetProcAddress_v2:
+CUDA_ERROR_INVALID_VALUE, driver 580 under cuda-bindings 13.3 on an H100, 2026-11-28), which
+compute-sanitizer's memcheck reports as API errors in every run of a "tma" gather: so the one
+call goes through ctypes. A launch passes the map by value, as a __grid_constant__ parameter (CuPy
 copies the bytes a CPointer names), so it costs no device copy and a CUDA graph can hold it.
 `Im2colMaps` keeps one encoded map per input address an op is launched on.
 
