@@ -220,6 +220,9 @@ def test_scaffold_from_every_rung_loads_and_compiles(tmp_path, origin):
     report = check_file(made.files[0], shapes)
     assert report.ok, report.messages
     assert all(layer.kernels for layer in report.layers)
+    # a newcomer's first `convlab check` shows no warnings (the table gather's unused p and q
+    # did, on layers without padding)
+    assert not [m for m in report.messages if "warning" in m], report.messages
 
 
 @pytest.mark.parametrize("origin", ["naive", "tiled"])

@@ -93,9 +93,10 @@ typedef float elem_t;
 // In bounds, for a tap dp rows and dq columns into the window (its index times DIL): without
 // padding every tap of a real pixel lies inside the image (ho*S + dp <= H-1 by the definition
 // of HO), so only columns past the last pixel (ih0 < 0) and, for the table, k past the
-// reduction gather zeros, and the table's offsets are all a k needs.
+// reduction gather zeros, and the table's offsets are all a k needs (dp and dq are cast
+// away so that a gather naming them is not warned of unused variables).
 #if PAD_H == 0 && PAD_W == 0
-#define TAP_OK(i, dp, dq) (ih0[i] >= 0)
+#define TAP_OK(i, dp, dq) ((void)(dp), (void)(dq), ih0[i] >= 0)
 #else
 #define TAP_OK(i, dp, dq) \
     ((unsigned)(ih0[i] + (dp)) < (unsigned)H && (unsigned)(iw0[i] + (dq)) < (unsigned)W)
