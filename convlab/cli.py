@@ -253,8 +253,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
     if plan.note and not as_json:
         out.print(f"[yellow]{escape(plan.note)}[/yellow]")
     if sanitize is not None:
-        _sanitize_run(out, model, plan.batches, plan.variant, kernel_file, sanitize, timeout,
-                      as_json)
+        _sanitize_run(out, plan, sanitize, timeout, as_json)
         return
 
     def on_event(name, payload=None):
@@ -263,7 +262,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         if name == "isolated":
             click.echo(f"Running {kernel_file} at batch {payload} in a child process...")
         elif name == "loading-data":
-            what = "fashion-mnist data" if get_model(model).task == "fashion-mnist" else "random input batch"
+            what = "fashion-mnist data" if plan.spec.task == "fashion-mnist" else "random input batch"
             click.echo(f"Loading {what}...", nl=False)
         elif name == "loading-model" and tuning.autotuning():
             click.echo("Loading model (autotuning the layers without a tuning)...")
@@ -297,8 +296,9 @@ def _stream_run(model, kernel, batches, images, upload, from_dir, pytorch, worke
     streaming.check_outputs(save_dir, plot_path)
     if plot_path is not None:
         require_pyplot()  # before the run, not after it
-    batch_list = lab.parse_batches(str(lab.default_batch(model)) if batches is None else batches,
-                                   model)
+    spec = get_model(model)
+    batch_list = lab.parse_batches(str(lab.default_batch(spec)) if batches is None else batches,
+                                   spec)
 
     def on_event(name, payload=None):
         if as_json:
@@ -359,12 +359,14 @@ def _print_runs(out, results, wide):
             out.print(f"note: {escape(note)}")
 
 
-def _sanitize_run(out, model, batches, variant, kernel_file, tool, timeout, as_json):
+def _sanitize_run(out, plan, tool, timeout, as_json):
+    variant, model = plan.variant, plan.spec.name
     if not variant.on_gpu:
         raise ConvlabError(f"--sanitize watches GPU kernels; '{variant.name}' runs on the CPU")
     timeout = SANITIZER_TIMEOUT_S if timeout is None else timeout
-    runs = {batch: sanitize.sanitize_model(model, batch, variant, kernel_file, tool, timeout)
-            for batch in batches}
+    file = None if plan.kernel_file is None else plan.kernel_file.path
+    runs = {network.batch: sanitize.sanitize_model(network, file, tool, timeout)
+            for network in plan.networks}
     if as_json:
         click.echo(json.dumps([{"model": model, "kernel": variant.name, "batch": batch,
                                 "tool": tool, "layers": [layer.as_dict() for layer in layers]}
@@ -503,9 +505,8 @@ def compare_cmd(kernels, kernel_files, model, layer, suite, classes, bias, weigh
         if timeout is not None and not kernel_files:
             raise ConvlabError("--timeout goes with --kernel-file (the built-in kernels run in "
                                "this process)")
-        default = str(lab.default_batch(model)) if model else "10,100,1000,10000"
-        plan = compare.plan(kernels, model, layer, default if batches is None else batches, bias,
-                            weights, kernel_files, weights_path, verify, timeout)
+        plan = compare.plan(kernels, model, layer, batches, bias, weights, kernel_files,
+                            weights_path, verify, timeout)
     base = results_io.from_record(results_io.load_record(baseline)) if baseline else None
     if plot_path is not None:
         require_pyplot()  # a missing matplotlib is reported before minutes of timing, not after
@@ -640,14 +641,14 @@ def classify(images, model, weights_path, kernel, as_json, wide):
     weights = load_weights(model, weights_path)
     notes = []
     if kernel is None:
-        kernel, note = lab.default_kernel(model)
+        kernel, note = lab.default_kernel(weights.spec)
         if note:
             notes.append(note)
     if weights_path is None:
         notes.append(f"{model} ran on its deterministic random weights, so these classes mean "
                      "nothing: import the published ones with `convlab import-weights` and pass "
                      "--weights")
-    classified = lab.classify(model, kernel, list(images), weights)
+    classified = lab.classify(kernel, list(images), weights)
     if as_json:
         click.echo(json.dumps([item.as_dict() for item in classified], indent=2))
     else:
@@ -686,11 +687,12 @@ def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, 
                 ncu, layer):
     """Where the time goes: nvprof's tables from a CUPTI trace of the forward pass (warm-up
     shown apart), and with several batch sizes the per-category breakdown."""
+    spec = get_model(model)
     if kernel is None:
-        kernel = lab.default_kernel(model)[0]
+        kernel = lab.default_kernel(spec)[0]
         if kernel == "cpu":  # no GPU: profile's own check says so, naming a GPU kernel
             kernel = profile.DEFAULT_KERNEL
-    batches = str(lab.default_batch(model)) if batches is None else batches
+    batches = str(lab.default_batch(spec)) if batches is None else batches
     profile.check_options(ncu, layer)
     if ncu:
         targets = profile.find_ncu_targets(model, kernel, batches, layer)

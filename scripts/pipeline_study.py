@@ -17,6 +17,7 @@ import json
 import numpy as np
 
 from convlab.bench import lab
+from convlab.models import get_model
 from convlab.net.pipeline import OverlappedPipeline, Pipeline
 
 CHUNKS = 4
@@ -29,11 +30,12 @@ def main():
     parser.add_argument("--batch", default="1,128,1024")
     parser.add_argument("--out")
     args = parser.parse_args()
-    kernel = args.kernel or lab.default_kernel(args.model)[0]
+    spec = get_model(args.model)
+    kernel = args.kernel or lab.default_kernel(spec)[0]
     rows = []
     for batch in lab.parse_batches(args.batch, args.model):
-        x = lab.load_input(args.model, batch)
-        network = lab.build_network(args.model, kernel, batch)
+        x = lab.load_input(spec, batch)
+        network = lab.build_network(spec, kernel, batch)
         times, predictions = {}, None
         for name, pinned, graph in (("pageable", False, False), ("pinned", True, False),
                                     ("graph", True, True)):
@@ -44,7 +46,7 @@ def main():
             predictions = got if predictions is None else predictions
             assert np.array_equal(got, predictions), f"{name} changed the predictions"
         if batch % CHUNKS == 0 and batch >= 2 * CHUNKS:
-            chunked = OverlappedPipeline(lab.build_network(args.model, kernel, batch // CHUNKS), CHUNKS)
+            chunked = OverlappedPipeline(lab.build_network(spec, kernel, batch // CHUNKS), CHUNKS)
             chunked.load(x)
             times["overlap"] = float(np.median(chunked.time_run(10)))
             assert np.array_equal(chunked.run(), predictions), "overlap changed the predictions"

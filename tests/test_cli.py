@@ -8,7 +8,7 @@ from convlab import gpu
 from convlab.bench import lab
 from convlab.cli import main
 from convlab.kernels import VARIANTS, base
-from convlab.models import DEFAULT_MODEL
+from convlab.models import DEFAULT_MODEL, get_model
 
 
 @pytest.fixture
@@ -121,8 +121,8 @@ def test_alexnet_defaults_to_the_fastest_general_fp32_variant_on_a_gpu(monkeypat
     pipelined-3xtf32 in 3.840; other GPUs cannot run wgmma; the course's models keep tiled."""
     monkeypatch.setattr(gpu, "_probe", lambda: (object(), ""))
     monkeypatch.setattr(base, "compute_capability", lambda: capability)
-    assert lab.default_kernel("alexnet") == (kernel, None)
-    assert lab.default_kernel("ece408") == ("tiled", None)
+    assert lab.default_kernel(get_model("alexnet")) == (kernel, None)
+    assert lab.default_kernel(get_model("ece408")) == ("tiled", None)
 
 
 def test_unknown_kernel_lists_names(runner):

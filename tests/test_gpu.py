@@ -11,6 +11,7 @@ from convlab.gpu import hardware, peaks, timer
 from convlab.kernels import REFERENCE_VARIANTS, TANH_POOL, VARIANTS
 from convlab.models import FASHION_MNIST, MODELS, load_weights
 from convlab.net import network as net
+from convlab.net.plan import plan_network
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
 
@@ -148,7 +149,7 @@ def test_network_reproduces_cpu_accuracy(variant, model):
     if not all(variant.supports(s) for s in spec_shapes):
         pytest.skip("variant does not support this model's layers")
     policy = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
-    result = lab.run(model, variant.name, 10000, policy)
+    result = lab.run(lab.network_plan(MODELS[model], variant, 10000), policy)
     failures = [f"{layer.label}: {layer.check.reason}" for layer in result.layers if not layer.check.passed]
     assert not failures, failures
     expected = load_weights(model).expected_accuracy[10000]
@@ -169,7 +170,7 @@ def test_alexnet_top1_matches_float64(variant, tmp_path, monkeypatch):
     if not all(variant.supports(s) for s in MODELS["alexnet"].conv_shapes(8).values()):
         pytest.skip("variant does not support every AlexNet layer")
     policy = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
-    result = lab.run("alexnet", variant.name, 8, policy)
+    result = lab.run(lab.network_plan(MODELS["alexnet"], variant, 8), policy)
     failures = [f"{layer.label}: {layer.check.reason}" for layer in result.layers if not layer.check.passed]
     failures += [f"{s.label}: {s.check.reason}" for s in result.steps if s.check and not s.check.passed]
     assert not failures, failures
@@ -288,7 +289,8 @@ def test_pytorch_candidates_for_the_whole_network():
     channels-last with max-autotune), checks each one's top-1, and takes the fastest as the
     baseline."""
     policy = timer.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.5)
-    result = lab.run("ece408", "tiled", 100, policy, compare_torch=True)
+    result = lab.run(lab.network_plan(MODELS["ece408"], "tiled", 100), policy,
+                     compare_torch=True)
     rows = result.torch_rows
     assert {(r["layout"], r["mode"]) for r in rows} == {
         (layout, mode) for layout in ("nchw", "nhwc") for mode in ("eager", "graph", "compile")
@@ -482,8 +484,8 @@ def test_the_checked_pass_poisons_on_the_pipelines_stream():
 
     from convlab.net.pipeline import Pipeline
 
-    network = lab.build_network("ece408", "tiled", 100)
-    x = lab.load_input("ece408", 100)
+    network = lab.build_network(MODELS["ece408"], "tiled", 100)
+    x = lab.load_input(MODELS["ece408"], 100)
     pipe = Pipeline(network, pinned=True, graph=True)
     pipe.load(x)
     timer.hold_device(200)  # the default stream is busy for 200 ms
@@ -503,7 +505,8 @@ def test_fp16_activations_hand_over_without_changing_a_bit(rng, monkeypatch):
 
     weights = load_weights("alexnet")
     x = rng.random((8, *weights.spec.input_shape), dtype=np.float32)
-    handed = net.Network(weights, VARIANTS["channels-last-fp16"], 8)
+    plan = plan_network(weights.spec, VARIANTS["channels-last-fp16"], 8)
+    handed = net.Network(weights, plan)
     written = {s.label: s.output.dtype for s in handed.steps}
     assert [label for label, dtype in written.items() if dtype == np.float16] == [
         "norm1+pool1", "norm2+pool2", "conv3+relu3", "conv4+relu4", "conv5+relu5", "pool5",
@@ -513,6 +516,6 @@ def test_fp16_activations_hand_over_without_changing_a_bit(rng, monkeypatch):
     probabilities = cupy.asnumpy(handed.forward(cupy.asarray(x)))
     assert all(s.staged is s.input for s in handed.conv_steps[1:])
     monkeypatch.setattr(net, "fp16_next", lambda *args: False)
-    staged = net.Network(weights, VARIANTS["channels-last-fp16"], 8)
+    staged = net.Network(weights, plan)
     assert all(s.output.dtype == np.float32 for s in staged.steps)
     assert np.array_equal(probabilities, cupy.asnumpy(staged.forward(cupy.asarray(x))))

@@ -223,8 +223,8 @@ def cpu_infer(monkeypatch, no_gpu):
     """lab.infer replaced by row_probabilities; records how it was called."""
     calls = []
 
-    def infer(model, kernel, x, weights):
-        calls.append((model, kernel, x.shape, x.dtype, weights.meta["source"]))
+    def infer(weights, kernel, x):
+        calls.append((weights.spec.name, kernel, x.shape, x.dtype, weights.meta["source"]))
         return row_probabilities(x)
 
     monkeypatch.setattr(lab, "infer", infer, raising=False)

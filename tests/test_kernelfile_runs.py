@@ -19,6 +19,7 @@ from convlab.errors import ConvlabError
 from convlab.gpu import hardware, peaks, timer
 from convlab.kernels import VARIANTS
 from convlab.models import DEFAULT_MODEL, get_model
+from convlab.net.plan import plan_network
 from convlab.shapes import ConvShape
 from convlab.userkernel import sanitize as sanitize_mod
 from convlab.userkernel.check import check_file
@@ -139,7 +140,7 @@ def test_run_kernel_file_record_stores_the_files_hash_and_text(cpu_kernel):
 
 
 def test_run_result_crosses_a_process_whole(cpu_kernel):
-    result = lab.run("ece408", "cpu", 10, POLICY)
+    result = lab.run(lab.network_plan(get_model("ece408"), "cpu", 10), POLICY)
     again = records.RunResult.from_dict(json.loads(json.dumps(result.as_dict())))
     assert again.as_dict() == result.as_dict()
 
@@ -229,14 +230,15 @@ def verify_modes(monkeypatch):
 
 
 def test_verify_full_reaches_every_conv_check(verify_modes, cpu_kernel):
-    assert lab.run("ece408", "cpu", 10, POLICY, verify="full").passed
+    plan = lab.network_plan(get_model("ece408"), "cpu", 10)
+    assert lab.run(plan, POLICY, verify="full").passed
     assert lab.run_layer(ConvShape(3, 2, 9, 9, 4, 3), "cpu", POLICY, verify="full").check.passed
     assert filejobs.run_model(str(cpu_kernel), "ece408", 10, vars(POLICY), verify="full")["run"]["passed"]
     assert verify_modes == ["full"] * 5
     assert invoke("run", "--kernel", "cpu", "--model", "ece408", "--batch", "10", "--verify",
                   "full").exit_code == 0
     assert verify_modes[5:] == ["full", "full"]
-    lab.run("ece408", "cpu", 10, POLICY)
+    lab.run(lab.network_plan(get_model("ece408"), "cpu", 10), POLICY)
     assert verify_modes[7:] == ["sample", "sample"]
 
 
@@ -318,7 +320,8 @@ def test_sanitize_model_checks_each_layer_with_its_epilogue(monkeypatch, as_if_g
 
     monkeypatch.setattr(sanitize_mod, "sanitize", fake)
     monkeypatch.setattr(sanitize_mod, "find_compute_sanitizer", lambda: "/opt/compute-sanitizer")
-    layers = sanitize_mod.sanitize_model("alexnet", 2, VARIANTS["naive"], tool="initcheck", timeout_s=9)
+    layers = sanitize_mod.sanitize_model(plan_network(get_model("alexnet"), VARIANTS["naive"], 2),
+                                         tool="initcheck", timeout_s=9)
     assert [layer.layer for layer in layers] == ["conv1", "conv2", "conv3", "conv4", "conv5"]
     assert all(layer.clean for layer in layers)
     assert {call[1:] for call in calls} == {(None, "naive", "initcheck", "relu", 9)}
@@ -328,7 +331,8 @@ def test_sanitize_model_checks_each_layer_with_its_epilogue(monkeypatch, as_if_g
     path.write_text(text.replace("// convlab: precision", "// convlab: requires = K <= 5\n"
                                                           "// convlab: precision"))
     calls.clear()
-    layers = sanitize_mod.sanitize_model("ece408", 3, load_kernel_file(path).variant, path)
+    layers = sanitize_mod.sanitize_model(
+        plan_network(get_model("ece408"), load_kernel_file(path).variant, 3), path)
     assert [(layer.layer, layer.report is None) for layer in layers] == [("conv1", True),
                                                                          ("conv2", True)]
     assert "requires K <= 5" in layers[0].lines()[0] and not calls
@@ -339,8 +343,10 @@ def test_run_sanitize_reports_and_fails_on_errors(monkeypatch, mine_cu):
     error = sanitize_mod.SanitizerError("Invalid __global__ read of size 4 bytes",
                                         [sanitize_mod.Location("conv_forward", str(mine_cu), 30)])
 
-    def fake(model, batch, variant, kernel_file=None, tool="memcheck", timeout_s=0):
-        seen.append((model, batch, variant.name, kernel_file, tool, timeout_s))
+    def fake(plan, kernel_file=None, tool="memcheck", timeout_s=0):
+        seen.append((plan.spec.name, plan.batch, plan.variant.name, kernel_file, tool,
+                     timeout_s))
+        batch = plan.batch
         report = sanitize_mod.SanitizeReport(tool, False, [error], "ERROR SUMMARY: 1 error", "ok", "")
         return [sanitize_mod.LayerReport("conv1", ConvShape(batch, 1, 28, 28, 50, 5), None, report)]
 

@@ -122,7 +122,7 @@ def profile_cli(*args):
 
 def test_profile_names_our_kernels(cupti):
     result = profile_cli("--model", "ece408", "--batch", "10", "--kernel", "tiled")
-    network = lab.build_network("ece408", "tiled", 10)
+    network = lab.build_network(get_model("ece408"), "tiled", 10)
     for step in network.steps:
         if step.is_conv:
             assert step.kernel_label in result.output

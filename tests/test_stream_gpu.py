@@ -13,9 +13,10 @@ from click.testing import CliRunner
 
 from convlab.bench import streaming
 from convlab.kernels import get_variant
-from convlab.models import load_weights
+from convlab.models import get_model, load_weights
 from convlab.net import data
 from convlab.net.network import Network
+from convlab.net.plan import plan_network
 from convlab.net.stream import StreamedPipeline, ingest_target
 from convlab.ops.ingest import normalize
 
@@ -23,15 +24,16 @@ pytestmark = pytest.mark.gpu
 
 
 def pipeline(model, kernel, batch, pool_images=None, upload="uint8"):
-    transform = streaming.transform_for(model)
+    spec = get_model(model)
+    transform = streaming.transform_for(spec)
     if pool_images is None:
-        pool = streaming._pool(model, transform, 2 * batch, 2)
+        pool = streaming._pool(spec, transform, 2 * batch, 2)
     else:
         pool = streaming.ImagePool(pool_images, None, "test")
     variant = get_variant(kernel)
-    if not variant.supports(next(iter(load_weights(model).spec.conv_shapes(batch).values()))):
+    if not variant.supports(next(iter(spec.conv_shapes(batch).values()))):
         pytest.skip(f"{kernel} does not run here")
-    network = Network(load_weights(model), variant, batch)
+    network = Network(load_weights(model), plan_network(spec, variant, batch))
     return StreamedPipeline(network, transform, pool, upload, workers=2), pool, transform
 
 

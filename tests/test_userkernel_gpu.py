@@ -15,6 +15,7 @@ from convlab.kernels import VARIANTS, kernel_variants
 from convlab.kernels.base import Op
 from convlab.kernels.igemm.tiling import k_tiles
 from convlab.kernels.naive import Naive
+from convlab.models import get_model
 from convlab.shapes import ConvShape
 from convlab.userkernel.kernelfile import load_kernel_file
 from convlab.userkernel.sanitize import WHERE_TO_GET, find_compute_sanitizer, sanitize
@@ -334,7 +335,7 @@ def test_built_in_variants_still_pass():
 
 
 def test_the_network_run_still_passes():
-    result = lab.run("ece408", "register-tiled", 100, POLICY)
+    result = lab.run(lab.network_plan(get_model("ece408"), "register-tiled", 100), POLICY)
     assert all(layer.check.passed for layer in result.layers), [l.check.reason for l in result.layers]
 
 

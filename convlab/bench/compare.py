@@ -22,8 +22,8 @@ from ..gpu.isolate import (DEFAULT_TIMEOUT_S, gpu_wait, run_isolated, sigterm_in
                            stop_status)
 from ..kernels import CUDNN_ROWS, REFERENCE_VARIANTS, RELU, TANH_POOL, VARIANTS, get_variant
 from ..kernels.base import Arithmetic, direct_arithmetic
-from ..models import DEFAULT_MODEL, Conv, ReLU, Weights, get_model
-from ..net.network import conv_epilogue
+from ..models import DEFAULT_MODEL, Conv, ModelSpec, ReLU, Weights, get_model
+from ..net.plan import plan_network
 from ..oracle.verify import compare as compare_output, random_problem, reference_output
 from ..shapes import FLOAT_BYTES, ConvShape, parse_layer
 from ..userkernel.kernelfile import load_kernel_file
@@ -34,6 +34,9 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 COMPARE_JOB = "convlab.bench.filejobs:compare_rows"
 RANDOM_TRIALS = 3
 RANDOM_TRIAL_BATCH = 9  # images per random trial: small, and no multiple of any block size
+# Without --batch: a --layer's batch sizes, and the default model's when --model is not given
+# (a named model gets its run's batch size).
+SWEEP_BATCHES = "10,100,1000,10000"
 FALLBACK = "naive"  # computes the layers a compared variant cannot, so the rest can be timed
 
 
@@ -129,10 +132,6 @@ class Comparison:
     classes: list[str] = field(default_factory=list)  # a suite's precision classes
 
 
-def parse_batches(spec: str, model: str | None = None) -> list[int]:
-    return lab.parse_batches(spec, model or DEFAULT_MODEL)
-
-
 def parse_kernels(spec: str | None, shapes: list[ConvShape], partial: bool = False,
                   precisions: Sequence[str] = ()) -> list[str]:
     """'all' (or nothing): every variant that supports the layers (with `partial`, a model's
@@ -217,27 +216,15 @@ def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, st
     return True, ""
 
 
-def _natural_epilogues(model: str | None) -> dict[str, str]:
+def _natural_epilogues(spec: ModelSpec) -> dict[str, str]:
     """Conv layers followed by a ReLU: where a variant cannot run, its SKIP row joins the table
     of the layer with its ReLU fused, as the variants that run it have."""
-    if model is None:
-        return {}
-    layers = get_model(model).layers
+    layers = spec.layers
     return {layer.name: RELU for layer, nxt in zip(layers, layers[1:])
             if isinstance(layer, Conv) and isinstance(nxt, ReLU)}
 
 
-def _epilogues(model: str | None, variant, shapes: dict[str, ConvShape]) -> dict[str, str | None]:
-    """The epilogue the network hands this variant in each of the model's conv layers."""
-    if model is None:
-        return {}
-    layers = get_model(model).layers
-    return {layer.name: conv_epilogue(variant, layers, i, shapes[layer.name])[0]
-            for i, layer in enumerate(layers)
-            if isinstance(layer, Conv) and variant.supports(shapes[layer.name])}
-
-
-def variant_rows(variant, batch: int, model: str | None, policy: timer.TimingPolicy,
+def variant_rows(variant, batch: int, spec: ModelSpec | None, policy: timer.TimingPolicy,
                  shapes: dict[str, ConvShape], weights: Weights | None = None,
                  verify: str = "sample", epilogues: dict[str, str | None] | None = None,
                  shared: SharedLayer | None = None) -> list[Row]:
@@ -245,7 +232,7 @@ def variant_rows(variant, batch: int, model: str | None, policy: timer.TimingPol
     of the model (or each layer alone, with `epilogues`' epilogue where the variant has it, on
     `shared`'s problem for its device); an error is FAIL rows with its message."""
     try:
-        return _rows_for_run(variant, batch, model, policy, shapes, weights, verify,
+        return _rows_for_run(variant, batch, spec, policy, shapes, weights, verify,
                              epilogues or {}, shared)
     except ConvlabError as exc:
         reason = str(exc)
@@ -268,16 +255,23 @@ def _layer_epilogues(variant, shapes: dict[str, ConvShape],
             and variant.supports_epilogue(shapes[name], epilogue)}
 
 
-def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="sample",
+def _rows_for_run(variant, batch, spec, policy, shapes, weights=None, verify="sample",
                   wanted=None, shared=None) -> list[Row]:
     name = variant.name
-    epilogues = (_epilogues(model, variant, shapes) if model is not None
-                 else _layer_epilogues(variant, shapes, wanted or {}))
-    supported = {ln: s for ln, s in shapes.items() if variant.supports(s)}
-    natural = _natural_epilogues(model) if model is not None else dict(wanted or {})
+    if spec is not None:
+        # A reference row that applies to some layers only (cuBLAS's GEMM: the 1x1 ones) runs
+        # the network with the others on the fallback, as a variant that refuses them does.
+        network = plan_network(spec, variant, batch, get_variant(FALLBACK))
+        verdicts = {ln: network.convs[ln].support for ln in shapes}
+        epilogues = {ln: d.epilogue for ln, d in network.convs.items() if d.variant is variant}
+        natural = _natural_epilogues(spec)
+    else:
+        verdicts = {ln: variant.supports(s) for ln, s in shapes.items()}
+        epilogues = _layer_epilogues(variant, shapes, wanted or {})
+        natural = dict(wanted or {})
+    supported = {ln: s for ln, s in shapes.items() if verdicts[ln]}
     skipped = [Row(variant=name, precision=variant.precision, batch=batch, layer=ln, label=ln,
-                   shape=s, epilogue=natural.get(ln), status=SKIP,
-                   reason=variant.supports(s).reason)
+                   shape=s, epilogue=natural.get(ln), status=SKIP, reason=verdicts[ln].reason)
                for ln, s in shapes.items() if ln not in supported]
     if not supported:
         return skipped
@@ -289,7 +283,7 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
                                   epilogue=epilogues.get(layer), status=FAIL, reason=reason)
                               for layer, shape in supported.items()]
     rows = skipped
-    if model is None:
+    if spec is None:
         layers = []
         for layer_name, shape in supported.items():
             problem = None if shared is None else shared.problem(shape, variant.on_gpu)
@@ -299,11 +293,8 @@ def _rows_for_run(variant, batch, model, policy, shapes, weights=None, verify="s
             layers.append(result)
         accuracy, differ, run_ok = None, None, True
     else:
-        # A reference row that applies to some layers only (cuBLAS's GEMM: the 1x1 ones) runs
-        # the network with the others on the fallback, as a variant that refuses them does.
-        partial = bool(skipped) or set(supported) != set(get_model(model).conv_shapes(batch))
-        run = lab.run(model, variant, batch, policy, weights=weights,
-                      fallback=FALLBACK if partial else None, verify=verify)
+        partial = bool(network.fallback_layers) or set(supported) != set(network.convs)
+        run = lab.run(network.check(), policy, weights=weights, verify=verify)
         layers = [layer for layer in run.layers if layer.name in supported]
         accuracy, differ = run.accuracy, run.predictions_differ
         if partial:  # the network's predictions are partly another variant's
@@ -391,7 +382,7 @@ def finish(rows: list[Row], ceilings: peaks.Ceilings | None) -> None:
 
 @dataclass
 class Plan:
-    model: str | None
+    spec: ModelSpec | None  # None: single layers (--layer, --suite)
     batches: list[int]
     kernels: list[str]
     shapes_for: Callable[[int], dict[str, ConvShape]]
@@ -404,6 +395,10 @@ class Plan:
     suite: str | None = None  # a layer suite's name (bench.suites)
     classes: list[str] = field(default_factory=list)  # a suite's precision classes
     epilogues: dict[str, str | None] = field(default_factory=dict)  # a suite layer's epilogue
+
+    @property
+    def model(self) -> str | None:
+        return None if self.spec is None else self.spec.name
 
 
 def layer_bytes(shape: ConvShape) -> int:
@@ -459,29 +454,32 @@ def suite_plan(suite: str, kernels: str | None, batches: str | None, classes: st
                 classes=wanted, epilogues={layer.label: layer.epilogue for layer in layers})
 
 
-def plan(kernels: str | None, model: str | None, layer: str | None, batches: str,
+def plan(kernels: str | None, model: str | None, layer: str | None, batches: str | None,
          bias: bool = False, weights: Weights | None = None,
          kernel_files: Sequence[str | os.PathLike] = (),
          weights_path: str | os.PathLike | None = None, verify: str = "sample",
          timeout_s: float | None = None) -> Plan:
     """Validate the command's arguments before any timing starts (kernel files are loaded
-    here: a file that cannot be is an error before anything runs)."""
+    here: a file that cannot be is an error before anything runs). Without `batches`: a named
+    model's default batch size, else SWEEP_BATCHES."""
     if model is not None and layer is not None:
         raise ConvlabError("give --model or --layer, not both")
     if bias and layer is None:
         raise ConvlabError("--bias goes with --layer (a model's layers have the bias they have)")
     if layer is not None:
         base = parse_layer(layer, bias)
-        batch_list = lab.parse_batches(batches, None)
+        batch_list = lab.parse_batches(SWEEP_BATCHES if batches is None else batches, None)
         check_layer_memory(base.with_batch(batch_list[-1]))
-        model = None
+        spec = None
 
         def shapes_for(b):
             return {"layer": base.with_batch(b)}
     else:
-        model = model or DEFAULT_MODEL
-        batch_list = parse_batches(batches, model)
-        shapes_for = get_model(model).conv_shapes
+        spec = get_model(model or DEFAULT_MODEL)
+        if batches is None:
+            batches = str(lab.default_batch(spec)) if model else SWEEP_BATCHES
+        batch_list = lab.parse_batches(batches, spec)
+        shapes_for = spec.conv_shapes
     files = [load_kernel_file(path) for path in kernel_files]
     seen: dict[str, object] = {}
     for loaded in files:
@@ -491,9 +489,9 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
         if other is not loaded:
             raise ConvlabError(f"kernel files {other.path} and {loaded.path} are both named "
                                f"'{loaded.variant.name}': rename one")
-    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()), model is not None,
+    names = parse_kernels(kernels, list(shapes_for(batch_list[-1]).values()), spec is not None,
                           [loaded.variant.precision for loaded in files])
-    return Plan(model, batch_list, names, shapes_for, weights, files,
+    return Plan(spec, batch_list, names, shapes_for, weights, files,
                 None if weights_path is None else str(weights_path), verify, timeout_s,
                 for_other_gpus(kernels))
 
@@ -535,7 +533,7 @@ def _steps(p: Plan, batch: int, shapes: dict[str, ConvShape]):
     A model's network runs whole, a variant at a time; single layers run a layer at a time,
     every variant of a layer on what it shares (SharedLayer). Kernel files run last, in child
     processes, all layers at once."""
-    if p.model is not None:
+    if p.spec is not None:
         for entry in p.kernels:
             yield entry, {ln: s for ln, s in shapes.items() if applies(entry, s, p)}, None
     else:
@@ -576,7 +574,7 @@ def execute(p: Plan, policy: timer.TimingPolicy,
                     if isolated:
                         rows = kernel_file_rows(entry, batch, shapes, p, policy)
                     else:
-                        rows = variant_rows(get_variant(entry), batch, p.model, policy, mine,
+                        rows = variant_rows(get_variant(entry), batch, p.spec, policy, mine,
                                             p.weights, p.verify, p.epilogues,
                                             shared) if mine else []
                     fused_layers |= {r.layer for r in rows if r.epilogue == TANH_POOL}

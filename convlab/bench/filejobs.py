@@ -10,8 +10,8 @@ import numpy as np
 
 from ..gpu import timer
 from ..gpu.isolate import gpu_wait
-from ..models import Conv, get_model, load_weights
-from ..net.network import conv_epilogue
+from ..models import get_model, load_weights
+from ..net.plan import NetworkPlan
 from ..oracle.verify import random_problem
 from ..shapes import ConvShape
 from ..userkernel.exercise import job_variant
@@ -34,15 +34,16 @@ def run_model(kernel_file: str, model: str, batch: int, policy: dict | None = No
               compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> dict:
     """lab.run with the kernel file: {"sha256", "run": the RunResult as a dict}."""
     loaded = load_kernel_file(kernel_file)
+    plan = lab.network_plan(get_model(model), loaded.variant, batch, fallback)
     if loaded.variant.on_gpu:
-        _launch_alone(loaded.variant, model, batch)
-    result = lab.run(model, loaded.variant, batch, timer.TimingPolicy(**(policy or {})),
-                     weights=load_weights(model, weights_path), fallback=fallback,
-                     compare_torch=compare_torch, graph=graph, verify=verify)
+        _launch_alone(plan)
+    result = lab.run(plan, timer.TimingPolicy(**(policy or {})),
+                     weights=load_weights(model, weights_path), compare_torch=compare_torch,
+                     graph=graph, verify=verify)
     return {"sha256": loaded.sha256, "run": result.as_dict()}
 
 
-def _launch_alone(variant, model: str, batch: int) -> None:
+def _launch_alone(plan: NetworkPlan) -> None:
     """One launch per conv layer of the model, each waited for alone, before the network runs.
     A kernel that faults or never returns does so here, in a device wait the parent times. In
     the network, kernels launched behind it for the first time (cuBLAS's, loaded lazily by CUDA)
@@ -50,15 +51,13 @@ def _launch_alone(variant, model: str, batch: int) -> None:
     overall limit would end it. (compare's random trials and `exercise` launch alone too.)"""
     import cupy
 
-    spec = get_model(model)
-    shapes = spec.conv_shapes(batch)
     rng = np.random.default_rng()
-    for i, layer in enumerate(spec.layers):
-        if not isinstance(layer, Conv) or not variant.supports(shapes[layer.name]):
+    for decision in plan.convs.values():
+        if decision.variant is not plan.variant:
             continue
-        shape = shapes[layer.name]
+        shape = decision.shape
         x, w, b = random_problem(shape, rng, signed=True)
-        op = variant.prepare(shape, w, conv_epilogue(variant, spec.layers, i, shape)[0], b)
+        op = plan.variant.prepare(shape, w, decision.epilogue, b)
         op.run_once(x, cupy)
         with gpu_wait():
             cupy.cuda.Device().synchronize()
@@ -71,6 +70,7 @@ def compare_rows(kernel_file: str, batch: int, shapes: dict[str, dict], model: s
     {"sha256", "rows": [Row as a dict]}."""
     loaded = load_kernel_file(kernel_file)
     weights = load_weights(model, weights_path) if weights_path is not None else None
-    rows = compare.variant_rows(loaded.variant, batch, model, timer.TimingPolicy(**(policy or {})),
+    spec = None if model is None else get_model(model)
+    rows = compare.variant_rows(loaded.variant, batch, spec, timer.TimingPolicy(**(policy or {})),
                                 {name: ConvShape(**s) for name, s in shapes.items()}, weights, verify)
     return {"sha256": loaded.sha256, "rows": [row.as_dict() for row in rows]}

@@ -19,9 +19,10 @@ from ..gpu import (cache_dir, gpu_available, hardware, nvtx, require_cupy, timer
 from ..gpu.elements import FLOAT16
 from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated
 from ..kernels import VARIANTS, Variant, get_variant
-from ..models import DEFAULT_MODEL, FASHION_MNIST, IMAGENET, Weights, get_model, load_weights
+from ..models import FASHION_MNIST, IMAGENET, ModelSpec, Weights, get_model, load_weights
 from ..net import data, imagenet, torch_forward
 from ..net.network import ConvStep, Network, Step
+from ..net.plan import NetworkPlan, plan_network
 from ..net.pipeline import Pipeline
 from ..net.torch_forward import candidates, fastest
 from ..ops import reference_for
@@ -50,16 +51,15 @@ GENERAL_DEFAULTS = ("wgmma-3xtf32", "channels-last-3xtf32", "pipelined-3xtf32", 
                     "naive")
 
 
-def default_batch(model: str) -> int:
-    return DEFAULT_BATCH[get_model(model).task]
+def default_batch(spec: ModelSpec) -> int:
+    return DEFAULT_BATCH[spec.task]
 
 
-def default_kernel(model: str) -> tuple[str, str | None]:
+def default_kernel(spec: ModelSpec) -> tuple[str, str | None]:
     """The kernel `run` uses without --kernel, and a note when that is the CPU for lack of a GPU.
     The course's models get `tiled`, the course's own first fast kernel."""
     if not gpu_available():
         return "cpu", f"no usable GPU ({unavailable_reason()}): running the cpu variant"
-    spec = get_model(model)
     if spec.task == FASHION_MNIST:
         return "tiled", None
     shapes = spec.conv_shapes(1).values()
@@ -69,33 +69,33 @@ def default_kernel(model: str) -> tuple[str, str | None]:
     return "naive", None
 
 
-def max_batch(model: str) -> int:
-    return MAX_IMAGENET_BATCH if get_model(model).task == IMAGENET else MAX_BATCH
+def max_batch(spec: ModelSpec) -> int:
+    return MAX_IMAGENET_BATCH if spec.task == IMAGENET else MAX_BATCH
 
 
-def check_batch(batch: int, model: str = DEFAULT_MODEL) -> None:
-    limit = max_batch(model)
+def check_batch(batch: int, spec: ModelSpec) -> None:
+    limit = max_batch(spec)
     if not 1 <= batch <= limit:
         what = "the test set's size" if limit == MAX_BATCH else "the random input batch's limit"
         raise ConvlabError(f"batch must be between 1 and {limit} ({what}), got {batch}")
 
 
-def parse_batches(spec: str, model: str | None = DEFAULT_MODEL) -> list[int]:
+def parse_batches(text: str, spec: ModelSpec | None) -> list[int]:
     """'10,100,1000' -> [10, 100, 1000] (sorted, unique), each checked against the model's limit
     (with no model, for a --layer of random inputs, only that each is at least 1)."""
-    parts = [p.strip() for p in str(spec).split(",")]
+    parts = [p.strip() for p in str(text).split(",")]
     if not any(parts):
         raise ConvlabError("--batch needs at least one batch size, e.g. 10,100,1000,10000")
     if not all(parts):
-        raise ConvlabError(f"--batch '{spec}' has an empty entry: write batch sizes between "
+        raise ConvlabError(f"--batch '{text}' has an empty entry: write batch sizes between "
                            "commas, e.g. 10,100,1000")
     try:
         batches = [int(p) for p in parts]
     except ValueError:
-        raise ConvlabError(f"--batch takes comma-separated integers; got '{spec}'") from None
+        raise ConvlabError(f"--batch takes comma-separated integers; got '{text}'") from None
     for b in batches:
-        if model is not None:
-            check_batch(b, model)
+        if spec is not None:
+            check_batch(b, spec)
         elif b < 1:
             raise ConvlabError(f"--batch sizes must be 1 or more, got {b}")
     return sorted(set(batches))
@@ -103,13 +103,12 @@ def parse_batches(spec: str, model: str | None = DEFAULT_MODEL) -> list[int]:
 
 # --- inputs ---------------------------------------------------------------------------------
 
-def load_input(model: str, batch: int) -> np.ndarray:
+def load_input(spec: ModelSpec, batch: int) -> np.ndarray:
     """The network input a run uses: the first `batch` Fashion-MNIST test images, prepared for
     the model, or for ImageNet models the first `batch` images of a fixed random batch (values
     uniform in [-128, 128), like mean-subtracted 8-bit pixels; image i is the same at every
     batch size)."""
-    spec = get_model(model)
-    check_batch(batch, model)
+    check_batch(batch, spec)
     if spec.task == FASHION_MNIST:
         images, _ = data.load_test_set(batch)
         return data.prepare_input(images, spec.input_size)
@@ -209,43 +208,37 @@ def _variant_for(kernel: str | Variant) -> Variant:
     return variant
 
 
-def check_support(spec, variant: Variant, batch: int, fallback: Variant | None = None) -> None:
-    """A clear error naming every layer the variant cannot compute (unless a fallback takes them)."""
-    if fallback is not None:
-        return
-    refused = [(name, shape, variant.supports(shape)) for name, shape in spec.conv_shapes(batch).items()]
-    refused = [(n, s, r) for n, s, r in refused if not r]
-    if refused:
-        detail = "; ".join(f"{n} ({s.brief()}): {r.reason}" for n, s, r in refused)
-        raise ConvlabError(f"kernel '{variant.name}' does not support {detail}")
-
-
-def build_network(model: str, kernel: str | Variant, batch: int, weights: Weights | None = None,
-                  fallback: str | Variant | None = None) -> Network:
-    """Plan `model` at `batch` with `kernel` in its conv layers (compiles every kernel and
-    allocates every buffer). With `fallback`, layers the kernel does not support use that one."""
-    spec = get_model(model)
-    check_batch(batch, model)
+def network_plan(spec: ModelSpec, kernel: str | Variant, batch: int,
+                 fallback: str | Variant | None = None) -> NetworkPlan:
+    """Who runs each layer of `spec` at `batch` (net.plan), or a ConvlabError naming every
+    layer the kernel cannot compute when no fallback takes them."""
+    check_batch(batch, spec)
     variant = _variant_for(kernel)
     fb = _variant_for(fallback) if fallback is not None else None
-    check_support(spec, variant, batch, fb)
-    return Network(weights or load_weights(model), variant, batch, fb)
+    return plan_network(spec, variant, batch, fb).check()
 
 
-def infer(model: str, kernel: str, x: np.ndarray, weights: Weights | None = None,
-          chunk: int = 256) -> np.ndarray:
+def build_network(spec: ModelSpec, kernel: str | Variant, batch: int,
+                  weights: Weights | None = None,
+                  fallback: str | Variant | None = None) -> Network:
+    """`spec` at `batch` with `kernel` in its conv layers, built (compiles every kernel and
+    allocates every buffer). With `fallback`, layers the kernel does not support use that one."""
+    plan = network_plan(spec, kernel, batch, fallback)
+    return Network(weights or load_weights(spec.name), plan)
+
+
+def infer(weights: Weights, kernel: str, x: np.ndarray, chunk: int = 256) -> np.ndarray:
     """Class probabilities (float32, (N, classes)) for network input x, computed by `kernel`."""
-    weights = weights or load_weights(model)
     spec = weights.spec
     if x.ndim != 4 or x.shape[1:] != spec.input_shape:
-        raise ConvlabError(f"model '{model}' takes input of shape (N, {', '.join(map(str, spec.input_shape))}),"
+        raise ConvlabError(f"model '{spec.name}' takes input of shape (N, {', '.join(map(str, spec.input_shape))}),"
                            f" got {x.shape}")
     out = []
     networks: dict[int, Network] = {}
     for i in range(0, len(x), chunk):
         part = np.ascontiguousarray(x[i:i + chunk], dtype=np.float32)
         net = networks.get(len(part)) or networks.setdefault(
-            len(part), build_network(model, kernel, len(part), weights))
+            len(part), build_network(spec, kernel, len(part), weights))
         if net.on_gpu:
             net.input.set(part)
             out.append(net.xp.asnumpy(net.forward()))
@@ -255,15 +248,15 @@ def infer(model: str, kernel: str, x: np.ndarray, weights: Weights | None = None
     return np.concatenate(out).astype(np.float32)
 
 
-def classify(model: str, kernel: str, paths: list[Path],
+def classify(kernel: str, paths: list[Path],
              weights: Weights) -> list[imagenet.Classified]:
     """Top-5 classes of every input file, the forward pass computed by `kernel`."""
-    spec = get_model(model)
+    spec = weights.spec
     if spec.task != IMAGENET:
-        raise ConvlabError(f"model '{model}' classifies {spec.task}, not ImageNet images; "
+        raise ConvlabError(f"model '{spec.name}' classifies {spec.task}, not ImageNet images; "
                            "classify takes --model alexnet")
     x, labels = imagenet.load_inputs(paths, spec)
-    probabilities = infer(model, kernel, x, weights)
+    probabilities = infer(weights, kernel, x)
     return [imagenet.Classified(label, top)
             for label, top in zip(labels, imagenet.top_classes(probabilities))]
 
@@ -335,27 +328,25 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
     return compare(host(step.result()), ref, "fp32")
 
 
-def run(model: str, kernel: str | Variant, batch: int, policy: timer.TimingPolicy | None = None,
+def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
         on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
-        fallback: str | None = None, compare_torch: bool = False,
-        graph: bool = True, verify: str = "sample") -> RunResult:
-    """Run `model` on `batch` images with `kernel` computing its conv layers; `verify` is
+        compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> RunResult:
+    """Run the planned network (network_plan) on its batch of images; `verify` is
     time_and_verify's ("sample" or "full")."""
     start = time.perf_counter()
     emit = on_event or (lambda name, payload=None: None)
-    spec = get_model(model)
-    check_batch(batch, model)
-    variant = _variant_for(kernel)
-    fb = _variant_for(fallback) if fallback is not None else None
-    check_support(spec, variant, batch, fb)
+    spec, variant, batch = plan.spec, plan.variant, plan.batch
+    for runner in filter(None, (variant, plan.fallback)):
+        if runner.on_gpu:
+            require_cupy(f"kernel '{runner.name}'")
     policy = policy or timer.TimingPolicy()
 
     emit("loading-data")
-    x = load_input(model, batch)
+    x = load_input(spec, batch)
     emit("loaded-data")
     emit("loading-model")
-    weights = weights or load_weights(model)
-    network = Network(weights, variant, batch, fb)  # compiles every layer's kernel
+    weights = weights or load_weights(spec.name)
+    network = Network(weights, plan)  # compiles every layer's kernel
     network.annotate = nvtx.annotate  # layer names on an Nsight Systems timeline
     emit("loaded-model")
 
@@ -363,7 +354,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: timer.TimingPolic
     network.forward()  # warm-up, and every step's input for the timings below
     layers = []
     for step in network.conv_steps:
-        step_variant = variant if step.layer.name not in network.fallback_layers else fb
+        step_variant = plan.variant_for(step.layer)
         timing, check = time_and_verify(step, step_variant, policy, verify)
         config, choice = step_variant.resolve(step.shape, step.epilogue)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,
@@ -379,7 +370,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: timer.TimingPolic
     steps = [StepTime(s.label, s.category, s.kernel_label, float(np.median(times[s.label])),
                       None if s.is_conv else _verify_layer_step(s, network))
              for s in network.steps]
-    result = RunResult(model=model, kernel=variant.name, precision=variant.precision,
+    result = RunResult(model=spec.name, kernel=variant.name, precision=variant.precision,
                        batch=batch, layers=layers, accuracy=None, expected_accuracy=None,
                        predictions_differ=0, compile_s=network.compile_seconds,
                        end_to_end_s=0.0, wall_s=0.0, steps=steps,
@@ -409,7 +400,7 @@ def run(model: str, kernel: str | Variant, batch: int, policy: timer.TimingPolic
         _torch_time(weights, network, result, policy, reference)
     if network.fallback_layers:
         result.notes.append(f"layers {', '.join(network.fallback_layers)} ran with "
-                            f"'{fb.name}' ('{variant.name}' does not support them)")
+                            f"'{plan.fallback.name}' ('{variant.name}' does not support them)")
     result.device = hardware.device_info() if network.on_gpu else None
     result.wall_s = time.perf_counter() - start
     emit("done", result)
@@ -485,12 +476,6 @@ def _torch_time(weights: Weights, network: Network, result: RunResult,
     result.torch_note = f"fastest of {len(rows)}: {best.label}"
 
 
-def run_batches(model: str, kernel: str, batches: list[int], policy: timer.TimingPolicy | None = None,
-                on_event: Callable[[str, object], None] | None = None, **options) -> list[RunResult]:
-    """`run` for each batch size in turn."""
-    return [run(model, kernel, b, policy, on_event, **options) for b in batches]
-
-
 @dataclass
 class LayerProblem:
     """A layer's random input, filters and bias, the input where the variants read it (on the
@@ -562,34 +547,25 @@ def layer_variant(variant: Variant) -> Variant:
 RUN_JOB = "convlab.bench.filejobs:run_model"
 
 
-def run_kernel_file(model: str, kernel_file, batches: list[int],
-                    policy: timer.TimingPolicy | None = None,
-                    on_event: Callable[[str, object], None] | None = None,
-                    weights_path: str | os.PathLike | None = None, fallback: str | None = None,
-                    compare_torch: bool = False, graph: bool = True, verify: str = "sample",
-                    timeout_s: float | None = None) -> list[RunResult | FailedRun]:
-    """`run` for each batch size with a loaded kernel file (userkernel.KernelFile), each batch
-    in a child process (convlab.gpu.isolate): a fault, a device wait longer than `timeout_s` (a
-    hang) or a crash ends that batch as a FailedRun and the next batch goes on. What needs no
-    CUDA is checked here first, and an error the user can act on (a compile error) is raised
-    here with the file's own line numbers, as a built-in's run raises it. Events: "isolated"
-    (batch) before each child, then "layer" and "done" as `run` emits them, or "failed"."""
+def run_kernel_file(plan: "RunPlan", on_event: Callable[[str, object], None] | None = None,
+                    ) -> list[RunResult | FailedRun]:
+    """`run` for each of the plan's batch sizes with its kernel file (userkernel.KernelFile),
+    each batch in a child process (convlab.gpu.isolate): a fault, a device wait longer than the
+    plan's timeout (a hang) or a crash ends that batch as a FailedRun and the next batch goes
+    on. An error the user can act on (a compile error) is raised here with the file's own line
+    numbers, as a built-in's run raises it. Events: "isolated" (batch) before each child, then
+    "layer" and "done" as `run` emits them, or "failed"."""
     emit = on_event or (lambda name, payload=None: None)
-    spec = get_model(model)
-    variant = _variant_for(kernel_file.variant)
-    fb = _variant_for(fallback) if fallback is not None else None
-    for batch in batches:
-        check_batch(batch, model)
-        check_support(spec, variant, batch, fb)
+    kernel_file, model = plan.kernel_file, plan.spec.name
     args = {"kernel_file": str(kernel_file.path), "model": model,
-            "policy": vars(policy or timer.TimingPolicy()).copy(),
-            "weights_path": None if weights_path is None else str(weights_path),
-            "fallback": fallback, "compare_torch": compare_torch, "graph": graph, "verify": verify}
+            "policy": vars(plan.policy).copy(), "weights_path": plan.weights_path,
+            "fallback": None if plan.fallback is None else plan.fallback.name,
+            "compare_torch": plan.pytorch, "graph": plan.graph, "verify": plan.verify}
     results: list[RunResult | FailedRun] = []
-    for batch in batches:
+    for batch in plan.batches:
         emit("isolated", batch)
         job = run_isolated(RUN_JOB, {**args, "batch": batch},
-                           timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
+                           timeout_s=DEFAULT_TIMEOUT_S if plan.timeout_s is None else plan.timeout_s)
         result = _kernel_file_result(job, kernel_file, model, batch)
         if isinstance(result, FailedRun):
             emit("failed", result)
@@ -624,21 +600,32 @@ def _kernel_file_result(job: dict, kernel_file, model: str, batch: int) -> RunRe
 
 @dataclass
 class RunPlan:
-    """What `convlab run` was asked for, checked before anything loads or runs."""
-    model: str
-    batches: list[int]
-    variant: Variant
+    """What `convlab run` was asked for, checked and decided before anything loads or runs:
+    the model, and for each batch size who runs each layer (net.plan)."""
+    spec: ModelSpec
+    networks: list[NetworkPlan]  # one per batch size, ascending
     weights: Weights
     kernel_file: KernelFile | None = None  # run in a child process
     weights_path: str | None = None
     note: str | None = None  # why the kernel is what it is (no GPU: the cpu variant)
     policy: timer.TimingPolicy = field(default_factory=timer.TimingPolicy)
-    fallback: str | None = None
     pytorch: bool = False
     graph: bool = True
     verify: str = "sample"
     timeout_s: float | None = None
     sanitize: str | None = None  # a compute-sanitizer tool: one checked launch, nothing timed
+
+    @property
+    def variant(self) -> Variant:
+        return self.networks[0].variant
+
+    @property
+    def fallback(self) -> Variant | None:
+        return self.networks[0].fallback
+
+    @property
+    def batches(self) -> list[int]:
+        return [network.batch for network in self.networks]
 
 
 def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: str | None = None,
@@ -646,8 +633,9 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
              cold: bool = False, pytorch: bool = False, graph: bool = True,
              verify: str | None = None, timeout_s: float | None = None,
              sanitize: str | None = None) -> RunPlan:
-    """The options of `convlab run` as a plan, or a ConvlabError naming the option at fault."""
-    get_model(model)
+    """The options of `convlab run` as a plan, or a ConvlabError naming the option at fault or
+    every layer the kernel cannot compute (a sanitizer run reports those layer by layer)."""
+    spec = get_model(model)
     if kernel is not None and kernel_file is not None:
         raise ConvlabError("give --kernel or --kernel-file, not both")
     if timeout_s is not None and kernel_file is None and sanitize is None:
@@ -662,30 +650,32 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
             raise ConvlabError(f"--sanitize makes one checked launch per layer and times nothing: "
                                f"leave out {', '.join(unused)}")
     verify = verify or "sample"
-    default = SANITIZE_BATCH if sanitize is not None else default_batch(model)
-    batch_list = parse_batches(str(default) if batches is None else batches, model)
+    default = SANITIZE_BATCH if sanitize is not None else default_batch(spec)
+    batch_list = parse_batches(str(default) if batches is None else batches, spec)
     weights = load_weights(model, weights_path)  # a wrong file fails before anything runs
     loaded = load_kernel_file(kernel_file) if kernel_file is not None else None
     note = None
     if loaded is None and kernel is None:
-        kernel, note = default_kernel(model)
+        kernel, note = default_kernel(spec)
     variant = loaded.variant if loaded is not None else get_variant(kernel)
+    fb = get_variant(fallback) if fallback is not None else None
+    networks = [plan_network(spec, variant, batch, fb) for batch in batch_list]
+    if sanitize is None:
+        for network in networks:
+            network.check()
     policy = timer.TimingPolicy(min_runs=repeat or (10 if variant.on_gpu else 3), cold=cold)
-    return RunPlan(model, batch_list, variant, weights, loaded,
-                   None if weights_path is None else str(weights_path), note, policy, fallback,
-                   pytorch, graph, verify, timeout_s, sanitize)
+    return RunPlan(spec, networks, weights, loaded,
+                   None if weights_path is None else str(weights_path), note, policy, pytorch,
+                   graph, verify, timeout_s, sanitize)
 
 
 def execute_run(plan: RunPlan, on_event: Callable | None = None) -> list["RunResult"]:
     """The plan's runs, one per batch size, with the plan's notes on each result."""
     if plan.kernel_file is not None:
-        results = run_kernel_file(plan.model, plan.kernel_file, plan.batches, plan.policy,
-                                  on_event, plan.weights_path, plan.fallback, plan.pytorch,
-                                  plan.graph, plan.verify, plan.timeout_s)
+        results = run_kernel_file(plan, on_event)
     else:
-        results = run_batches(plan.model, plan.variant.name, plan.batches, plan.policy, on_event,
-                              weights=plan.weights, fallback=plan.fallback,
-                              compare_torch=plan.pytorch, graph=plan.graph, verify=plan.verify)
+        results = [run(network, plan.policy, on_event, plan.weights, plan.pytorch, plan.graph,
+                       plan.verify) for network in plan.networks]
     for result in results:
         if plan.note:
             result.notes.append(plan.note)

@@ -17,14 +17,14 @@ import numpy as np
 
 from ..errors import ConvlabError, DataError
 from ..gpu import gpu_available, hardware, timer, unavailable_reason
-from ..models import FASHION_MNIST, get_model, load_weights
+from ..models import FASHION_MNIST, ModelSpec, get_model, load_weights
 from ..net import data, torch_stream
 from ..net.imagenet import imagenet_transform, load_bytes
 from ..net.network import Network
 from ..net.stream import UPLOADS, ImagePool, StreamedPipeline
 from ..ops.ingest import normalize
 from . import results as results_io
-from .lab import _variant_for, check_batch, check_support, default_kernel
+from .lab import _variant_for, check_batch, default_kernel, network_plan
 
 RANDOM_SEED = 24  # the seeded generator of alexnet's 8-bit images
 FOLDER_HINT = "--from takes a folder of image files only"
@@ -132,16 +132,15 @@ class StreamRecord:
         return f"stream-{self.model}-{self.kernel}-{self.upload}-{stamp}"
 
 
-def _pool(model: str, transform, count: int, workers: int) -> ImagePool:
+def _pool(spec: ModelSpec, transform, count: int, workers: int) -> ImagePool:
     """The images to stream: the Fashion-MNIST test set, or `count` seeded random images."""
-    if get_model(model).task == FASHION_MNIST:
+    if spec.task == FASHION_MNIST:
         u8, labels = data.load_test_set()
         return ImagePool(u8, labels, f"the {len(u8):,} Fashion-MNIST test images")
     return random_pool(transform, count, workers)
 
 
-def transform_for(model: str):
-    spec = get_model(model)
+def transform_for(spec: ModelSpec):
     if spec.task == FASHION_MNIST:
         return data.fashion_transform(spec.input_size)
     return imagenet_transform(spec.input_size)
@@ -178,13 +177,13 @@ def stream(model: str, kernel: str | None, batches: list[int], images: int,
         raise ConvlabError("--pytorch streams 8-bit images, as a PyTorch user would: leave out "
                            f"--upload {upload} (or --pytorch)")
     for batch in batches:
-        check_batch(batch, model)
+        check_batch(batch, spec)
         check_stream(images, batch)
     if directory is not None and spec.task == FASHION_MNIST:
         raise ConvlabError(f"--from reads photos for alexnet; '{model}' streams the "
                            "Fashion-MNIST test set")
     workers = workers or workers_default()
-    transform = transform_for(model)
+    transform = transform_for(spec)
     emit("loading-data")
     # Files are decoded (and bad ones named) before anything needs the GPU.
     pool = directory_pool(directory, spec.input_size, workers) if directory is not None else None
@@ -192,22 +191,22 @@ def stream(model: str, kernel: str | None, batches: list[int], images: int,
         raise ConvlabError(f"--images streams batches through a GPU: no usable GPU "
                            f"({unavailable_reason()})")
     if kernel is None:
-        kernel, _ = default_kernel(model)
+        kernel, _ = default_kernel(spec)
     variant = _variant_for(kernel)
     if not variant.on_gpu:
         raise ConvlabError(f"--images streams batches through the GPU; '{variant.name}' runs on "
                            "the CPU")
-    for batch in batches:
-        check_support(spec, variant, batch)
+    networks = [network_plan(spec, variant, batch) for batch in batches]
     if pool is None:
         # two batches of distinct random images: each batch differs from the one before it
-        pool = _pool(model, transform, min(images, 2 * max(batches)), workers)
+        pool = _pool(spec, transform, min(images, 2 * max(batches)), workers)
     emit("loaded-data", pool)
     weights = load_weights(model, weights_path)
     record = StreamRecord(model, variant.name, variant.precision, images, upload,
                           pool.description, workers)
-    for batch in batches:
-        network = Network(weights, variant, batch)
+    for plan in networks:
+        batch = plan.batch
+        network = Network(weights, plan)
         pipe = StreamedPipeline(network, transform, pool, upload, workers)
         try:
             predictions, times = pipe.run(images)

@@ -28,6 +28,7 @@ from ..kernels import RELU, TANH_POOL, Variant
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 from ..oracle import reference
 from ..shapes import LAYOUTS, NCHW, NHWC, ConvShape, channels_last, memory_view
+from .plan import LayerDecision, NetworkPlan
 
 ACTIVATIONS = {ReLU: "relu", Tanh: "tanh"}
 CATEGORY_CONV = "conv"
@@ -142,13 +143,6 @@ def _suffix(name: str) -> str:
     return match.group(1) if match else ""
 
 
-def fusable(layers: tuple, i: int) -> bool:
-    """conv, tanh, 2x2/2 max-pool: the ECE408 block the `fused` variant computes in one kernel."""
-    rest = layers[i + 1:i + 3]
-    return (len(rest) == 2 and isinstance(rest[0], Tanh) and isinstance(rest[1], MaxPool)
-            and rest[1].size == 2 and rest[1].step == 2)
-
-
 # Layers that give the same bits on fp16-rounded input as on float32 input rounded after them
 # (max and ReLU are monotonic and pick one of their inputs; a flatten is a view): an fp16
 # activation may pass them.
@@ -173,25 +167,18 @@ def fp16_next(layers: tuple, j: int, layout: str,
     return False
 
 
-def conv_epilogue(variant: Variant, layers: tuple, i: int, shape: ConvShape) -> tuple[str | None, int]:
-    """The epilogue the network hands this conv layer's variant, and how many layers it absorbs."""
-    nxt = layers[i + 1] if i + 1 < len(layers) else None
-    if isinstance(nxt, ReLU) and variant.supports_epilogue(shape, RELU):
-        return RELU, 1
-    if variant.fuses_in_network and fusable(layers, i) and variant.supports_epilogue(shape, TANH_POOL):
-        return TANH_POOL, 2
-    return None, 0
-
-
 class Network:
-    """Plan once (compile every layer's kernel, allocate every buffer), then run forward passes."""
+    """Build once (compile every layer's kernel, allocate every buffer), then run forward
+    passes. Who runs each conv and FC layer comes decided (net.plan); a plan with a layer
+    nobody runs is refused here."""
 
-    def __init__(self, weights: Weights, variant: Variant, batch: int,
-                 fallback: Variant | None = None):
+    def __init__(self, weights: Weights, plan: NetworkPlan):
+        plan.check()
         self.weights = weights
-        self.variant = variant
-        self.batch = batch
-        self.on_gpu = variant.on_gpu
+        self.plan = plan
+        self.variant = plan.variant
+        self.batch = plan.batch
+        self.on_gpu = plan.variant.on_gpu
         if self.on_gpu:
             import cupy as xp
         else:
@@ -199,18 +186,17 @@ class Network:
         self.xp = xp
         self.annotate: Callable[[str], contextlib.AbstractContextManager] | None = None
         self.steps: list[Step] = []
-        self.fallback_layers: list[str] = []
+        self.fallback_layers = plan.fallback_layers
         spec = weights.spec
-        self.input = xp.empty((batch, *spec.input_shape), dtype=xp.float32)
-        self._plan(spec.layers, fallback)
+        self.input = xp.empty((self.batch, *spec.input_shape), dtype=xp.float32)
+        self._plan(spec.layers)
 
     # --- planning ---------------------------------------------------------------------------
-    def _plan(self, layers: tuple, fallback: Variant | None) -> None:
+    def _plan(self, layers: tuple) -> None:
         """Steps in order. The activations keep the memory format the last conv wrote (the
         images arrive NCHW; a channels-last variant's staging converts them once): pool, LRN
         and activations are prepared for it, a flatten reads it in that order and the FC after
         it gets its weight columns permuted to match."""
-        shapes = self.weights.spec.conv_shapes(self.batch)
         trace = self.weights.spec.trace(self.batch)
         number = ""
         view = flattened = None
@@ -225,17 +211,18 @@ class Network:
                 continue
             if isinstance(layer, (Conv, Dense)):
                 number = _suffix(layer.name)
-            dense = isinstance(layer, Dense) and self._dense_variant(layer) is not None
+            dense = isinstance(layer, Dense) and self.plan.variant_for(layer) is not None
             if isinstance(layer, Conv):
-                step, used = self._conv_step(layers, i, shapes[layer.name], fallback)
+                step, used = self._conv_step(layers, self.plan.convs[layer.name])
                 # A conv that stages its input converts any format itself.
                 if step.op.stage_input is None and step.op.layout != layout:
                     step.convert_to = step.op.layout
             elif dense:
-                step, used = self._dense_step(layers, i, layout, flattened, fallback)
+                step, used = self._dense_step(layers, self.plan.dense[layer.name], layout,
+                                              flattened)
             else:
                 step, used = self._layer_step(layers, i, in_shape, number, layout, flattened,
-                                              dtype, fallback)
+                                              dtype)
             # An FC layer the conv variant runs reads its input as a batch of 1x1 images of
             # in_features channels, and what follows reads its output as (batch, out_features).
             step.in_view = (self.batch, layer.in_features, 1, 1) if dense else view
@@ -249,57 +236,33 @@ class Network:
             dtype = step.op.output_dtype
             i += used
 
-    def _variant_for(self, shape: ConvShape, fallback: Variant | None) -> Variant:
-        if not self.variant.supports(shape) and fallback is not None:
-            return fallback
-        return self.variant
+    def _fp16_next(self, layers: tuple, j: int, layout: str) -> bool:
+        return fp16_next(layers, j, layout, self.plan.variant_for)
 
-    def _fp16_next(self, layers: tuple, j: int, layout: str, fallback: Variant | None) -> bool:
-        shapes = self.weights.spec.conv_shapes(self.batch)
-
-        def variant_for(layer):
-            if isinstance(layer, Dense):
-                return self._dense_variant(layer)
-            return self._variant_for(shapes[layer.name], fallback)
-
-        return fp16_next(layers, j, layout, variant_for)
-
-    def _dense_variant(self, layer: Dense) -> Variant | None:
-        """The conv variant, where it runs FC layers (as 1x1 convolutions) and this one."""
-        if self.variant.runs_dense and self.variant.supports(self._dense_shape(layer)):
-            return self.variant
-        return None
-
-    def _dense_shape(self, layer: Dense) -> ConvShape:
-        return ConvShape(self.batch, layer.in_features, 1, 1, layer.out_features, 1, bias=True)
-
-    def _conv_step(self, layers, i, shape, fallback) -> tuple[ConvStep, int]:
-        layer = layers[i]
-        variant = self._variant_for(shape, fallback)
-        if variant is not self.variant:
-            self.fallback_layers.append(layer.name)
+    def _conv_step(self, layers, decision: LayerDecision) -> tuple[ConvStep, int]:
+        layer = layers[decision.index]
         w = self.weights.arrays[f"{layer.name}.weight"]
         b = self.weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
-        return self._gemm_step(layers, i, shape, w, b, variant, CATEGORY_CONV, fallback)
+        return self._gemm_step(layers, decision, w, b, CATEGORY_CONV)
 
-    def _dense_step(self, layers, i, layout, flattened, fallback) -> tuple[ConvStep, int]:
+    def _dense_step(self, layers, decision: LayerDecision, layout,
+                    flattened) -> tuple[ConvStep, int]:
         """An FC layer as the conv variant's 1x1 convolution over a batch of 1x1 images, its
         weight columns permuted where a flatten of channels-last activations feeds it."""
-        layer = layers[i]
+        layer = layers[decision.index]
         w = self.weights.arrays[f"{layer.name}.weight"]
         if flattened is not None and layout == NHWC:
             w = flattened_columns(w, flattened)
         w = w.reshape(layer.out_features, layer.in_features, 1, 1)
         b = self.weights.arrays[f"{layer.name}.bias"]
-        return self._gemm_step(layers, i, self._dense_shape(layer), w, b, self.variant, "fc",
-                               fallback)
+        return self._gemm_step(layers, decision, w, b, "fc")
 
-    def _gemm_step(self, layers, i, shape, w, b, variant, category,
-                   fallback) -> tuple[ConvStep, int]:
-        layer = layers[i]
-        epilogue, absorbed = conv_epilogue(variant, layers, i, shape)
+    def _gemm_step(self, layers, decision: LayerDecision, w, b,
+                   category) -> tuple[ConvStep, int]:
+        i, shape, variant = decision.index, decision.shape, decision.variant
+        layer, epilogue, absorbed = layers[i], decision.epilogue, decision.absorbed
         if FLOAT16 in variant.output_dtypes and self._fp16_next(layers, i + 1 + absorbed,
-                                                                 variant.layout, fallback):
+                                                                 variant.layout):
             variant = variant.writing(FLOAT16)
         tuning.first_use(variant, shape, epilogue)
         op = variant.prepare(shape, w, epilogue, b)
@@ -313,12 +276,12 @@ class Network:
                         bias=b, epilogue=epilogue, layer=layer), 1 + absorbed
 
     def _layer_step(self, layers, i, in_shape, number, layout=NCHW, flattened=None,
-                    dtype=FLOAT32, fallback=None) -> tuple[Step, int]:
+                    dtype=FLOAT32) -> tuple[Step, int]:
         layer = layers[i]
         nxt = layers[i + 1] if i + 1 < len(layers) else None
         if self.on_gpu:
             def make(category, label, group, shape):
-                half = self._fp16_next(layers, i + len(group), layout, fallback)
+                half = self._fp16_next(layers, i + len(group), layout)
                 return self._device_op(category, label, group, shape, layout, flattened, dtype,
                                        FLOAT16 if half else FLOAT32)
         else:

@@ -43,7 +43,7 @@ from ..bench.results import git_commit, read_json
 from ..errors import ConvlabError, DataError, GPUUnavailable
 from ..gpu import gpu_available, hardware, nvtx, unavailable_reason
 from ..kernels import VARIANTS, get_variant
-from ..models import get_model
+from ..models import ModelSpec, get_model
 from ..net.pipeline import Pipeline
 
 SCHEMA_VERSION = 1
@@ -807,18 +807,19 @@ def _median(values: list[float]) -> float:
     return (ordered[n // 2] + ordered[(n - 1) // 2]) / 2
 
 
-def profile_batch(cupti, cupy, model: str, kernel: str, batch: int, passes: int) -> BatchProfile:
+def profile_batch(cupti, cupy, spec: ModelSpec, kernel: str, batch: int,
+                  passes: int) -> BatchProfile:
     """Warm-up, `passes` traced forward passes, as many untraced ones (the overhead), teardown.
 
     A pass is `run`'s: pinned host buffers, images copied in, every step, top-1 on the device,
     predictions copied out. Its steps are launched one by one, not replayed as a CUDA graph, so
     that each activity maps to the step that launched it (what the graph buys is small:
     scripts/pipeline_study.py measured 4% at batch 1 on an H100, nothing at 128)."""
-    images = lab.load_input(model, batch)
+    images = lab.load_input(spec, batch)
     tracer = Tracer(cupti, cupy).start()
     try:
         with tracer.window("warm-up"):
-            network = lab.build_network(model, kernel, batch)
+            network = lab.build_network(spec, kernel, batch)
             network.annotate = tracer.annotate
             pipe = Pipeline(network, pinned=True, graph=False)
             pipe.load(images)
@@ -853,13 +854,14 @@ def check_options(ncu: bool, layer: str | None) -> None:
         raise ConvlabError("--ncu needs --layer: the layer whose kernel to profile, e.g. conv1")
 
 
-def check_request(model: str, kernel: str, batches: str) -> list[int]:
-    """The batch sizes, once the model and kernel are known to make sense for a profile."""
-    get_model(model)
+def check_request(model: str, kernel: str, batches: str) -> tuple[ModelSpec, list[int]]:
+    """The model and the batch sizes, once the model and kernel are known to make sense for a
+    profile."""
+    spec = get_model(model)
     if not get_variant(kernel).on_gpu:
         raise ConvlabError(f"kernel '{kernel}' runs on the CPU, and CUPTI traces GPU work: "
                            "choose a GPU kernel (convlab list shows them)")
-    return lab.parse_batches(batches, model)
+    return spec, lab.parse_batches(batches, spec)
 
 
 def versions(cupy, driver: tuple[int, int]) -> dict:
@@ -879,14 +881,14 @@ def run_profile(model: str, kernel: str, batches: str, passes: int = DEFAULT_PAS
                 threshold: float = DEFAULT_THRESHOLD, command: str = "",
                 on_batch: Callable[[int], None] | None = None) -> dict:
     """Profile the forward pass of `model` with `kernel` at each batch size; the record."""
-    sizes = check_request(model, kernel, batches)
+    spec, sizes = check_request(model, kernel, batches)
     cupy = require_gpu()
     cupti = load_cupti(cupy)
     runs = []
     for batch in sizes:
         if on_batch:
             on_batch(batch)
-        runs.append(profile_batch(cupti, cupy, model, kernel, batch, passes))
+        runs.append(profile_batch(cupti, cupy, spec, kernel, batch, passes))
     profile = Profile(model, kernel, threshold, runs, hardware.device_info(),
                       versions(cupy, driver_version(cupy)), command,
                       time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_commit())
@@ -953,16 +955,16 @@ def ncu_targets(trace: Trace, steps: dict[str, StepInfo], ours: frozenset[str], 
 def find_ncu_targets(model: str, kernel: str, batches: str, layer: str | None) -> list[NcuTarget]:
     """Trace one forward pass after warm-up and find `layer`'s kernel launches."""
     check_options(True, layer)
-    sizes = check_request(model, kernel, batches)
+    spec, sizes = check_request(model, kernel, batches)
     if len(sizes) != 1:
         raise ConvlabError("--ncu profiles one launch: give one --batch size")
     batch = sizes[0]
     cupy = require_gpu()
     cupti = load_cupti(cupy)
-    network = lab.build_network(model, kernel, batch)
+    network = lab.build_network(spec, kernel, batch)
     steps = network_steps(network)
     match_step(list(steps), layer)
-    images = lab.load_input(model, batch)
+    images = lab.load_input(spec, batch)
     network.predict(images)
     tracer = Tracer(cupti, cupy).start()
     try:

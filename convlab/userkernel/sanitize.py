@@ -20,8 +20,7 @@ from pathlib import Path
 from ..errors import ConvlabError
 from ..gpu import require_cupy
 from ..gpu.isolate import run_isolated
-from ..models import Conv, get_model
-from ..net.network import conv_epilogue
+from ..net.plan import NetworkPlan
 from ..shapes import ConvShape
 from .kernelfile import load_kernel_file
 
@@ -224,26 +223,21 @@ class LayerReport:
                 "skipped": self.skipped, "report": self.report.as_dict() if self.report else None}
 
 
-def sanitize_model(model: str, batch: int, variant, kernel_file: str | Path | None = None,
+def sanitize_model(plan: NetworkPlan, kernel_file: str | Path | None = None,
                    tool: str = "memcheck", timeout_s: float = SANITIZER_TIMEOUT_S) -> list[LayerReport]:
-    """Each conv layer of `model` at `batch` under compute-sanitizer: one checked launch of the
-    kernel file (or the built-in `variant`) with the epilogue the network hands it there."""
+    """Each conv layer of the planned network (net.plan) under compute-sanitizer: one checked
+    launch of the kernel file (or the built-in variant) with the epilogue the network hands it
+    there; a layer the variant refuses is reported with the reason."""
     sanitizer_command(tool)  # a missing tool is reported before anything runs
     require_cupy("compute-sanitizer")
-    spec = get_model(model)
-    shapes = spec.conv_shapes(batch)
     reports = []
-    for i, layer in enumerate(spec.layers):
-        if not isinstance(layer, Conv):
+    for decision in plan.convs.values():
+        if not decision.support:
+            reports.append(LayerReport(decision.name, decision.shape, None, None,
+                                       decision.support.reason))
             continue
-        shape = shapes[layer.name]
-        support = variant.supports(shape)
-        if not support:
-            reports.append(LayerReport(layer.name, shape, None, None, support.reason))
-            continue
-        epilogue, _ = conv_epilogue(variant, spec.layers, i, shape)
-        report = sanitize(shape, kernel_file=kernel_file,
-                          variant=None if kernel_file is not None else variant.name, tool=tool,
-                          epilogue=epilogue, timeout_s=timeout_s)
-        reports.append(LayerReport(layer.name, shape, epilogue, report))
+        report = sanitize(decision.shape, kernel_file=kernel_file,
+                          variant=None if kernel_file is not None else plan.variant.name,
+                          tool=tool, epilogue=decision.epilogue, timeout_s=timeout_s)
+        reports.append(LayerReport(decision.name, decision.shape, decision.epilogue, report))
     return reports

@@ -1,0 +1,117 @@
+"""Which variant runs each conv and FC layer of a network at one batch size, and with which
+epilogue, decided once before anything compiles: one support check per layer.
+
+`convlab run` refuses a network with it (every layer the variant cannot compute, named at
+once), the Network builds its steps from it, compare takes its SKIP rows and the fused
+epilogues from it, and the sanitizer and a kernel file's lone launches walk its layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConvlabError
+from ..kernels import RELU, TANH_POOL, Support, Variant
+from ..models import Conv, Dense, MaxPool, ModelSpec, ReLU, Tanh
+from ..shapes import ConvShape
+
+
+def fusable(layers: tuple, i: int) -> bool:
+    """conv, tanh, 2x2/2 max-pool: the ECE408 block the `fused` variant computes in one kernel."""
+    rest = layers[i + 1:i + 3]
+    return (len(rest) == 2 and isinstance(rest[0], Tanh) and isinstance(rest[1], MaxPool)
+            and rest[1].size == 2 and rest[1].step == 2)
+
+
+def conv_epilogue(variant: Variant, layers: tuple, i: int, shape: ConvShape) -> tuple[str | None, int]:
+    """The epilogue the network hands this conv layer's variant, and how many layers it absorbs."""
+    nxt = layers[i + 1] if i + 1 < len(layers) else None
+    if isinstance(nxt, ReLU) and variant.supports_epilogue(shape, RELU):
+        return RELU, 1
+    if variant.fuses_in_network and fusable(layers, i) and variant.supports_epilogue(shape, TANH_POOL):
+        return TANH_POOL, 2
+    return None, 0
+
+
+def dense_shape(layer: Dense, batch: int) -> ConvShape:
+    """An FC layer as a conv variant runs it: a 1x1 convolution over a batch of 1x1 images."""
+    return ConvShape(batch, layer.in_features, 1, 1, layer.out_features, 1, bias=True)
+
+
+@dataclass(frozen=True)
+class LayerDecision:
+    """One conv or FC layer: the asked variant's verdict on it, who runs it and how."""
+
+    name: str
+    index: int  # its place in the model's layers
+    shape: ConvShape
+    support: Support  # the asked variant's verdict (its reason where it refuses)
+    variant: Variant | None  # the asked variant, the fallback, or None: refused, or for an
+    # FC layer, run by the lab's own FC kernels
+    epilogue: str | None = None  # what the running variant fuses: RELU, TANH_POOL or None
+    absorbed: int = 0  # the layers after it that the epilogue takes in
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """A model at one batch size with one variant (and the fallback, where it takes layers the
+    variant refuses): the decision for each conv layer, and for each FC layer the variant could
+    run."""
+
+    spec: ModelSpec
+    batch: int
+    variant: Variant
+    fallback: Variant | None
+    convs: dict[str, LayerDecision]
+    dense: dict[str, LayerDecision]  # FC layers a variant that runs them (runs_dense) takes
+
+    @property
+    def refused(self) -> list[LayerDecision]:
+        return [d for d in self.convs.values() if d.variant is None]
+
+    @property
+    def fallback_layers(self) -> list[str]:
+        return [d.name for d in self.convs.values()
+                if d.variant is not None and d.variant is not self.variant]
+
+    def variant_for(self, layer: Conv | Dense) -> Variant | None:
+        """Who runs the layer: a conv's decided variant; for an FC layer the conv variant where
+        it takes it, else None (the lab's FC kernels)."""
+        table = self.convs if isinstance(layer, Conv) else self.dense
+        decision = table.get(layer.name)
+        return None if decision is None else decision.variant
+
+    def check(self) -> "NetworkPlan":
+        """The plan, or a ConvlabError naming every layer nobody runs and why."""
+        if self.refused:
+            detail = "; ".join(f"{d.name} ({d.shape.brief()}): {d.support.reason}"
+                               for d in self.refused)
+            raise ConvlabError(f"kernel '{self.variant.name}' does not support {detail}")
+        return self
+
+
+def plan_network(spec: ModelSpec, variant: Variant, batch: int,
+                 fallback: Variant | None = None) -> NetworkPlan:
+    """Decide every conv layer (the variant where it supports the layer, else the fallback,
+    else refused) and every FC layer the variant runs as a 1x1 convolution."""
+    shapes = spec.conv_shapes(batch)
+    convs, dense = {}, {}
+    for i, layer in enumerate(spec.layers):
+        if isinstance(layer, Conv):
+            shape = shapes[layer.name]
+            support = variant.supports(shape)
+            runner = variant if support else fallback
+            epilogue, absorbed = (None, 0) if runner is None else conv_epilogue(
+                runner, spec.layers, i, shape)
+            convs[layer.name] = LayerDecision(layer.name, i, shape, support, runner, epilogue,
+                                              absorbed)
+        elif isinstance(layer, Dense) and variant.runs_dense:
+            shape = dense_shape(layer, batch)
+            support = variant.supports(shape)
+            epilogue, absorbed = (conv_epilogue(variant, spec.layers, i, shape) if support
+                                  else (None, 0))
+            dense[layer.name] = LayerDecision(layer.name, i, shape, support,
+                                              variant if support else None, epilogue, absorbed)
+    if not any(d.variant is fallback and fallback is not variant for d in convs.values()):
+        fallback = None  # the plan names a fallback only where it runs a layer
+    return NetworkPlan(spec, batch, variant, fallback, convs, dense)
