@@ -58,14 +58,34 @@ def progress_bar(quiet: bool = False) -> Progress:
                     disable=quiet or not err.is_terminal)
 
 
+class OneLineUsageError(click.ClickException):
+    """A usage mistake click found (a value out of range, a missing file, an unknown option):
+    one line and exit status 1, as convlab's own checks of a value give, instead of click's
+    usage block and status 2."""
+
+
+def one_line(exc: click.UsageError) -> OneLineUsageError:
+    where = exc.ctx.command_path if exc.ctx is not None else "convlab"
+    return OneLineUsageError(f"{exc.format_message()} (see '{where} --help')")
+
+
 class ConvlabGroup(click.Group):
-    """Turns ConvlabError into one clear message and exit status 1, never a traceback."""
+    """Every mistake is one line and exit status 1, whether convlab's check (ConvlabError) or
+    click's (a usage error) found it: never a traceback, never a usage block."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise one_line(exc) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except ConvlabError as exc:
             raise click.ClickException(str(exc)) from None
+        except click.UsageError as exc:
+            raise one_line(exc) from None
 
 
 @click.group(cls=ConvlabGroup)
@@ -262,7 +282,8 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         if name == "isolated":
             click.echo(f"Running {kernel_file} at batch {payload} in a child process...")
         elif name == "loading-data":
-            what = "fashion-mnist data" if plan.spec.task == "fashion-mnist" else "random input batch"
+            what = ("fashion-mnist data" if plan.spec.task == "fashion-mnist"
+                    else "random input batch")
             click.echo(f"Loading {what}...", nl=False)
         elif name == "loading-model" and tuning.autotuning():
             click.echo("Loading model (autotuning the layers without a tuning)...")
@@ -273,8 +294,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         elif name in ("loaded-data", "loaded-model"):
             click.echo(" done")
         elif name == "layer":
-            mark = "" if payload.check.passed else "  (FAIL: output does not match the reference)"
-            click.echo(f"Op Time: {payload.timing.median_ms / 1e3:.6f}{mark}")
+            click.echo(report.op_time_line(payload))
         elif name == "done":
             click.echo(report.course_line(payload))
 
@@ -382,8 +402,9 @@ def _sanitize_run(out, plan, tool, timeout, as_json):
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
-def models(wide):
+def models(as_json, wide):
     """The models, their layers and expected accuracies."""
     rows = []
     for name, spec in MODELS.items():
@@ -391,6 +412,9 @@ def models(wide):
             rows.append((spec, load_weights(name), None))
         except ConvlabError as exc:
             rows.append((spec, None, str(exc)))
+    if as_json:
+        click.echo(json.dumps(report.models_json(rows), indent=2))
+        return
     out = console(wide)
     out.print(report.models_table(rows, out.width, wide))
     if not wide:

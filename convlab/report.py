@@ -11,8 +11,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .bench import guard
 from .bench.compare import class_summaries
-from .bench.records import RunResult
+from .bench.records import LayerResult, RunResult
 from .gpu.timer import QUEUED, SINGLE
 from .net.torch_forward import allowed_differ
 from .tables import STATUS_STYLE, Col, fitted_table, fmt_err, fmt_ms, fmt_num, status_text
@@ -50,6 +51,21 @@ def models_table(rows, width=None, wide=False) -> RenderableType:
         out.append([spec.name, "x".join(map(str, spec.input_shape)), expected, course,
                     spec.describe()])
     return fitted_table("convlab models", cols, out, width, wide)
+
+
+def models_json(rows) -> list[dict]:
+    """models_table's rows as records: each model's input, task, conv layers (their shapes at
+    batch 1) and expected accuracies, or why its weights could not be read."""
+    out = []
+    for spec, weights, error in rows:
+        accuracy = weights.expected_accuracy if weights is not None else {}
+        out.append({"name": spec.name, "task": spec.task, "input": list(spec.input_shape),
+                    "layers": spec.describe(), "course_accuracy": spec.course_accuracy,
+                    "expected_accuracy": {str(n): a for n, a in sorted(accuracy.items())},
+                    "conv_layers": {name: shape.as_dict()
+                                    for name, shape in spec.conv_shapes(1).items()},
+                    "error": error})
+    return out
 
 
 def models_layers(rows) -> list[str]:
@@ -153,6 +169,22 @@ def failure_lines(result: RunResult) -> list[str]:
     lines += [f"{s.label}: {s.check.reason}" for s in result.steps
               if s.check is not None and not s.check.passed]
     return lines
+
+
+def op_time_line(layer: LayerResult) -> str:
+    """The course's line per layer; a failure says which check failed: the output against the
+    reference, or the timer's guard (work it could not account for), which says nothing of
+    the output."""
+    line = f"Op Time: {layer.timing.median_ms / 1e3:.6f}"
+    reason = layer.check.reason
+    if layer.check.passed:
+        return line
+    if not reason.startswith(guard.TIMER_REASON):
+        return f"{line}  (FAIL: output does not match the reference)"
+    if guard.ALSO in reason:
+        return (f"{line}  (FAIL: the timer's guard, and the output does not match the "
+                f"reference)")
+    return f"{line}  (FAIL: the timer's guard found work outside the timing; output matches)"
 
 
 def course_line(result: RunResult) -> str:

@@ -295,6 +295,21 @@ def test_errors_start_on_the_first_line(no_gpu, args):
     assert out.exit_code == 1 and out.output.startswith("Error: "), repr(out.output[:80])
 
 
+@pytest.mark.parametrize("args", [
+    ["run", "--repeat", "0"], ["run", "--images", "0"], ["run", "--weights", "."],
+    ["check", "."], ["check", "--batch", "0", "x.cu"], ["results", "show", "."],
+    ["compare", "--timing", "nope"], ["tune", "--jobs", "0"], ["run", "--bogus"],
+    ["nosuch"], ["--bogus"],
+])
+def test_a_usage_mistake_click_finds_is_one_line_like_ours(no_gpu, args):
+    """click's own range, choice, path and option errors read as convlab's do: one line that
+    starts with the error, exit status 1, no usage block."""
+    out = piped(*args)
+    lines = out.output.strip().splitlines()
+    assert out.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), out.output
+    assert "--help')" in lines[0] and "Usage:" not in out.output
+
+
 def test_readme_first_command_runs_the_default_model():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     first = next(ln for ln in readme.splitlines() if "convlab run" in ln)
@@ -308,3 +323,67 @@ def test_report_module_keeps_the_best_mark_out_of_the_time_cell():
     best = next(r for r in comparison.rows if r.best)
     cells = report.compare_cells(best)
     assert cells[3] == "PASS*" and not cells[4].startswith("*")
+
+
+def test_a_failed_op_time_line_names_the_check_that_failed():
+    """Under compute-sanitizer the timer's guard fired and every such layer's line said the
+    output did not match the reference, which it did."""
+    from convlab import report
+    from convlab.bench import guard
+    from convlab.bench.records import LayerResult
+    from convlab.gpu.timer import Timing
+    from convlab.oracle.verify import Check
+    from convlab.shapes import ConvShape
+
+    def line(check):
+        layer = LayerResult("conv1", "conv1", ConvShape(2, 3, 9, 9, 4, 3), None,
+                            Timing([0.5, 0.5, 0.5]), check, 0.0)
+        return report.op_time_line(layer)
+
+    good = Check(True, 1e-7, 0.01)
+    wrong = Check(False, 0.5, 80.0, reason="3 of 392 outputs are wrong")
+    assert line(good) == "Op Time: 0.000500"
+    assert line(wrong).endswith("(FAIL: output does not match the reference)")
+    timed = line(guard.timer_failure(good, "work outside the timed stream: ..."))
+    assert "timer's guard" in timed and "output matches" in timed
+    both = line(guard.timer_failure(wrong, "work outside the timed stream: ..."))
+    assert "timer's guard, and the output does not match" in both
+
+
+def test_messages_name_the_real_problem_first(tmp_path, no_gpu):
+    """An empty file or one without a header is said to be that (not "the header states no
+    block"); a --weights path that is not there is a missing file (not a model to train)."""
+    (tmp_path / "empty.cu").write_text("")
+    (tmp_path / "notes.cu").write_text("some notes\n")
+    empty = piped("check", tmp_path / "empty.cu")
+    assert empty.exit_code == 1 and "the file is empty" in empty.output, empty.output
+    notes = piped("check", tmp_path / "notes.cu")
+    assert notes.exit_code == 1 and "not a kernel file" in notes.output, notes.output
+    missing = piped("run", "--weights", tmp_path / "missing.npz", "--batch", "10")
+    assert missing.exit_code == 1, missing.output
+    assert missing.output.strip() == f"Error: {tmp_path / 'missing.npz'}: no such file"
+
+
+def test_results_show_reads_the_json_of_a_markdown_twin(tmp_path):
+    """The README links the .md of each record; `results show` on it reads its .json."""
+    shown = piped("results", "show", ALEXNET_RECORD.with_suffix(".md"))
+    assert shown.exit_code == 0, shown.output
+    assert shown.output == piped("results", "show", ALEXNET_RECORD).output
+    (tmp_path / "lone.md").write_text("# a table\n")
+    lone = piped("results", "show", tmp_path / "lone.md")
+    assert lone.exit_code == 1 and "lone.json, which is not beside it" in lone.output
+
+
+def test_models_prints_json_as_list_does():
+    """Every command that prints a table has --json; `models` had none."""
+    import json
+
+    from convlab.models import MODELS, get_model
+
+    records = json.loads(piped("models", "--json").output)
+    assert [r["name"] for r in records] == list(MODELS)
+    alexnet = next(r for r in records if r["name"] == "alexnet")
+    assert alexnet["input"] == list(get_model("alexnet").input_shape)
+    assert list(alexnet["conv_layers"]) == ["conv1", "conv2", "conv3", "conv4", "conv5"]
+    ece408 = next(r for r in records if r["name"] == "ece408")
+    assert ece408["expected_accuracy"]["10000"] == 0.8925 and ece408["error"] is None

@@ -100,3 +100,20 @@ def test_a_model_compare_checks_each_layers_support_once(counted):
     rows = compare.variant_rows(Cpu(), 10, spec, POLICY, shapes)
     assert [(r.layer, r.status) for r in rows] == [("conv1", "PASS"), ("conv2", "PASS")]
     assert counted == Counter(shapes.values())
+
+
+def test_pytorch_without_pytorch_or_on_the_cpu_is_refused_in_one_line(monkeypatch):
+    """`run --pytorch` once ran on and never said PyTorch was missing (or that a CPU run
+    times no PyTorch)."""
+    import importlib.util
+
+    from convlab.net import torch_forward
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(torch_forward.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else found(name, *a))
+    with pytest.raises(ConvlabError, match=r'PyTorch is not installed: pip install -e "\.\[train\]"'):
+        lab.plan_run("ece408", kernel="cpu", batches="10", pytorch=True)
+    monkeypatch.setattr(torch_forward.importlib.util, "find_spec", lambda name, *a: object())
+    with pytest.raises(ConvlabError, match="this run is on the CPU: kernel 'cpu' runs on the CPU"):
+        lab.plan_run("ece408", kernel="cpu", batches="10", pytorch=True)

@@ -412,7 +412,11 @@ def wall_check(fn: Callable[[], None], event_median_ms: float, runs: int = WALL_
     return None
 
 
+TIMER_REASON = "timer: "  # how a check the timer's guard failed begins its reason
+ALSO = "; also "  # what joins the output's own failure after it
+
+
 def timer_failure(check: Check, finding: str) -> Check:
-    return replace(check, passed=False, reason=f"timer: {finding}"
-                   + (f"; also {check.reason}" if check.reason else ""))
+    return replace(check, passed=False, reason=f"{TIMER_REASON}{finding}"
+                   + (f"{ALSO}{check.reason}" if check.reason else ""))
 

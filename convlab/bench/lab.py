@@ -59,7 +59,7 @@ def default_kernel(spec: ModelSpec) -> tuple[str, str | None]:
     """The kernel `run` uses without --kernel, and a note when that is the CPU for lack of a GPU.
     The course's models get `tiled`, the course's own first fast kernel."""
     if not gpu_available():
-        return "cpu", f"no usable GPU ({unavailable_reason()}): running the cpu variant"
+        return "cpu", f"running the cpu variant: no usable GPU; {unavailable_reason()}"
     if spec.task == FASHION_MNIST:
         return "tiled", None
     shapes = spec.conv_shapes(1).values()
@@ -658,6 +658,12 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
     if loaded is None and kernel is None:
         kernel, note = default_kernel(spec)
     variant = loaded.variant if loaded is not None else get_variant(kernel)
+    if pytorch:
+        torch_forward.check_installed()
+        if not variant.on_gpu:
+            why = note or f"kernel '{variant.name}' runs on the CPU"
+            raise ConvlabError(f"--pytorch times PyTorch on the GPU beside our forward pass, "
+                               f"and this run is on the CPU: {why}")
     fb = get_variant(fallback) if fallback is not None else None
     networks = [plan_network(spec, variant, batch, fb) for batch in batch_list]
     if sanitize is None:

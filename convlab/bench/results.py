@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import DataError
-from ..gpu import peaks, timer
+from ..gpu import peaks
 from .compare import Comparison, Row, class_summaries, finish
 
 SCHEMA_VERSION = 1
@@ -84,10 +84,25 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def record_path(path: Path) -> Path:
+    """The JSON file of a record: `path`, or for the markdown twin a record is saved with (the
+    README links those) the .json beside it."""
+    path = Path(path)
+    if path.suffix != ".md":
+        return path
+    twin = path.with_suffix(".json")
+    if not twin.is_file():
+        raise DataError(f"{path}: the markdown of a record; convlab reads the record's JSON, "
+                        f"{twin.name}, which is not beside it")
+    return twin
+
+
 def read_json(path: Path):
-    """A record file's JSON; DataError (missing, unreadable, not JSON) names the file."""
+    """A record file's JSON (a markdown twin's JSON); DataError (missing, unreadable, not JSON)
+    names the file."""
+    path = record_path(path)
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, ValueError) as exc:
@@ -112,8 +127,8 @@ def record_kind(path: Path) -> str:
     """"profile" or "stream" for a `convlab profile` or `run --images` record, else "compare"
     (checked when it is loaded)."""
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        record = json.loads(record_path(path).read_text())
+    except (OSError, ValueError, DataError):
         return "compare"  # load_record gives the clear error
     return record.get("kind", "compare") if isinstance(record, dict) else "compare"
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ConvlabError, DataError
 from ..gpu import gpu_available, hardware, timer, unavailable_reason
 from ..models import FASHION_MNIST, ModelSpec, get_model, load_weights
-from ..net import data, torch_stream
+from ..net import data, torch_forward, torch_stream
 from ..net.imagenet import imagenet_transform, load_bytes
 from ..net.network import Network
 from ..net.stream import UPLOADS, ImagePool, StreamedPipeline
@@ -176,6 +176,8 @@ def stream(model: str, kernel: str | None, batches: list[int], images: int,
     if pytorch and upload != "uint8":
         raise ConvlabError("--pytorch streams 8-bit images, as a PyTorch user would: leave out "
                            f"--upload {upload} (or --pytorch)")
+    if pytorch:
+        torch_forward.check_installed()
     for batch in batches:
         check_batch(batch, spec)
         check_stream(images, batch)

@@ -16,12 +16,14 @@ without a working compiler toolchain, say) is reported with its error, not raise
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
 
+from ..errors import ConvlabError
 from ..gpu.isolate import gpu_wait
 from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
 
@@ -34,6 +36,13 @@ LAYOUT_WORDS = {"nchw": "NCHW", "nhwc": "channels-last"}
 DTYPES = {"fp32": ("float32", False), "tf32": ("float32", True), "fp16": ("float16", False),
           "bf16": ("bfloat16", False)}
 GRAPH_WARMUP = 3
+
+
+def check_installed(option: str = "--pytorch") -> None:
+    """A ConvlabError naming the extra when PyTorch is not installed (without importing it)."""
+    if importlib.util.find_spec("torch") is None:
+        raise ConvlabError(f"{option} times PyTorch beside our forward pass, and PyTorch is not "
+                           f'installed: pip install -e ".[train]"')
 
 
 def unavailable_reason() -> str | None:

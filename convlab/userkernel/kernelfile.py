@@ -225,7 +225,14 @@ class KernelFileVariant(Variant):
         self.source_path = path
         self.name = path.stem
         self.source = text
+        if not text.strip():
+            raise _located(path, None, "the file is empty: `convlab new NAME` writes a kernel "
+                                       "file to start from")
         self.header = header = parse_header(path, text)
+        if not header.entries:
+            raise _located(path, None, "no `// convlab: KEY = VALUE` header lines, so this is "
+                                       "not a kernel file: `convlab new NAME` writes one to "
+                                       "start from")
         self.kernel = self._word("kernel") or DEFAULT_KERNEL
         self.kernels = (self.kernel,)
         summary = header.get("summary")
