@@ -168,13 +168,14 @@ def list_variants(as_json, wide):
 
 @main.command()
 @click.argument("name")
-@click.option("--raw", is_flag=True, help="Plain source, no highlighting.")
+@click.option("--raw", is_flag=True,
+              help="Plain source, no highlighting or line numbers (what a pipe gets).")
 def show(name, raw):
     """A variant's CUDA C source."""
     variant = get_variant(name)
     if not variant.source:
         raise ConvlabError(f"'{name}' has no CUDA source of its own: {variant.summary}")
-    if raw:
+    if raw or not console().is_terminal:  # a pipe or a file gets the source as it is
         click.echo(variant.source.strip("\n"))
     else:
         # Long lines wrap under their number: code is never cut at the terminal's width.

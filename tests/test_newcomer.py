@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import click
 from click.testing import CliRunner
 
 from convlab import gpu, report
@@ -122,13 +123,25 @@ def test_check_always_shows_registers_shared_memory_spills_and_occupancy(tmp_pat
 
 # --- 2. code is never cut ---------------------------------------------------------------------
 
+def test_show_piped_prints_the_source_as_it_is():
+    """Piped into a file, `show` once kept its line numbers and padded every line to 80
+    columns: only --raw was usable."""
+    source = get_variant("tiled").source.strip("\n")
+    assert piped("show", "tiled").output == source + "\n"
+    assert piped("show", "tiled", "--raw").output == source + "\n"
+
+
 def test_show_wraps_long_source_lines_instead_of_cutting_them():
+    """On an 80-column terminal (FORCE_COLOR makes rich treat the runner as one)."""
     source = get_variant("tiled").source
     long_lines = [ln for ln in source.splitlines() if len(ln) > 72]
     assert long_lines  # the test means something only with lines wider than the terminal
-    out = piped("show", "tiled")
+    out = CliRunner().invoke(main, ["show", "tiled"], terminal_width=80,
+                             env={"COLUMNS": "80", "FORCE_COLOR": "1"})
     assert out.exit_code == 0
-    flat = "".join(out.output.split())
+    text = click.unstyle(out.output)
+    assert text.lstrip().startswith("1 ")  # numbered: the terminal's rendering
+    flat = "".join(text.split())
     for line in long_lines:
         assert "".join(line.split()[-3:]) in flat, line
 
