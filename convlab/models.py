@@ -333,7 +333,9 @@ def load_weights(name: str, path: Path | None = None) -> Weights:
     if path is None and spec.task == IMAGENET:
         return random_weights(name)
     if path is not None and not Path(path).exists():
-        raise DataError(f"{path}: no such file")
+        hint = (" (`convlab import-weights` writes one from the published weights)"
+                if spec.task == IMAGENET else "")
+        raise DataError(f"{path}: no such file{hint}")
     path = Path(path) if path is not None else weights_path(name)
     if not path.exists():
         hint = ("import them with `convlab import-weights`" if spec.task == IMAGENET
