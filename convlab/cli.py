@@ -94,6 +94,19 @@ def main():
     """convlab: a JIT kernel lab for the forward pass of a CNN's convolution layer."""
 
 
+def renamed(value, old_value, old: str, new: str):
+    """An option's value, given by its name or by the old spelling it replaced (kept, hidden,
+    for a release, with a note). Options of one name mean one thing in every command: compare,
+    tune and check's --layer is a shape, new's --from a variant."""
+    if old_value is None:
+        return value
+    if value is not None:
+        raise ConvlabError(f"{new} is the new spelling of {old.split()[-1]}: give one of them")
+    err_console().print(f"[yellow]note: {old} is now {new}; the old spelling goes in a later "
+                        f"release[/yellow]")
+    return old_value
+
+
 def choice_options(command):
     """--ignore-tunings, --autotune and --autotune-budget, for run and compare."""
     command = click.option(
@@ -233,9 +246,10 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
               help="Stream this many images through the model in batches of --batch: 8-bit "
                    "uploads, each batch's copy overlapping the pass before it; reports images/s "
                    "and per-batch times, saved under results/<gpu>/.")
-@click.option("--from", "from_dir", type=click.Path(path_type=Path),
+@click.option("--image-dir", "from_dir", type=click.Path(path_type=Path),
               help="With --images, alexnet: stream the JPEG/PNG files of this folder (default: "
                    "seeded random 8-bit images).")
+@click.option("--from", "old_from_dir", type=click.Path(path_type=Path), hidden=True)
 @click.option("--upload", type=click.Choice(streaming.UPLOADS), default=None,
               help="With --images: how images cross to the device: uint8 (default; converted "
                    "by our ingest kernel) or float32 (normalised on the host).")
@@ -251,11 +265,12 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
 @choice_options
 def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, cold, pytorch,
-        no_graph, verify, timeout, sanitize, images, from_dir, upload, workers, save_dir,
-        plot_path, as_json, wide, ignore_tunings, autotune_on, autotune_budget):
+        no_graph, verify, timeout, sanitize, images, from_dir, old_from_dir, upload, workers,
+        save_dir, plot_path, as_json, wide, ignore_tunings, autotune_on, autotune_budget):
     """Run a model's forward pass with a chosen conv kernel: on the Fashion-MNIST test set for
     the ECE408 models, on a fixed random batch for alexnet. With --images, stream a dataset
     through it instead."""
+    from_dir = renamed(from_dir, old_from_dir, "--from", "--image-dir")
     streaming.check_options(images, dict(zip(streaming.STREAM_ONLY, (
         from_dir is not None, upload is not None, save_dir is not None, plot_path is not None,
         workers is not None))), {
@@ -705,13 +720,16 @@ def classify(images, model, weights_path, kernel, as_json, wide):
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON record instead of tables.")
 @click.option("--wide", is_flag=True, help="Show every column, whatever the terminal's width.")
 @click.option("--ncu", is_flag=True,
-              help="Print the ncu command line that profiles the kernel launch of --layer "
+              help="Print the ncu command line that profiles the kernel launch of --ncu-layer "
                    "(one --batch size).")
-@click.option("--layer", help="With --ncu: the layer whose kernel to profile, e.g. conv2.")
+@click.option("--ncu-layer", "layer",
+              help="With --ncu: the layer whose kernel to profile, by name, e.g. conv2.")
+@click.option("--layer", "old_layer", hidden=True)
 def profile_cmd(model, kernel, batches, passes, threshold, save_dir, plot_path, as_json, wide,
-                ncu, layer):
+                ncu, layer, old_layer):
     """Where the time goes: nvprof's tables from a CUPTI trace of the forward pass (warm-up
     shown apart), and with several batch sizes the per-category breakdown."""
+    layer = renamed(layer, old_layer, "profile --layer", "--ncu-layer")
     spec = get_model(model)
     if kernel is None:
         kernel = lab.default_kernel(spec)[0]

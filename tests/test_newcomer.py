@@ -400,3 +400,23 @@ def test_models_prints_json_as_list_does():
     assert list(alexnet["conv_layers"]) == ["conv1", "conv2", "conv3", "conv4", "conv5"]
     ece408 = next(r for r in records if r["name"] == "ece408")
     assert ece408["expected_accuracy"]["10000"] == 0.8925 and ece408["error"] is None
+
+
+@pytest.mark.parametrize("old, new, args", [
+    ("--from", "--image-dir", ["run", "--model", "alexnet", "--batch", "1", "--images", "2"]),
+    ("--layer", "--ncu-layer", ["profile", "--ncu"]),
+])
+def test_an_option_renamed_for_one_meaning_keeps_its_old_spelling_for_now(tmp_path, no_gpu,
+                                                                          old, new, args):
+    """run's --from (a folder) and profile's --layer (a name) read like new's --from (a
+    variant) and compare's --layer (a shape): they are --image-dir and --ncu-layer now, and
+    the old spellings still work, hidden from --help, with a note."""
+    value = str(tmp_path) if new == "--image-dir" else "conv1"
+    via_old, via_new = piped(*args, old, value), piped(*args, new, value)
+    assert f"note: {'profile --layer' if new == '--ncu-layer' else old} is now {new}" in via_old.output
+    assert via_old.output.splitlines()[-1] == via_new.output.splitlines()[-1]
+    assert via_old.exit_code == via_new.exit_code
+    command_help = piped(args[0], "--help").output
+    assert new in command_help and f"{old} " not in command_help.replace(new, "")
+    both = piped(*args, old, value, new, value)
+    assert both.exit_code == 1 and "give one of them" in both.output

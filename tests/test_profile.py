@@ -648,16 +648,16 @@ def test_without_a_gpu_one_line(no_gpu):
 
 
 def test_ncu_without_a_gpu_one_line(no_gpu):
-    result = profile_cli("--ncu", "--layer", "conv1", "--batch", "10")
+    result = profile_cli("--ncu", "--ncu-layer", "conv1", "--batch", "10")
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert "needs a CUDA GPU" in result.output
 
 
 @pytest.mark.parametrize("args, message", [
     (("--kernel", "cpu"), "kernel 'cpu' runs on the CPU"),
-    (("--ncu",), "--ncu needs --layer"),
-    (("--layer", "conv1"), "--layer goes with --ncu"),
-    (("--ncu", "--layer", "conv1", "--batch", "10,100"), "give one --batch size"),
+    (("--ncu",), "--ncu needs --ncu-layer"),
+    (("--ncu-layer", "conv1"), "--ncu-layer goes with --ncu"),
+    (("--ncu", "--ncu-layer", "conv1", "--batch", "10,100"), "give one --batch size"),
     (("--batch", "0"), "batch must be between 1 and"),
     (("--model", "lenet"), "lenet"),
     (("--kernel", "nope"), "unknown kernel 'nope'"),
@@ -667,7 +667,7 @@ def test_bad_requests_end_in_one_line(no_gpu, args, message):
     assert result.exit_code != 0 and message in result.output
     assert len(result.output.strip().splitlines()) == 1
     for option in re.findall(r"--[a-z-]+", result.output):
-        assert option in ("--kernel", "--ncu", "--layer", "--batch", "--model")
+        assert option in ("--kernel", "--ncu", "--ncu-layer", "--batch", "--model")
 
 
 def test_threshold_range_is_checked():

@@ -168,7 +168,7 @@ def test_profile_with_cudnn_names_cudnns_kernels(cupti):
 
 def test_ncu_command_for_the_second_conv_layer(cupti):
     result = profile_cli("--ncu", "--model", "ece408", "--kernel", "tiled", "--batch", "10",
-                         "--layer", "conv2")
+                         "--ncu-layer", "conv2")
     assert "ncu --kernel-name-base mangled --kernel-name 'regex:^conv_forward$' --launch-skip 1 " \
            "--launch-count 1" in result.output
     assert "convlab run --model ece408 --kernel tiled --batch 10" in result.output

@@ -208,7 +208,7 @@ def test_bad_image_folders_end_in_one_line(tmp_path, monkeypatch):
     for folder, message in ((empty, "no image files in it"), (junk, "notes.txt: not an image"),
                             (tmp_path / "missing", "not a directory")):
         result = runner.invoke(main, ["run", "--model", "alexnet", "--batch", "1", "--images",
-                                      "2", "--from", str(folder)])
+                                      "2", "--image-dir", str(folder)])
         assert result.exit_code == 1, result.output
         assert message in result.output
         assert "Traceback" not in result.output

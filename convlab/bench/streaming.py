@@ -27,7 +27,7 @@ from . import results as results_io
 from .lab import _variant_for, check_batch, default_kernel, network_plan
 
 RANDOM_SEED = 24  # the seeded generator of alexnet's 8-bit images
-FOLDER_HINT = "--from takes a folder of image files only"
+FOLDER_HINT = "--image-dir takes a folder of image files only"
 # Six CUDA events and a row of the timeline per batch: a stream of more batches is refused.
 MAX_STREAM_BATCHES = 100_000
 VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro"}
@@ -146,7 +146,7 @@ def transform_for(spec: ModelSpec):
     return imagenet_transform(spec.input_size)
 
 
-STREAM_ONLY = ("--from", "--upload", "--save", "--plot", "--workers")
+STREAM_ONLY = ("--image-dir", "--upload", "--save", "--plot", "--workers")
 
 
 def check_options(images: int | None, stream_only: dict[str, bool],
@@ -182,7 +182,7 @@ def stream(model: str, kernel: str | None, batches: list[int], images: int,
         check_batch(batch, spec)
         check_stream(images, batch)
     if directory is not None and spec.task == FASHION_MNIST:
-        raise ConvlabError(f"--from reads photos for alexnet; '{model}' streams the "
+        raise ConvlabError(f"--image-dir reads photos for alexnet; '{model}' streams the "
                            "Fashion-MNIST test set")
     workers = workers or workers_default()
     transform = transform_for(spec)

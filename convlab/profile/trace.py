@@ -849,9 +849,9 @@ def profile_batch(cupti, cupy, spec: ModelSpec, kernel: str, batch: int,
 
 def check_options(ncu: bool, layer: str | None) -> None:
     if layer and not ncu:
-        raise ConvlabError("--layer goes with --ncu (it picks the kernel launch ncu profiles)")
+        raise ConvlabError("--ncu-layer goes with --ncu (it picks the kernel launch ncu profiles)")
     if ncu and not layer:
-        raise ConvlabError("--ncu needs --layer: the layer whose kernel to profile, e.g. conv1")
+        raise ConvlabError("--ncu needs --ncu-layer: the layer whose kernel to profile, e.g. conv1")
 
 
 def check_request(model: str, kernel: str, batches: str) -> tuple[ModelSpec, list[int]]:
