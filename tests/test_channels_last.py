@@ -31,6 +31,7 @@ ODD_SHAPES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", list(LAYERS))
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_configs_compile_for_sm90(variant, layer, compile_all):
@@ -43,6 +44,7 @@ def test_configs_compile_for_sm90(variant, layer, compile_all):
     assert all(c[:4] == b"\x7fELF" for c in cubins)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: f"B{s.B}-{s.brief()}")
 def test_odd_shapes_compile_for_sm90(shape, compile_all):
     cubins = compile_all([(v, shape, e) for v in VARIANTS for e in (None, RELU)])
@@ -64,6 +66,7 @@ def test_configs_are_valid_and_the_heuristic_is_the_first(variant, layer):
     assert variant.config_for(shape) == configs[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [LAYERS["conv3"], ODD_SHAPES[0], ODD_SHAPES[1]],
                          ids=lambda s: s.brief())
 def test_fp16_outputs_compile_for_sm90(shape, compile_all):

@@ -100,6 +100,7 @@ def test_a_machine_without_nvrtc_is_told_what_to_install(monkeypatch, missing):
         jit._nvrtc.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,shape,epilogue", CASES,
                          ids=[f"{v.name}-{s.brief()}-{e or 'conv'}" for v, s, e in CASES])
 def test_variant_compiles_for_sm90(variant, shape, epilogue):

@@ -89,6 +89,7 @@ def test_every_config_runs_the_layer_and_the_heuristic_comes_first(variant):
     assert max(c.vec for c in configs) == 16 // (4 if variant.maths == "fp32" else 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ALL, ids=lambda v: v.name)
 def test_every_config_compiles_with_either_output(variant, compile_all):
     """16-byte vectors of fp16 input with an fp32 output store 32 bytes a row: two vectors."""

@@ -80,6 +80,7 @@ def test_trained_accuracy_targets():
     assert acc["ece408-low"] < acc["ece408-high"] - 0.15
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_cpu_reference_reproduces_stored_accuracy(name):
     """The float32 forward pass, run at each batch size, gives exactly the stored accuracies.

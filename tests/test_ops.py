@@ -112,6 +112,7 @@ ALL_SPECS = list(model_specs()) + list(structural_specs())
 MODULES = unique_modules(ALL_SPECS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module,source,options,functions", MODULES,
                          ids=[f"{m[0]}-{'+'.join(m[3])}-{i}" for i, m in enumerate(MODULES)])
 def test_op_kernels_compile_for_sm90(module, source, options, functions):

@@ -31,6 +31,7 @@ ODD_SHAPES = [
 
 # bf16 differs from fp16 only in the mma type string: its heuristic tiling is compiled for every
 # layer, the full tiling list only for the other three (compile time on CPU-only CI).
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", list(LAYERS))
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_every_config_compiles_for_sm90(variant, layer, compile_all):
@@ -43,6 +44,7 @@ def test_every_config_compiles_for_sm90(variant, layer, compile_all):
     assert all(c[:4] == b"\x7fELF" for c in cubins)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: f"B{s.B}-{s.brief()}")
 def test_odd_shapes_compile_for_sm90(shape, compile_all):
     jobs = [(v, shape, e) for v in VARIANTS for e in (None, RELU)]

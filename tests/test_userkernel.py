@@ -199,6 +199,7 @@ def test_inline_source_maps_to_its_lines(tmp_path):
 
 # --- convlab new --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("origin", [v.name for v in VARIANTS.values() if v.source])
 def test_scaffold_from_every_rung_loads_and_compiles(tmp_path, origin):
     made = scaffold("mine", origin, tmp_path)

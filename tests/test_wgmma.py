@@ -207,6 +207,7 @@ def test_3xtf32_tilings_keep_two_accumulator_sets_in_registers():
 SERIALIZED = ("C7514", "C7517", "C7518")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
 def test_no_wgmma_waits_for_the_one_before(variant):
     """ptxas serializes every wgmma of a kernel where other instructions read accumulators
@@ -254,6 +255,7 @@ def test_the_persistent_schedule_builds_where_its_blocks_per_sm_leave_room(varia
         assert not [c for c in SERIALIZED if c in result.log], result.log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
 def test_the_persistent_split_k_builds_without_spills(variant):
     """The split-K reduce beside the accumulators: for each split count, the widest persistent
@@ -490,6 +492,7 @@ def test_the_tuner_is_offered_halo_tilings_where_a_layer_has_them(monkeypatch):
     assert W.WgmmaFP16().launch_grid(small, t) == (2, 1, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16()], ids=lambda v: v.name)
 def test_halo_tilings_build_without_spills(variant):
     """Filters resident (a buffer per K-tile) and in a ring, two warpgroups with registers
