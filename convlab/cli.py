@@ -58,6 +58,28 @@ def progress_bar(quiet: bool = False) -> Progress:
                     disable=quiet or not err.is_terminal)
 
 
+class StatusLine:
+    """What a long step is doing now, on one line of stderr that the next line of output
+    replaces: only while a terminal watches stderr (never in a pipe, a file or with --json)."""
+
+    def __init__(self, quiet: bool = False, stream=None):
+        self.stream = stream or sys.stderr
+        self.on = not quiet and self.stream.isatty()
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        if self.on:
+            self.stream.write(f"\r\x1b[K{text}...")
+            self.stream.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
 class OneLineUsageError(click.ClickException):
     """A usage mistake click found (a value out of range, a missing file, an unknown option):
     one line and exit status 1, as convlab's own checks of a value give, instead of click's
@@ -292,9 +314,15 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         _sanitize_run(out, plan, sanitize, timeout, as_json)
         return
 
+    status = StatusLine(quiet=as_json)
+
     def on_event(name, payload=None):
         if as_json:
             return
+        if name == "working":
+            status.show(payload)
+            return
+        status.clear()
         if name == "isolated":
             click.echo(f"Running {kernel_file} at batch {payload} in a child process...")
         elif name == "loading-data":
@@ -318,6 +346,8 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         results = lab.execute_run(plan, on_event)
     except GPUUnavailable as exc:
         raise _cpu_hint(exc) from None
+    finally:
+        status.clear()
     if as_json:
         records = [r.as_dict() for r in results]
         click.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2))

@@ -420,3 +420,38 @@ def test_an_option_renamed_for_one_meaning_keeps_its_old_spelling_for_now(tmp_pa
     assert new in command_help and f"{old} " not in command_help.replace(new, "")
     both = piped(*args, old, value, new, value)
     assert both.exit_code == 1 and "give one of them" in both.output
+
+
+def test_a_long_run_says_what_it_is_doing_on_a_terminal_only(no_gpu):
+    """The CPU run was silent for tens of seconds between "Loading model... done" and its first
+    Op Time: it says what it times now, on stderr while a terminal watches, and the next line
+    of output replaces it; a pipe gets none of it."""
+    import io
+
+    from convlab.bench import lab
+    from convlab.cli import StatusLine
+
+    events = []
+    lab.execute_run(lab.plan_run("ece408", kernel="cpu", batches="10", repeat=2),
+                    lambda name, payload=None: events.append((name, payload)))
+    working = [payload for name, payload in events if name == "working"]
+    assert working == ["the warm-up pass", "timing conv1", "timing conv2",
+                       "timing whole passes step by step", "the end-to-end pass and its check"]
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    seen = Terminal()
+    line = StatusLine(stream=seen)
+    line.show("timing conv1")
+    line.clear()
+    line.clear()
+    assert seen.getvalue() == "\r\x1b[Ktiming conv1...\r\x1b[K"
+    quiet = Terminal()
+    StatusLine(quiet=True, stream=quiet).show("timing conv1")
+    piped_stream = io.StringIO()
+    StatusLine(stream=piped_stream).show("timing conv1")
+    assert quiet.getvalue() == piped_stream.getvalue() == ""
+    out = piped("run", "--kernel", "cpu", "--batch", "10")
+    assert out.exit_code == 0 and "timing" not in out.output

@@ -332,7 +332,9 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
         on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
         compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> RunResult:
     """Run the planned network (network_plan) on its batch of images; `verify` is
-    time_and_verify's ("sample" or "full")."""
+    time_and_verify's ("sample" or "full"). `on_event(name, payload)` hears loading-data,
+    loaded-data, loading-model, loaded-model, "working" (what a long step does now: the
+    warm-up pass, timing a layer, ...), "layer" (its LayerResult) and "done"."""
     start = time.perf_counter()
     emit = on_event or (lambda name, payload=None: None)
     spec, variant, batch = plan.spec, plan.variant, plan.batch
@@ -351,9 +353,11 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     emit("loaded-model")
 
     _load(network, x)
+    emit("working", "the warm-up pass")
     network.forward()  # warm-up, and every step's input for the timings below
     layers = []
     for step in network.conv_steps:
+        emit("working", f"timing {step.label}")
         step_variant = plan.variant_for(step.layer)
         timing, check = time_and_verify(step, step_variant, policy, verify)
         config, choice = step_variant.resolve(step.shape, step.epilogue)
@@ -366,6 +370,7 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
 
     # Whole passes again, timed step by step: they also recompute every step's input and
     # output after the conv timings poisoned outputs.
+    emit("working", "timing whole passes step by step")
     times = _time_steps(network, BREAKDOWN_PASSES, policy.budget_s)
     steps = [StepTime(s.label, s.category, s.kernel_label, float(np.median(times[s.label])),
                       None if s.is_conv else _verify_layer_step(s, network))
@@ -377,6 +382,7 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
                        fallback_layers=list(network.fallback_layers),
                        step_passes=len(next(iter(times.values()), [])))
 
+    emit("working", "the end-to-end pass and its check")
     if network.on_gpu:  # poisons the conv outputs itself before the pass it checks
         probs, predictions = _device_end_to_end(network, x, result, policy, graph)
     else:  # the timed pass above was host images in, predictions out already
