@@ -86,6 +86,10 @@ class OneLineUsageError(click.ClickException):
     usage block and status 2."""
 
 
+# click's "no arguments: show the help" is a UsageError too, and stays as click shows it.
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def one_line(exc: click.UsageError) -> OneLineUsageError:
     where = exc.ctx.command_path if exc.ctx is not None else "convlab"
     return OneLineUsageError(f"{exc.format_message()} (see '{where} --help')")
@@ -98,6 +102,8 @@ class ConvlabGroup(click.Group):
     def parse_args(self, ctx, args):
         try:
             return super().parse_args(ctx, args)
+        except NO_ARGS_IS_HELP:
+            raise
         except click.UsageError as exc:
             raise one_line(exc) from None
 
@@ -106,6 +112,8 @@ class ConvlabGroup(click.Group):
             return super().invoke(ctx)
         except ConvlabError as exc:
             raise click.ClickException(str(exc)) from None
+        except NO_ARGS_IS_HELP:
+            raise
         except click.UsageError as exc:
             raise one_line(exc) from None
 

@@ -165,7 +165,7 @@ for step in "${steps[@]}"; do
       done
       if [[ ${NCU_PRODUCT:-1} == 1 ]]; then  # the command `convlab profile --ncu` prints, run
         command=$(convlab profile --model ece408 --kernel register-tiled --batch 100 --ncu \
-          --layer conv2 | tee "$work/logs/profile-ncu.log" | grep -m1 '^  ncu ')
+          --ncu-layer conv2 | tee "$work/logs/profile-ncu.log" | grep -m1 '^  ncu ')
         (cd "$work/records" && timeout 240 bash -c "$command" > ../logs/profile-ncu-run.log 2>&1 \
           && ncu --import ./*.ncu-rep --section LaunchStats >> ../logs/profile-ncu-run.log 2>&1)
         grep -E "conv_forward|Grid Size|Block Size" "$work/logs/profile-ncu-run.log" | head -n 6

@@ -33,7 +33,7 @@ def main():
     spec = get_model(args.model)
     kernel = args.kernel or lab.default_kernel(spec)[0]
     rows = []
-    for batch in lab.parse_batches(args.batch, args.model):
+    for batch in lab.parse_batches(args.batch, spec):
         x = lab.load_input(spec, batch)
         network = lab.build_network(spec, kernel, batch)
         times, predictions = {}, None

@@ -455,3 +455,9 @@ def test_a_long_run_says_what_it_is_doing_on_a_terminal_only(no_gpu):
     assert quiet.getvalue() == piped_stream.getvalue() == ""
     out = piped("run", "--kernel", "cpu", "--batch", "10")
     assert out.exit_code == 0 and "timing" not in out.output
+
+
+@pytest.mark.parametrize("args", [[], ["results"]])
+def test_a_group_without_arguments_shows_its_help(args):
+    out = piped(*args)
+    assert out.output.startswith("Usage: ") and "Error" not in out.output, out.output

@@ -117,3 +117,12 @@ def test_pytorch_without_pytorch_or_on_the_cpu_is_refused_in_one_line(monkeypatc
     monkeypatch.setattr(torch_forward.importlib.util, "find_spec", lambda name, *a: object())
     with pytest.raises(ConvlabError, match="this run is on the CPU: kernel 'cpu' runs on the CPU"):
         lab.plan_run("ece408", kernel="cpu", batches="10", pytorch=True)
+
+
+def test_a_run_keeps_the_fallback_it_was_given_for_every_batch():
+    """A batch whose layers all run on the variant names no fallback in its own plan; the run
+    keeps the one asked for, which a kernel file's child gets for every batch (it once got
+    the smallest batch's: none)."""
+    plan = lab.plan_run("ece408", kernel="cpu", batches="10,100", fallback="naive")
+    assert plan.fallback is not None and plan.fallback.name == "naive"
+    assert [network.fallback for network in plan.networks] == [None, None]

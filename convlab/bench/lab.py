@@ -611,6 +611,7 @@ class RunPlan:
     spec: ModelSpec
     networks: list[NetworkPlan]  # one per batch size, ascending
     weights: Weights
+    fallback: Variant | None = None  # as asked: a batch's plan names it only where it runs
     kernel_file: KernelFile | None = None  # run in a child process
     weights_path: str | None = None
     note: str | None = None  # why the kernel is what it is (no GPU: the cpu variant)
@@ -624,10 +625,6 @@ class RunPlan:
     @property
     def variant(self) -> Variant:
         return self.networks[0].variant
-
-    @property
-    def fallback(self) -> Variant | None:
-        return self.networks[0].fallback
 
     @property
     def batches(self) -> list[int]:
@@ -676,7 +673,7 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
         for network in networks:
             network.check()
     policy = timer.TimingPolicy(min_runs=repeat or (10 if variant.on_gpu else 3), cold=cold)
-    return RunPlan(spec, networks, weights, loaded,
+    return RunPlan(spec, networks, weights, fb, loaded,
                    None if weights_path is None else str(weights_path), note, policy, pytorch,
                    graph, verify, timeout_s, sanitize)
 

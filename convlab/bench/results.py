@@ -88,7 +88,7 @@ def record_path(path: Path) -> Path:
     """The JSON file of a record: `path`, or for the markdown twin a record is saved with (the
     README links those) the .json beside it."""
     path = Path(path)
-    if path.suffix != ".md":
+    if path.suffix != ".md" or not path.exists():
         return path
     twin = path.with_suffix(".json")
     if not twin.is_file():
