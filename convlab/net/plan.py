@@ -98,20 +98,17 @@ def plan_network(spec: ModelSpec, variant: Variant, batch: int,
     convs, dense = {}, {}
     for i, layer in enumerate(spec.layers):
         if isinstance(layer, Conv):
-            shape = shapes[layer.name]
-            support = variant.supports(shape)
-            runner = variant if support else fallback
-            epilogue, absorbed = (None, 0) if runner is None else conv_epilogue(
-                runner, spec.layers, i, shape)
-            convs[layer.name] = LayerDecision(layer.name, i, shape, support, runner, epilogue,
-                                              absorbed)
+            table, shape, instead = convs, shapes[layer.name], fallback
         elif isinstance(layer, Dense) and variant.runs_dense:
-            shape = dense_shape(layer, batch)
-            support = variant.supports(shape)
-            epilogue, absorbed = (conv_epilogue(variant, spec.layers, i, shape) if support
-                                  else (None, 0))
-            dense[layer.name] = LayerDecision(layer.name, i, shape, support,
-                                              variant if support else None, epilogue, absorbed)
-    if not any(d.variant is fallback and fallback is not variant for d in convs.values()):
+            table, shape, instead = dense, dense_shape(layer, batch), None
+        else:
+            continue
+        support = variant.supports(shape)
+        runner = variant if support else instead
+        epilogue, absorbed = (None, 0) if runner is None else conv_epilogue(
+            runner, spec.layers, i, shape)
+        table[layer.name] = LayerDecision(layer.name, i, shape, support, runner, epilogue,
+                                          absorbed)
+    if all(d.support for d in convs.values()):
         fallback = None  # the plan names a fallback only where it runs a layer
     return NetworkPlan(spec, batch, variant, fallback, convs, dense)
