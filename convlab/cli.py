@@ -15,7 +15,8 @@ from rich.syntax import Syntax
 
 from . import __version__, report, stream_report
 from . import tuning
-from .bench import autotune, compare, lab, records, results as results_io, streaming, suites, tune
+from .bench import (autotune, compare, lab, records, results as results_io, saved_runs, streaming,
+                    suites, tune)
 from .bench.guard import VERIFY_MODES
 from .errors import ConvlabError, GPUUnavailable
 from .gpu import gpu_available, hardware, peaks, timer, unavailable_reason
@@ -287,7 +288,9 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
               help="With --images: host threads that decode images and gather a batch that "
                    "wraps the dataset's end (default: the CPU count, at most 16).")
 @click.option("--save", "save_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="With --images: the folder for the record (default results/<gpu>/).")
+              help="Keep the run's record (JSON and markdown, read back by `convlab results "
+                   "show`) in this folder. With --images the record is always kept, by default "
+                   "under results/<gpu>/.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="With --images: write the timeline of copies and passes as a PNG "
                    "(needs matplotlib).")
@@ -302,7 +305,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
     through it instead."""
     from_dir = renamed(from_dir, old_from_dir, "--from", "--image-dir")
     streaming.check_options(images, dict(zip(streaming.STREAM_ONLY, (
-        from_dir is not None, upload is not None, save_dir is not None, plot_path is not None,
+        from_dir is not None, upload is not None, plot_path is not None,
         workers is not None))), {
         "--kernel-file": kernel_file is not None, "--fallback": fallback is not None,
         "--repeat": repeat is not None, "--cold": cold, "--no-graph": no_graph,
@@ -313,7 +316,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
                     workers, weights_path, save_dir, plot_path, as_json, wide)
         return
     plan = lab.plan_run(model, kernel, kernel_file, batches, weights_path, fallback, repeat, cold,
-                        pytorch, not no_graph, verify, timeout, sanitize)
+                        pytorch, not no_graph, verify, timeout, sanitize, save_dir is not None)
     apply_choice(ignore_tunings, autotune_on, autotune_budget)
     out = console(wide)
     if plan.note and not as_json:
@@ -321,6 +324,8 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
     if sanitize is not None:
         _sanitize_run(out, plan, sanitize, timeout, as_json)
         return
+    if save_dir is not None:
+        streaming.check_writable(save_dir, "folder")
 
     status = StatusLine(quiet=as_json)
 
@@ -361,6 +366,11 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         click.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2))
     else:
         _print_runs(out, results, wide)
+    if save_dir is not None:
+        record = saved_runs.to_record(results, "convlab " + " ".join(sys.argv[1:]))
+        paths = saved_runs.save(record, save_dir,
+                                report.run_markdown(record, saved_runs.runs(record)))
+        err_console().print(f"saved {paths[0]} and {paths[1]}")
     if not all(r.passed for r in results):
         raise SystemExit(1)
 
@@ -651,7 +661,7 @@ def results():
                    "speed relative to cuDNN.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
 def results_show(path, markdown, ladder, wide):
-    """Re-render a saved `convlab compare`, `convlab profile` or `convlab run --images` record."""
+    """Re-render a saved `convlab compare`, `convlab profile` or `convlab run` record."""
     if ladder and markdown:
         raise ConvlabError("--ladder and --markdown are two different markdown renderings: give "
                            "one of them")
@@ -663,6 +673,15 @@ def results_show(path, markdown, ladder, wide):
             click.echo(stream_report.markdown(record))
         else:
             stream_report.render(console(wide), record, wide)
+        return
+    if results_io.record_kind(path) == "run":
+        if ladder:
+            raise ConvlabError("--ladder summarises compare records; this is a timed run")
+        record = saved_runs.load_record(path)
+        if markdown:
+            click.echo(report.run_markdown(record, saved_runs.runs(record)))
+        else:
+            _print_runs(console(wide), saved_runs.runs(record), wide)
         return
     if results_io.record_kind(path) == "profile":
         record = profile.load_record(path)

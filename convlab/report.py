@@ -266,6 +266,75 @@ def sweep_table(results: list[RunResult], width=None, wide=False) -> RenderableT
     return fitted_table(title, cols, rows, width, wide)
 
 
+
+def _md(cell) -> str:
+    return str(cell).replace("|", "\\|")
+
+
+def _md_table(headers: list[str], rows: list[list], align: str) -> list[str]:
+    """A markdown table; `align` has an "l" or "r" per column."""
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _run_markdown(result: RunResult) -> list[str]:
+    lines = [f"## {result.model}, kernel '{result.kernel}' ({result.precision}), "
+             f"batch {result.batch}", ""]
+    if result.layers:
+        lines += _md_table(
+            ["layer", "shape", "kernel", "Op Time ms", "GFLOP/s", "err/bound", "tiling", "check"],
+            [[layer.label, layer.shape.brief(), layer.variant, fmt_ms(layer.timing.median_ms),
+              f"{layer.gflops:,.0f}", f"{layer.check.bound_ratio:.2g}", layer.choice or "-",
+              "PASS" if layer.check.passed else "FAIL"] for layer in result.layers], "lllrrrll")
+    if result.torch_rows:
+        rows = []
+        for d in result.torch_rows:
+            ms = d.get("ms")
+            ratio = ms / result.forward_ms if ms and result.forward_ms else None
+            note = "fastest" if ms is not None and ms == result.torch_ms else d.get("error") or ""
+            rows.append([f"{d['layout']} {d['mode']}", fmt_num(ms, ".3f"), fmt_num(ratio, ".2f"),
+                         fmt_num(d.get("differ"), "d"), note])
+        lines += [f"PyTorch ({result.precision}), same input; ratio: its ms / our forward's:", ""]
+        lines += _md_table(["PyTorch", "ms", "ratio", "top-1 differ", "note"], rows, "lrrrl")
+    for line in failure_lines(result):
+        lines += [f"- FAIL {line}"]
+    summary = [("top-1" if result.accuracy is None else "accuracy", course_line(result)),
+               ("verdict", "PASS" if result.passed else "FAIL")]
+    if result.forward_ms is not None and result.device is not None:
+        how = "CUDA graph replay" if result.graph else "one launch per step"
+        rate = result.batch / (result.forward_ms / 1e3)
+        summary.append(("forward", f"{result.forward_ms:.3f} ms ({how}, device-resident input), "
+                                   f"{rate:,.0f} images/s"))
+    if result.torch_ms is not None and result.forward_ms:
+        summary.append(("PyTorch best", f"{result.torch_ms:.3f} ms ({result.torch_note}); ours "
+                                        f"is {result.torch_ms / result.forward_ms:.2f}x as fast"))
+    elif result.torch_note:
+        summary.append(("PyTorch", f"not measured: {result.torch_note}"))
+    summary.append(("end-to-end", f"{result.end_to_end_s * 1e3:.2f} ms (host images in, "
+                                  "predictions out)"))
+    summary += [("note", note) for note in result.notes]
+    return lines + [f"- {name}: {_md(text)}" for name, text in summary] + [""]
+
+
+def run_markdown(record: dict, runs: list) -> str:
+    """A saved run record (bench.saved_runs) as markdown: each batch's conv layers, PyTorch's
+    candidates and the summary."""
+    device = next((r.device for r in runs if getattr(r, "device", None)), None)
+    where = device["name"] if device else "the CPU"
+    lines = [f"# convlab run: {runs[0].model}, kernel '{runs[0].kernel}'", "",
+             f"`{record['command'] or 'convlab run'}` on {where}, {record['timestamp']}, "
+             f"convlab {record['convlab_version']}"
+             + (f" ({record['git_commit']})" if record.get("git_commit") else ""), ""]
+    for result in runs:
+        if isinstance(result, RunResult):
+            lines += _run_markdown(result)
+        else:
+            lines += [f"## {result.model}, batch {result.batch}: FAIL", "", f"- {result.reason}",
+                      ""]
+    return "\n".join(lines)
+
 # --- convlab compare -------------------------------------------------------------------------
 
 COMPARE_COLUMNS = [

@@ -635,7 +635,7 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
              weights_path=None, fallback: str | None = None, repeat: int | None = None,
              cold: bool = False, pytorch: bool = False, graph: bool = True,
              verify: str | None = None, timeout_s: float | None = None,
-             sanitize: str | None = None) -> RunPlan:
+             sanitize: str | None = None, save: bool = False) -> RunPlan:
     """The options of `convlab run` as a plan, or a ConvlabError naming the option at fault or
     every layer the kernel cannot compute (a sanitizer run reports those layer by layer)."""
     spec = get_model(model)
@@ -648,7 +648,7 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
         unused = [option for option, given in (
             ("--fallback", fallback is not None), ("--repeat", repeat is not None),
             ("--cold", cold), ("--pytorch", pytorch), ("--no-graph", not graph),
-            ("--verify", verify is not None)) if given]
+            ("--verify", verify is not None), ("--save", save)) if given]
         if unused:
             raise ConvlabError(f"--sanitize makes one checked launch per layer and times nothing: "
                                f"leave out {', '.join(unused)}")

@@ -175,3 +175,7 @@ class FailedRun:
                 "batch": self.batch, "passed": False, "status": self.status,
                 "reason": self.reason, "wall_s": self.wall_s, "notes": self.notes,
                 "kernel_file": self.kernel_file}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FailedRun":
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})

@@ -124,8 +124,8 @@ def load_record(path: Path) -> dict:
 
 
 def record_kind(path: Path) -> str:
-    """"profile" or "stream" for a `convlab profile` or `run --images` record, else "compare"
-    (checked when it is loaded)."""
+    """"profile", "stream" or "run" for a `convlab profile`, `run --images` or `run --save`
+    record, else "compare" (checked when it is loaded)."""
     try:
         record = json.loads(record_path(path).read_text())
     except (OSError, ValueError, DataError):

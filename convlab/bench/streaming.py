@@ -146,7 +146,7 @@ def transform_for(spec: ModelSpec):
     return imagenet_transform(spec.input_size)
 
 
-STREAM_ONLY = ("--image-dir", "--upload", "--save", "--plot", "--workers")
+STREAM_ONLY = ("--image-dir", "--upload", "--plot", "--workers")
 
 
 def check_options(images: int | None, stream_only: dict[str, bool],
