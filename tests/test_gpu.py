@@ -303,6 +303,22 @@ def test_pytorch_candidates_for_the_whole_network():
     assert all(r["differ"] == 0 for r in measured if r["precision"] == "fp32")
 
 
+def test_a_pytorch_candidate_past_its_compile_budget_is_skipped_and_the_rest_stand(monkeypatch):
+    """max-autotune compiles in a child process that is ended at the budget; the run goes on
+    with the other candidates and says why that one has no time."""
+    pytest.importorskip("torch")
+    from convlab.net import torch_forward
+
+    monkeypatch.setattr(torch_forward, "COMPILE_BUDGET_S", 1.0)
+    policy = timer.TimingPolicy(warmup=1, min_runs=3, max_runs=5, budget_s=0.5)
+    result = lab.run(lab.network_plan(MODELS["ece408"], "tiled", 100), policy,
+                     compare_torch=True)
+    (skipped,) = [r for r in result.torch_rows if r["mode"] == "max-autotune"]
+    assert skipped["ms"] is None
+    assert skipped["error"].startswith("skipped: not done within its budget of 1 s")
+    assert result.torch_ms is not None and "max-autotune" not in result.torch_note
+
+
 def test_device_info_and_ceilings(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
     info = hardware.device_info()

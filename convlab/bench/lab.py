@@ -471,7 +471,7 @@ def _torch_time(weights: Weights, network: Network, result: RunResult,
         result.torch_note = reason
         return
     rows = candidates(weights, network.input, result.precision, reference_top1,
-                      lambda fn: timer.time_device(fn, _whole_pass_policy(policy)).median_ms)
+                      _whole_pass_policy(policy))
     result.torch_rows = [row.as_dict() for row in rows]
     best = fastest(rows, network.batch)
     if best is None:

@@ -226,7 +226,7 @@ def stream(model: str, kernel: str | None, batches: list[int], images: int,
                 emit("pytorch", batch)
                 record.torch_rows.append(torch_stream.stream(
                     weights, transform, pool, batch, images, variant.precision,
-                    predictions[:batch], workers, lambda fn: timer.time_device(fn).median_ms))
+                    predictions[:batch], workers, timer.TimingPolicy()))
     record.device = hardware.device_info()
     return record
 

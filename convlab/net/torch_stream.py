@@ -7,10 +7,10 @@ timed by net.stream's own loop (`drive`, `time_alone`), so both streams are meas
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import numpy as np
 
+from ..gpu import timer
 from ..models import Weights
 from ..ops.ingest import InputTransform, as_images, normalize
 from .stream import (SLOTS, ImagePool, PinnedBatches, StreamTimes, Streams, drive,
@@ -89,7 +89,7 @@ class TorchStages:
 
 def stream(weights: Weights, transform: InputTransform, pool: ImagePool, batch: int,
            images: int, precision: str, reference_top1: np.ndarray, workers: int,
-           time_fn: Callable[[Callable[[], object]], float]) -> dict:
+           policy: timer.TimingPolicy) -> dict:
     """The PyTorch stream of `images` images at `batch`, in the fastest of PyTorch's forms for
     the precision class (chosen on the first batch, whose predictions must match
     `reference_top1` as closely as the class allows): a row like StreamTimes.as_dict() with the
@@ -99,7 +99,7 @@ def stream(weights: Weights, transform: InputTransform, pool: ImagePool, batch: 
 
     first = as_images(pool.images[pool.indices(0, batch)])
     x = cupy.asarray(normalize(first, transform))
-    rows = candidates(weights, x, precision, reference_top1, time_fn)
+    rows = candidates(weights, x, precision, reference_top1, policy)
     best = fastest(rows, batch)
     table = [r.as_dict() for r in rows]
     if best is None:
