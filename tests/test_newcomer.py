@@ -461,3 +461,28 @@ def test_a_long_run_says_what_it_is_doing_on_a_terminal_only(no_gpu):
 def test_a_group_without_arguments_shows_its_help(args):
     out = piped(*args)
     assert out.output.startswith("Usage: ") and "Error" not in out.output, out.output
+
+
+def test_the_step_tables_title_keeps_its_total_on_its_line_at_80_columns():
+    """The title once read "forward pass by step (CUDA events between steps, median of 10
+    passes):" and wrapped its total, 2.362 ms, onto a line of its own over the table."""
+    from convlab import report
+    from convlab.bench.records import RunResult, StepTime
+
+    steps = [StepTime("conv1+relu1", "conv", "wgmma-3xtf32 conv1+relu1", 0.6551, None),
+             StepTime("norm1+pool1", "lrn", "LRN 5 + max-pool 3x3/2 norm1+pool1", 0.0953, None)]
+    result = RunResult("alexnet", "wgmma-split-bf16", "fp32", 128, [], None, None, 0, 0.1, 0.0,
+                       0.0, device={"name": "NVIDIA H100 80GB HBM3"}, steps=steps,
+                       step_passes=10)
+    lines = render(report.steps_table(result, width=80)).splitlines()
+    assert lines[0].strip() == ("forward pass by step (CUDA events, median of 10 passes): "
+                                "0.750 ms")
+
+
+def test_a_fallback_note_counts_its_layers():
+    from convlab.bench.lab import fallback_note
+
+    assert fallback_note(["conv1"], "wgmma-3xtf32", "wgmma-split-bf16") == (
+        "layer conv1 ran with 'wgmma-3xtf32' ('wgmma-split-bf16' does not support it)")
+    assert fallback_note(["conv1", "conv2"], "naive", "fused").startswith(
+        "layers conv1, conv2 ran with 'naive'")

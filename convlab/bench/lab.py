@@ -405,12 +405,18 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     if compare_torch and network.on_gpu:
         _torch_time(weights, network, result, policy, reference)
     if network.fallback_layers:
-        result.notes.append(f"layers {', '.join(network.fallback_layers)} ran with "
-                            f"'{plan.fallback.name}' ('{variant.name}' does not support them)")
+        result.notes.append(fallback_note(network.fallback_layers, plan.fallback.name,
+                                          variant.name))
     result.device = hardware.device_info() if network.on_gpu else None
     result.wall_s = time.perf_counter() - start
     emit("done", result)
     return result
+
+
+def fallback_note(layers: list[str], fallback: str, kernel: str) -> str:
+    if len(layers) == 1:
+        return f"layer {layers[0]} ran with '{fallback}' ('{kernel}' does not support it)"
+    return f"layers {', '.join(layers)} ran with '{fallback}' ('{kernel}' does not support them)"
 
 
 def _load(network: Network, x: np.ndarray) -> None:
