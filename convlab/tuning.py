@@ -107,21 +107,28 @@ def device_key() -> str | None:
 
 
 @lru_cache(maxsize=256)
-def _hash(source: str, module_file: str | None) -> str:
+def _hash(source: str, module_files: tuple[str, ...]) -> str:
     digest = hashlib.sha256(source.encode())
-    if module_file is not None:
+    for module_file in module_files:
         with contextlib.suppress(OSError):
             digest.update(Path(module_file).read_bytes())
     return digest.hexdigest()[:16]
 
 
-def source_hash(variant) -> str:
-    """Hash of the variant's CUDA source and of the module its class is defined in."""
+def _module_file(cls: type) -> str | None:
     try:
-        module_file = inspect.getsourcefile(type(variant))
+        return inspect.getsourcefile(cls)
     except TypeError:
-        module_file = None
-    return _hash(variant.source or "", module_file)
+        return None
+
+
+def source_hash(variant) -> str:
+    """Hash of the variant's CUDA source and of the modules whose code builds its launches: its
+    class's, and that of the activations it reads where its family takes them as a part (the
+    channels-last gather table and staging live apart from the class that uses them)."""
+    parts = [type(variant)] + ([type(variant.activations)] if hasattr(variant, "activations")
+                               else [])
+    return _hash(variant.source or "", tuple(f for f in map(_module_file, parts) if f is not None))
 
 
 def cache_key(device: str, variant_name: str, digest: str, shape: ConvShape,

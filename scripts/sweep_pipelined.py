@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from convlab.gpu import hardware, timer
-from convlab.kernels import RELU, pipelined as P
+from convlab.kernels import RELU, get_variant
 from convlab.kernels.cudnn import Cudnn
 from convlab.kernels.igemm import tiling
 from convlab.models import get_model
@@ -36,8 +36,8 @@ from convlab.shapes import ConvShape
 
 LAYERS = {**get_model("alexnet").conv_shapes(128),
           "resnet": ConvShape(64, 64, 56, 56, 64, 3, pad=1)}
-VARIANTS = {v.name: v for v in (P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(),
-                                 P.PipelinedBF16())}
+VARIANTS = {v.name: v for v in (get_variant(n) for n in ("pipelined", "pipelined-3xtf32",
+                                                         "pipelined-fp16", "pipelined-bf16"))}
 CUDNN_CLASS = {"tf32": "cudnn-tf32", "fp32": "cudnn", "fp16": "cudnn-fp16", "bf16": "cudnn-fp16"}
 POLICY = timer.TimingPolicy(warmup=3, min_runs=10, max_runs=40, budget_s=0.3)
 

@@ -173,3 +173,16 @@ def test_run_options_are_checked_by_the_lab_not_the_cli(no_gpu):
         lab.plan_run("ece408", kernel="tiled", timeout_s=5.0)
     with pytest.raises(ConvlabError, match="leave out --cold"):
         lab.plan_run("ece408", kernel="tiled", cold=True, sanitize="memcheck")
+
+
+def test_no_variant_is_more_than_two_classes_below_variant():
+    """A registered variant's class is Variant's child or grandchild: a family is one class,
+    its members rows of a table (kernels.IGEMM_FORMS) rather than subclasses that set
+    attributes (`wgmma-split-bf16` was five deep: Wgmma3xTF32, Wgmma, ChannelsLast,
+    Pipelined)."""
+    from convlab.kernels import IGEMM_FORMS, VARIANTS, Variant
+
+    depth = {name: type(v).__mro__.index(Variant) for name, v in VARIANTS.items()}
+    assert max(depth.values()) <= 2, {n: d for n, d in depth.items() if d > 2}
+    assert [form.name for _, _, form in IGEMM_FORMS] == [
+        name for name, v in VARIANTS.items() if getattr(v, "form", None) is not None]

@@ -13,9 +13,8 @@ from convlab import tuning
 from convlab.bench import autotune, lab
 from convlab.bench.records import LayerResult
 from convlab.errors import ConvlabError
-from convlab.kernels import RELU, base
+from convlab.kernels import RELU, base, get_variant
 from convlab.kernels.igemm import learned
-from convlab.kernels.wgmma import Wgmma, WgmmaFP16
 from convlab.shapes import ConvShape
 
 SMALL = ConvShape(2, 3, 9, 9, 4, 3, pad=1)
@@ -56,7 +55,7 @@ def store(variant, shape, config, by=tuning.BY_TUNE, path=None):
 
 
 def test_each_origin_of_a_tiling_is_named(gpu_named, monkeypatch, tmp_path):
-    variant = WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     shape = ConvShape(128, 256, 14, 14, 256, 3, pad=1, bias=True)
     own = variant.config_for(shape, RELU)
     assert variant.choice_for(shape, RELU) == tuning.Choice.OWN
@@ -76,7 +75,7 @@ def test_each_origin_of_a_tiling_is_named(gpu_named, monkeypatch, tmp_path):
 
 
 def test_ignoring_tunings_leaves_the_own_choice_and_this_runs_autotune(gpu_named, monkeypatch):
-    variant = WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     shape = ConvShape(128, 256, 14, 14, 256, 3, pad=1, bias=True)
     own = variant.config_for(shape, RELU)
     other = next(t for t in variant.configs(shape, RELU) if t != own)
@@ -95,7 +94,7 @@ def test_first_use_autotunes_only_an_open_tiling_without_an_entry(gpu_named):
     calls = []
     tuning.set_autotuner(lambda v, s, e: calls.append((v.name, s, e)))
     tuning.first_use(FakeTiles(), SHAPE, RELU)
-    wgmma = WgmmaFP16()
+    wgmma = get_variant("wgmma-fp16")
     tuning.first_use(wgmma.configured(wgmma.configs(SHAPE)[0]), SHAPE, RELU)  # fixed whole
     tuning.first_use(CpuModes(), SHAPE, None)
     store(FakeTiles(), SHAPE, {"ms": 1.0})
@@ -174,7 +173,7 @@ def test_the_lab_autotunes_a_layer_before_it_prepares_it(gpu_named):
 
 
 def test_the_wgmma_choice_is_the_fitted_order_of_the_tuners_list():
-    variant = WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     shape = ConvShape(128, 1024, 14, 14, 256, 1, bias=True)  # ResNet's layer3 1x1, batch 128
     offered = variant.configs(shape, RELU)
     assert variant.default_config(shape, RELU) == offered[0]
@@ -209,7 +208,7 @@ def test_a_split_cells_sweep_takes_the_layers_whose_tilings_split_k(monkeypatch,
     every = sweep.tasks("resnet50", 0, ["wgmma"], False)
     mine = {t["label"] for t in split if t["variant"] == "wgmma"}
     assert mine and {t["label"] for t in split if t["variant"] == "cudnn"} == mine
-    variant = Wgmma()
+    variant = get_variant("wgmma")
     for task in every:
         splits = any(t.split_k > 1 for t in variant.ranked(ConvShape(**task["shape"])))
         assert splits == (task["label"] in mine), task["label"]

@@ -7,16 +7,15 @@ import numpy as np
 import pytest
 
 from convlab.gpu.jit import build_options, compile_cubin
-from convlab.kernels import RELU, channels_last as CL
+from convlab.kernels import RELU, get_variant
 from convlab.kernels.igemm import gather_nhwc, packing, staging, tiling
-from convlab.kernels.pipelined import PipelinedFP16
 from convlab.models import Conv, get_model
 from convlab.net.network import flattened_columns, fp16_next
 from convlab.oracle.reference import conv2d_with_magnitude
 from convlab.shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_last, memory_view
 
-VARIANTS = [CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
-            CL.ChannelsLastBF16()]
+VARIANTS = [get_variant(n) for n in ("channels-last", "channels-last-3xtf32",
+                                     "channels-last-fp16", "channels-last-bf16")]
 LAYERS = {**get_model("alexnet").conv_shapes(128),
           "resnet": ConvShape(64, 64, 56, 56, 64, 3, pad=1),
           "fc6": ConvShape(128, 9216, 1, 1, 4096, 1, bias=True)}  # an FC layer as a 1x1 conv
@@ -39,7 +38,7 @@ def test_configs_compile_for_sm90(variant, layer, compile_all):
     shape = LAYERS[layer]
     configs = variant.configs(shape, RELU)
     assert configs, f"no tiling for {layer}"
-    configs = configs[:1] if isinstance(variant, CL.ChannelsLastBF16) else configs[:3]
+    configs = configs[:1] if variant.name == "channels-last-bf16" else configs[:3]
     cubins = compile_all([(variant.configured(c), shape, RELU) for c in configs])
     assert all(c[:4] == b"\x7fELF" for c in cubins)
 
@@ -72,7 +71,7 @@ def test_configs_are_valid_and_the_heuristic_is_the_first(variant, layer):
 def test_fp16_outputs_compile_for_sm90(shape, compile_all):
     """Every variant of the implicit GEMM can store fp16 for an fp16 conv after it (split-K
     included: the odd grouped shape's tiling splits K)."""
-    jobs = [(v.writing(np.float16), shape, e) for v in VARIANTS + [PipelinedFP16()]
+    jobs = [(v.writing(np.float16), shape, e) for v in VARIANTS + [get_variant("pipelined-fp16")]
             for e in (None, RELU)]
     assert all(dict(v.defines(sh, e))["OUT_HALF"] == 1 for v, sh, e in jobs)
     assert all(c[:4] == b"\x7fELF" for c in compile_all(jobs))
@@ -80,7 +79,7 @@ def test_fp16_outputs_compile_for_sm90(shape, compile_all):
 
 def test_writing_keeps_the_tiling_and_refuses_other_types():
     t = tiling.Tiling(64, 64, 32, 2, 2, 3, 1, "tap")
-    variant = CL.ChannelsLastFP16(t)
+    variant = get_variant("channels-last-fp16").configured(t)
     half = variant.writing(np.float16)
     assert half.output_dtype == np.float16 and half.tiling == t and half.name == variant.name
     assert half.writing(np.float32).output_dtype == np.float32
@@ -119,22 +118,22 @@ def test_fp16_activations_run_from_an_op_to_the_fp16_conv_after_it():
                 if fp16_next(layers, j, layout, variant_for)]
 
     index = {getattr(layer, "name", None): j for j, layer in enumerate(layers)}
-    assert fp16_at(CL.ChannelsLastFP16(), dense=False) == [3, 4, 7, 8, 9, 10, 11, 12]
-    with_dense = fp16_at(CL.ChannelsLastFP16())
+    assert fp16_at(get_variant("channels-last-fp16"), dense=False) == [3, 4, 7, 8, 9, 10, 11, 12]
+    with_dense = fp16_at(get_variant("channels-last-fp16"))
     assert with_dense == [3, 4, 7, 8, 9, 10, 11, 12] + list(range(13, index["fc8"] + 1))
     assert index["conv1"] + 2 not in with_dense  # conv1's output meets norm1
     assert index["fc8"] + 1 not in with_dense  # fc8's output meets the softmax
-    assert fp16_at(CL.ChannelsLast()) == []
-    assert fp16_at(CL.ChannelsLastBF16()) == []
-    assert fp16_at(PipelinedFP16()) == []
-    assert fp16_at(CL.ChannelsLastFP16(), layout=NCHW) == []
+    assert fp16_at(get_variant("channels-last")) == []
+    assert fp16_at(get_variant("channels-last-bf16")) == []
+    assert fp16_at(get_variant("pipelined-fp16")) == []
+    assert fp16_at(get_variant("channels-last-fp16"), layout=NCHW) == []
 
 
 def test_channels_last_variants_run_fc_layers_as_1x1_convolutions():
     fc6 = ConvShape(128, 9216, 1, 1, 4096, 1, bias=True)
     for variant in VARIANTS:
         assert variant.runs_dense and variant.supports(fc6)
-    assert not PipelinedFP16().runs_dense
+    assert not get_variant("pipelined-fp16").runs_dense
 
 
 def test_half_maths_pipeline_deeper_than_two_stages_over_nhwc():
@@ -144,7 +143,7 @@ def test_half_maths_pipeline_deeper_than_two_stages_over_nhwc():
     assert tiling.tiling_problem(t, "fp16", NHWC) == ""
     assert "stages must be 2" in tiling.tiling_problem(t, "fp16")
     with pytest.raises(ValueError, match="stages must be 2 to 6"):
-        CL.ChannelsLastFP16({**t.as_dict(), "stages": 7})
+        get_variant("channels-last-fp16").configured({**t.as_dict(), "stages": 7})
 
 
 @pytest.mark.parametrize("cg,maths,padded,vec", [
@@ -164,11 +163,11 @@ def test_the_input_staging_kernel_compiles_for_sm90(maths):
 
 
 def test_conv1_runs_on_four_padded_channels():
-    variant = CL.ChannelsLastFP16()
+    variant = get_variant("channels-last-fp16")
     conv1 = LAYERS["conv1"]
     assert variant.kernel_shape(conv1).C == 4
     assert variant.defines(conv1)["C"] == 4 and variant.defines(conv1)["VEC"] == 4
-    assert CL.ChannelsLast().kernel_shape(LAYERS["conv3"]) == LAYERS["conv3"]
+    assert get_variant("channels-last").kernel_shape(LAYERS["conv3"]) == LAYERS["conv3"]
 
 
 # --- the gather, modelled in NumPy ------------------------------------------------------------

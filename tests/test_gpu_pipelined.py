@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.kernels import RELU, channels_last as CL, pipelined as P, wgmma as W
+from convlab.kernels import RELU, get_variant, wgmma as W
 from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
@@ -21,11 +21,13 @@ from convlab.shapes import ConvShape
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = [P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(), P.PipelinedBF16(),
-            CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
-            CL.ChannelsLastBF16(), W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaSplitBF16(), W.WgmmaFP16(),
-            W.WgmmaBF16()]
-FP32_CLASS = [P.Pipelined3xTF32(), CL.ChannelsLast3xTF32(), W.Wgmma3xTF32(), W.WgmmaSplitBF16()]
+VARIANTS = [get_variant(n) for n in ("pipelined", "pipelined-3xtf32", "pipelined-fp16",
+                                     "pipelined-bf16", "channels-last", "channels-last-3xtf32",
+                                     "channels-last-fp16", "channels-last-bf16", "wgmma",
+                                     "wgmma-3xtf32", "wgmma-split-bf16", "wgmma-fp16",
+                                     "wgmma-bf16")]
+FP32_CLASS = [get_variant(n) for n in ("pipelined-3xtf32", "channels-last-3xtf32", "wgmma-3xtf32",
+                                       "wgmma-split-bf16")]
 IDS = [v.name for v in VARIANTS]
 
 GENERAL = [
@@ -104,7 +106,8 @@ def test_several_tilings(variant, shape, rng):
     assert not failures, "\n".join(failures)
 
 
-WGMMA = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaSplitBF16(), W.WgmmaFP16(), W.WgmmaBF16()]
+WGMMA = [get_variant(n) for n in ("wgmma", "wgmma-3xtf32", "wgmma-split-bf16", "wgmma-fp16",
+                                  "wgmma-bf16")]
 # More output tiles than a persistent grid has blocks (at most two per SM): each block walks
 # several tiles, its loaders running from one tile's K-tiles into the next one's.
 MANY_TILES = [ConvShape(16, 32, 48, 48, 160, 3, pad=1, groups=2, bias=True),
@@ -278,7 +281,7 @@ TMA_SHAPES = [ConvShape(3, 64, 9, 11, 40, 3, pad=1, bias=True),
               ConvShape(1, 64, 5, 4, 24, 3, stride=3, pad=1),
               ConvShape(9, 64, 12, 12, 64, 3, bias=True),
               MANY_TILES[1]]
-TMA_VARIANTS = [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()]
+TMA_VARIANTS = [get_variant(n) for n in ("wgmma", "wgmma-fp16", "wgmma-bf16")]
 
 
 @pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.smoke) if i in (3, 9) else s
@@ -330,7 +333,7 @@ def test_the_tma_gather_names_an_input_off_16_bytes(rng):
     import cupy
 
     shape = TMA_SHAPES[0]
-    variant = W.WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     skip_off_its_gpu(variant, shape)
     t = next(t for t in variant.ranked(shape) if t.gather == "tma")
     x, w, b = random_problem(shape, rng, signed=True)
@@ -357,7 +360,7 @@ HALO_SHAPES = [ConvShape(3, 64, 9, 11, 40, 3, pad=1, bias=True),
                ConvShape(2, 192, 6, 6, 64, 3, pad=1),
                ConvShape(16, 64, 28, 28, 64, 3, pad=1),
                MANY_TILES[1]]
-HALO_VARIANTS = [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()]
+HALO_VARIANTS = [get_variant(n) for n in ("wgmma", "wgmma-fp16", "wgmma-bf16")]
 
 
 def halo_tilings(variant, shape):
@@ -411,7 +414,7 @@ def test_the_register_store_writes_fp16_as_the_float32_output_rounded(shape, rng
     schedule); channel tails (MG not a multiple of bm), pixel tails, groups. Each layer's
     persistent tilings (one and two warpgroups, one and two blocks per SM) and its first halo
     tiling: the fp16 bits equal the float32 output rounded."""
-    variant = W.WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     skip_off_its_gpu(variant, shape)
     halo = [t for t in variant.ranked(shape) if t.schedule == "halo"]
     x, w, b = random_problem(shape, rng, signed=True)
@@ -426,7 +429,7 @@ def test_the_fp16_register_store_takes_an_output_view_off_16_bytes(rng):
     import cupy
 
     shape = MANY_TILES[0]
-    variant = W.WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     skip_off_its_gpu(variant, shape)
     t = persistent_tilings(variant, shape)[0]
     x, w, b = random_problem(shape, rng, signed=True)
@@ -528,7 +531,9 @@ SAME_SIGN_SHAPES = [ConvShape(2, 64, 6, 6, 64, 1), ConvShape(2, 64, 6, 6, 64, 2)
 
 
 @pytest.mark.parametrize("schedule", ["grid", "persistent"])
-@pytest.mark.parametrize("variant", [W.Wgmma3xTF32(), W.WgmmaSplitBF16()], ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma-3xtf32",
+                                                              "wgmma-split-bf16")],
+                         ids=lambda v: v.name)
 def test_wgmma_3xtf32_keeps_same_sign_error_a_fraction_of_the_bound(variant, schedule, rng):
     """x, w >= 0, where the tensor cores' truncating accumulation errs all one way, at n from
     64 to 4,608 (from 1,024 for the BF16 cross products): B's big part is truncated (by wgmma)
@@ -572,7 +577,7 @@ def test_the_bf16_cross_products_meet_the_fp32_bound(shape, rng):
     """wgmma-split-bf16 on each schedule's first tilings, a split-K one among them, against
     float64 on mixed-sign data: a cross term's layout wrong in A's packing or B's split (a
     swapped half, a swizzle phase) is off by ~2^-11 of a product, far over the bound."""
-    variant = W.WgmmaSplitBF16()
+    variant = get_variant("wgmma-split-bf16")
     skip_off_its_gpu(variant, shape)
     ranked = variant.ranked(shape)
     tilings = ([t for t in ranked if t.schedule == "persistent"][:2]
@@ -585,9 +590,10 @@ def test_the_bf16_cross_products_meet_the_fp32_bound(shape, rng):
 def test_the_bf16_cross_products_meet_the_fp32_bound_on_constant_data(schedule, rng):
     """Every product the same (a constant image under a constant filter), so the BF16
     roundings err all one way: their worst case, 0.55 of the bound at n = 1,024, is modelled
-    in wgmma.WgmmaSplitBF16. Here at n = 1,024: the pair whose cross products err the most
-    that a search over the bits found (2^-16.9 of the product), then four random pairs."""
-    variant = W.WgmmaSplitBF16()
+    in kernels.wgmma.Wgmma (Form.cross_bf16). Here at n = 1,024: the pair whose cross
+    products err the most that a search over the bits found (2^-16.9 of the product), then
+    four random pairs."""
+    variant = get_variant("wgmma-split-bf16")
     shape = ConvShape(2, 256, 6, 6, 64, 2)
     assert shape.reduction == W.MIN_REDUCTION
     skip_off_its_gpu(variant, shape)
@@ -613,16 +619,16 @@ def test_staging_converts_once_and_unstaged_input_is_refused(rng):
     x, w, _ = random_problem(shape, rng, signed=True)
     x[0, 0, 0, :4] = [1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 0.0]  # bf16 ties to even
     xd = cupy.asarray(x)
-    fp16 = P.PipelinedFP16().prepare(shape, w)
+    fp16 = get_variant("pipelined-fp16").prepare(shape, w)
     staged = fp16.stage(xd)
     assert staged.dtype == np.float16 and np.array_equal(cupy.asnumpy(staged), x.astype(np.float16))
-    bf16 = P.PipelinedBF16().prepare(shape, w)
+    bf16 = get_variant("pipelined-bf16").prepare(shape, w)
     staged = bf16.stage(xd)
     assert staged.dtype == np.uint16 and np.array_equal(cupy.asnumpy(staged), packing.to_bf16_bits(x))
     y = cupy.empty(shape.output_shape, dtype=cupy.float32)
     with pytest.raises(ConvlabError, match="op.stage"):
         fp16(xd, y)
-    tf32 = P.Pipelined().prepare(shape, w)
+    tf32 = get_variant("pipelined").prepare(shape, w)
     assert tf32.stage(xd) is xd
 
 
@@ -638,7 +644,7 @@ def test_channels_last_staging_transposes_pads_and_passes_staged_input_through(r
     shape = ConvShape(2, 6, 5, 7, 8, 3, pad=1, groups=2)  # 3 channels per group -> 4
     x, w, _ = random_problem(shape, rng, signed=True)
     xd = cupy.asarray(x)
-    fp16 = CL.ChannelsLastFP16().prepare(shape, w)
+    fp16 = get_variant("channels-last-fp16").prepare(shape, w)
     staged = fp16.stage(xd)
     assert staged.dtype == np.float16 and staged.shape == (2, 8, 5, 7) and is_channels_last(staged)
     memory = cupy.asnumpy(staged.transpose(0, 2, 3, 1)).reshape(2, 5, 7, 2, 4)
@@ -651,7 +657,8 @@ def test_channels_last_staging_transposes_pads_and_passes_staged_input_through(r
     with pytest.raises(ConvlabError, match="op.stage"):
         fp16(xd.astype(cupy.float16), y)
     even = ConvShape(2, 8, 5, 7, 8, 3, pad=1)
-    tf32 = CL.ChannelsLast().prepare(even, rng.standard_normal(even.weight_shape).astype(np.float32))
+    tf32 = get_variant("channels-last").prepare(
+        even, rng.standard_normal(even.weight_shape).astype(np.float32))
     nhwc = channels_last(cupy.ascontiguousarray(
         cupy.asarray(rng.standard_normal((2, 5, 7, 8), dtype=np.float32))).reshape(2, 8, 5, 7))
     assert tf32.stage(nhwc) is nhwc
@@ -696,7 +703,7 @@ def test_the_staging_kernel_writes_what_numpy_would(shape, maths, rng):
 
 @pytest.mark.parametrize("split", [False, True], ids=["one-split", "split-k"])
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.smoke)
-                                     if isinstance(v, CL.ChannelsLastFP16) else v
+                                     if v.name == "channels-last-fp16" else v
                                      for v in VARIANTS], ids=IDS)
 def test_an_fp16_output_is_the_float32_output_rounded(variant, split, rng):
     """`writing(float16)` stores what the float32 epilogue computes (bias, ReLU), rounded to

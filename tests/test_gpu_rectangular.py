@@ -6,14 +6,15 @@ gathers), on Inception's 1x7 and 7x1 layers and dilated 3x3s, odd sizes and batc
 import numpy as np
 import pytest
 
-from convlab.kernels import RELU, channels_last as CL, wgmma as W
+from convlab.kernels import RELU, get_variant
 from convlab.oracle.verify import compare, random_problem, reference_output
 from convlab.shapes import ConvShape
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = [CL.ChannelsLast(), CL.ChannelsLast3xTF32(), CL.ChannelsLastFP16(),
-            CL.ChannelsLastBF16(), W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaFP16(), W.WgmmaBF16()]
+VARIANTS = [get_variant(n) for n in ("channels-last", "channels-last-3xtf32",
+                                     "channels-last-fp16", "channels-last-bf16", "wgmma",
+                                     "wgmma-3xtf32", "wgmma-fp16", "wgmma-bf16")]
 IDS = [v.name for v in VARIANTS]
 
 SHAPES = [
@@ -47,7 +48,8 @@ def test_rectangular_and_dilated(variant, index, rng):
 
 
 @pytest.mark.parametrize("index", range(len(SHAPES)), ids=SHAPE_IDS)
-@pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16(), W.Wgmma3xTF32()],
+@pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16",
+                                                              "wgmma-3xtf32")],
                          ids=["wgmma", "wgmma-fp16", "wgmma-3xtf32"])
 def test_every_schedule_and_gather(variant, index, rng):
     """The first tiling of each (schedule, gather) the variant offers the layer."""
@@ -65,7 +67,7 @@ def test_every_schedule_and_gather(variant, index, rng):
 def test_the_copy_engine_gathers_a_dilated_layer(rng):
     """The im2col box's corners and the taps' offsets for a dilated, rectangular layer."""
     shape = ConvShape(2, 64, 15, 13, 64, 3, pad=2, Kw=5, pad_w=4, dilation=2, bias=True)
-    variant = W.WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     tma = [t for t in variant.ranked(shape) if t.gather == "tma"]
     if not variant.supports(shape) or not tma:
         pytest.skip("needs a Hopper GPU")

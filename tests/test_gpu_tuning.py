@@ -7,7 +7,6 @@ from convlab import tuning
 from convlab.bench import autotune, lab, tune
 from convlab.gpu import timer
 from convlab.kernels import RELU, get_variant
-from convlab.kernels.wgmma import WgmmaFP16
 from convlab.shapes import ConvShape
 
 pytestmark = [pytest.mark.gpu, pytest.mark.smoke]
@@ -39,7 +38,7 @@ def test_autotune_on_first_use_runs_the_fastest_of_its_candidates(tmp_path, monk
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(tuning.IGNORE_ENV, "1")
     monkeypatch.setattr(tuning, "_session", {})
-    variant = WgmmaFP16()
+    variant = get_variant("wgmma-fp16")
     shape = ConvShape(32, 256, 14, 14, 256, 3, pad=1, bias=True)
     if not variant.supports(shape):
         pytest.skip(variant.supports(shape).reason)

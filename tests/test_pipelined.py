@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
-from convlab.kernels import RELU, pipelined as P, tensorcore
+from convlab.kernels import RELU, get_variant, tensorcore
 from convlab.kernels.igemm import gather, packing, tiling
 from convlab.models import get_model
 from convlab.oracle.reference import conv2d_with_magnitude
 from convlab.shapes import ConvShape
 
-VARIANTS = [P.Pipelined(), P.Pipelined3xTF32(), P.PipelinedFP16(), P.PipelinedBF16()]
+VARIANTS = [get_variant(n) for n in ("pipelined", "pipelined-3xtf32", "pipelined-fp16",
+                                     "pipelined-bf16")]
 LAYERS = {**get_model("alexnet").conv_shapes(128),
           "resnet": ConvShape(64, 64, 56, 56, 64, 3, pad=1)}
 ODD_SHAPES = [
@@ -38,7 +39,7 @@ def test_every_config_compiles_for_sm90(variant, layer, compile_all):
     shape = LAYERS[layer]
     configs = variant.configs(shape, RELU)
     assert configs, f"no tiling for {layer}"
-    if isinstance(variant, P.PipelinedBF16):
+    if variant.name == "pipelined-bf16":
         configs = configs[:1]
     cubins = compile_all([(variant.configured(c), shape, RELU) for c in configs])
     assert all(c[:4] == b"\x7fELF" for c in cubins)
@@ -70,29 +71,30 @@ def test_configs_are_valid_and_the_heuristic_is_the_first(variant, layer):
 
 
 def test_configured_rejects_bad_configs():
-    good = P.Pipelined().configs(LAYERS["conv3"])[0].as_dict()
+    good = get_variant("pipelined").configs(LAYERS["conv3"])[0].as_dict()
     with pytest.raises(ValueError, match="unknown: tm"):
-        P.Pipelined({**good, "tm": 4})
+        get_variant("pipelined").configured({**good, "tm": 4})
     with pytest.raises(ValueError, match="missing: stages"):
-        P.Pipelined({k: v for k, v in good.items() if k != "stages"})
+        get_variant("pipelined").configured({k: v for k, v in good.items() if k != "stages"})
     with pytest.raises(ValueError, match="multiple of 16"):
-        P.Pipelined({**good, "bm": 40})
+        get_variant("pipelined").configured({**good, "bm": 40})
     with pytest.raises(ValueError, match="stages must be 2"):
-        P.PipelinedFP16({**good, "stages": 3})
+        get_variant("pipelined-fp16").configured({**good, "stages": 3})
     with pytest.raises(ValueError, match="accumulators"):
-        P.Pipelined3xTF32({**good, "bm": 128, "bn": 128, "warps_m": 2, "warps_n": 2})
+        get_variant("pipelined-3xtf32").configured({**good, "bm": 128, "bn": 128, "warps_m": 2,
+                                                    "warps_n": 2})
 
 
 def test_refusals_carry_reasons():
     t = tiling.Tiling(64, 64, 32, 2, 2, 3, 8, "tap")
     small_k = ConvShape(1, 32, 5, 5, 64, 1)  # one K-tile cannot be split 8 ways
-    support = P.Pipelined(t.as_dict()).supports(small_k)
+    support = get_variant("pipelined").configured(t.as_dict()).supports(small_k)
     assert not support and "split-K 8 exceeds the 1 K-tiles" in support.reason
     huge = ConvShape(20000, 1, 400, 400, 8, 3)  # 3.2e9 output pixels
-    support = P.Pipelined().supports(huge)
+    support = get_variant("pipelined").supports(huge)
     assert not support and "32-bit pixel index" in support.reason
     with pytest.raises(ConvlabError, match="32-bit pixel index"):
-        P.Pipelined().prepare(huge, np.zeros(huge.weight_shape, dtype=np.float32))
+        get_variant("pipelined").prepare(huge, np.zeros(huge.weight_shape, dtype=np.float32))
 
 
 def test_every_feature_and_relu_are_supported():
@@ -294,9 +296,9 @@ def test_b_gather_threads_cover_the_tile_once(t):
 def test_cost_model_prefers_unpadded_tiles():
     """conv1's 96 channels: a 96-row tile does a quarter less work than a 128-row one."""
     shape = LAYERS["conv1"]
-    best = P.Pipelined().config_for(shape)
+    best = get_variant("pipelined").config_for(shape)
     assert best.bm == 96 and best.gather == "table"
-    conv2 = P.Pipelined().config_for(LAYERS["conv2"])
+    conv2 = get_variant("pipelined").config_for(LAYERS["conv2"])
     assert conv2.gather == "tap" and 48 % conv2.bk == 0
 
 

@@ -213,9 +213,10 @@ def test_lookup_of_a_registered_variant(cache):
 def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     """On an H100, `convlab tune --kernel pipelined` stored a tiling that `compare` then did
     not use: the variant never read the cache."""
-    from convlab.kernels.pipelined import Pipelined, Pipelined3xTF32, ranked
+    from convlab.kernels import get_variant
+    from convlab.kernels.pipelined import ranked
 
-    variant = Pipelined()
+    variant = get_variant("pipelined")
     default = variant.config_for(SHAPE, RELU)
     other = next(c for c in variant.configs(SHAPE, RELU) if c != default).as_dict()
     key = tuning.cache_key(DEVICE, variant.name, tuning.source_hash(variant), SHAPE, RELU)
@@ -224,7 +225,7 @@ def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     assert variant.defines(SHAPE, RELU)["BN"] == other["bn"]
     assert variant.config_for(SHAPE, None) == default  # another epilogue, another entry
     # a variant reads only its own entries
-    assert Pipelined3xTF32().config_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32")[0]
+    assert get_variant("pipelined-3xtf32").config_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32")[0]
     fixed = variant.configured(default)
     assert fixed.config_for(SHAPE, RELU) == default  # a fixed tiling (what tune times) wins
     tuning.store(key, {"config": {**other, "bm": "huge"}})
@@ -535,12 +536,12 @@ def test_shipped_tunings_match_todays_kernels_and_their_layers():
 def test_lookup_falls_back_to_the_shipped_tunings(tmp_path, monkeypatch):
     """A fresh install on a GPU the shipped tunings cover gets their tiling; another GPU gets
     none (the heuristic's); the user's own `convlab tune` result wins over the shipped one."""
-    from convlab.kernels import VARIANTS
+    from convlab.kernels import get_variant
 
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
     entry = next(e for e in shipped_entries().values()
                  if e["variant"] == "wgmma-fp16" and e["shape"]["B"] == 64)  # the ResNet layer
-    variant, shape = VARIANTS["wgmma-fp16"], ConvShape(**entry["shape"])
+    variant, shape = get_variant("wgmma-fp16"), ConvShape(**entry["shape"])
     monkeypatch.setattr(tuning, "device_key", lambda: entry["device"])
     assert tuning.lookup(variant, shape, entry["epilogue"]) == entry["config"]
     assert variant.config_for(shape, entry["epilogue"]).as_dict() == entry["config"]
@@ -552,3 +553,21 @@ def test_lookup_falls_back_to_the_shipped_tunings(tmp_path, monkeypatch):
     assert variant.config_for(shape, entry["epilogue"]) == other
     monkeypatch.setattr(tuning, "device_key", lambda: "Another GPU (CC 9.0)")
     assert tuning.lookup(variant, shape, entry["epilogue"]) is None
+
+
+def test_a_change_to_the_activations_module_retires_a_channels_last_tuning(tmp_path, monkeypatch):
+    """The channels-last family's gather table and staging live in `channels_last`, apart from
+    its class (`pipelined.Pipelined`): an edit there must re-key its tunings as an edit to the
+    class's own module does."""
+    from convlab.kernels import get_variant
+
+    variant = get_variant("channels-last-fp16")
+    before = tuning.source_hash(variant)
+    real = tuning._module_file
+    edited = tmp_path / "channels_last.py"
+    edited.write_text(Path(real(type(variant.activations))).read_text() + "\n# an edit\n")
+    monkeypatch.setattr(tuning, "_module_file", lambda cls: (
+        str(edited) if cls is type(variant.activations) else real(cls)))
+    assert tuning.source_hash(variant) != before
+    assert tuning.source_hash(get_variant("register-tiled")) == tuning._hash(
+        get_variant("register-tiled").source, (real(type(get_variant("register-tiled"))),))

@@ -11,12 +11,13 @@ import pytest
 
 from convlab.errors import ConvlabError
 from convlab.gpu import hardware, jit, tensormap
-from convlab.kernels import VARIANTS, base, wgmma as W
+from convlab.kernels import base, get_variant, wgmma as W
 from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
 from convlab.shapes import ConvShape
 
-VARIANTS_W = [W.Wgmma(), W.Wgmma3xTF32(), W.WgmmaSplitBF16(), W.WgmmaFP16(), W.WgmmaBF16()]
+VARIANTS_W = [get_variant(name) for name in ("wgmma", "wgmma-3xtf32", "wgmma-split-bf16",
+                                              "wgmma-fp16", "wgmma-bf16")]
 SHAPES = [*get_model("alexnet").conv_shapes(128).values(),
           ConvShape(64, 64, 56, 56, 64, 3, pad=1),
           ConvShape(1, 3, 33, 31, 24, 7, stride=2, pad=3, bias=True),  # 7x7 stem, 3 channels
@@ -66,25 +67,26 @@ def test_every_layer_gets_a_valid_tiling(variant):
 
 
 def test_tiling_rules_name_what_is_wrong():
-    fp16 = W.WgmmaFP16()
+    fp16 = get_variant("wgmma-fp16")
     assert "bk must be 64" in fp16.tiling_problem(tiling.Tiling(128, 128, 32, 8, 1, 4, 1, "tap"))
     assert "warpgroup" in fp16.tiling_problem(tiling.Tiling(128, 128, 64, 4, 2, 4, 1, "tap"))
     assert "bn must be one of" in fp16.tiling_problem(tiling.Tiling(64, 48, 64, 4, 1, 4, 1, "tap"))
     assert "stages" in fp16.tiling_problem(tiling.Tiling(64, 64, 64, 4, 1, 2, 1, "tap"))
     assert "shared memory" in fp16.tiling_problem(tiling.Tiling(128, 256, 64, 8, 1, 8, 1, "tap"))
     with pytest.raises(ValueError, match="bk must be 32"):
-        W.Wgmma({"bm": 64, "bn": 64, "bk": 64, "warps_m": 4, "warps_n": 1, "stages": 3,
-                 "split_k": 1, "gather": "tap"})
+        get_variant("wgmma").configured({"bm": 64, "bn": 64, "bk": 64, "warps_m": 4,
+                                         "warps_n": 1, "stages": 3, "split_k": 1,
+                                         "gather": "tap"})
 
 
 def test_the_registry_names_the_gpu_a_wgmma_variant_needs(monkeypatch):
     shape = ConvShape(2, 64, 9, 9, 32, 3, pad=1)
     monkeypatch.setattr(base, "compute_capability", lambda: (8, 0))
-    support = VARIANTS["wgmma-fp16"].supports(shape)
+    support = get_variant("wgmma-fp16").supports(shape)
     assert not support and "compute capability 9.0" in support.reason and "8.0" in support.reason
-    assert VARIANTS["channels-last-fp16"].supports(shape)
+    assert get_variant("channels-last-fp16").supports(shape)
     monkeypatch.setattr(base, "compute_capability", lambda: (9, 0))
-    assert VARIANTS["wgmma-fp16"].supports(shape)
+    assert get_variant("wgmma-fp16").supports(shape)
 
 
 def test_the_cubin_cache_compiles_once(monkeypatch, tmp_path):
@@ -107,7 +109,7 @@ def test_the_cubin_cache_compiles_once(monkeypatch, tmp_path):
 
 def test_the_wgmma_kernel_assembles_to_warpgroup_mmas():
     """The cubin for sm_90a holds the wgmma instructions (an sm_90 build rejects them)."""
-    variant = VARIANTS["wgmma-fp16"]
+    variant = get_variant("wgmma-fp16")
     shape = SHAPES[2]
     options = variant.compile_options(shape, "relu")
     assert jit.compile_cubin(variant.name, variant.source, options, "sm_90a")[:4] == b"\x7fELF"
@@ -118,7 +120,7 @@ def test_the_wgmma_kernel_assembles_to_warpgroup_mmas():
 def test_3xtf32_packs_each_a_tile_as_a_big_then_a_small_swizzled_tile():
     """The kernel reads A's small tile BM*128 bytes after its big one: the host's image holds
     TF32 values at the descriptor's swizzled bytes that add up to the filters to ~2^-22."""
-    variant = W.Wgmma3xTF32()
+    variant = get_variant("wgmma-3xtf32")
     shape = ConvShape(2, 32, 6, 6, 70, 3, pad=1)
     t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
     rng = np.random.default_rng(1)
@@ -149,8 +151,8 @@ def test_the_bf16_cross_products_pack_a_as_big_then_small_bf16_halves_of_each_ro
     shape = ConvShape(2, 32, 6, 6, 70, 3, pad=1)
     t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
     weights = np.random.default_rng(2).standard_normal(shape.weight_shape).astype(np.float32)
-    packed = W.WgmmaSplitBF16().packed_weights(weights, shape, t)
-    three = W.Wgmma3xTF32().packed_weights(weights, shape, t)
+    packed = get_variant("wgmma-split-bf16").packed_weights(weights, shape, t)
+    three = get_variant("wgmma-3xtf32").packed_weights(weights, shape, t)
     assert packed.shape == three.shape and np.array_equal(packed[..., 0, :], three[..., 0, :])
     a = packing.gemm_weights(weights, shape, t, "NHWC")
     raw = packed.view(np.uint8).reshape(1, 2, 9, 2, t.bm * 128)
@@ -168,11 +170,11 @@ def test_the_bf16_cross_products_pack_a_as_big_then_small_bf16_halves_of_each_ro
 
 
 def test_the_bf16_cross_products_need_a_reduction_of_1024_terms():
-    variant = W.WgmmaSplitBF16()
+    variant = get_variant("wgmma-split-bf16")
     small = ConvShape(2, 112, 6, 6, 64, 3, pad=1)  # 1,008 terms
     assert not variant.supports(small) and "1024" in variant.supports(small).reason
     assert variant.supports(ConvShape(2, 256, 6, 6, 64, 2))  # 1,024
-    assert W.Wgmma3xTF32().supports(small)
+    assert get_variant("wgmma-3xtf32").supports(small)
     assert variant.arithmetic(small).flops == 2 * small.flops  # TF32 + two BF16 at 2x the rate
 
 
@@ -185,22 +187,22 @@ def test_3xtf32_partial_sums_span_k_tiles_in_the_grid_schedule_only():
     assert wgmma.part_ktiles(1200, t, 38) == 5  # 173 terms
     assert wgmma.part_ktiles(4608, t, 6) == 6  # 339 terms, but the layer has 6 K-tiles
     shape = ConvShape(2, 48, 9, 9, 128, 5, pad=2)  # 1,200 terms
-    for variant in (W.Wgmma3xTF32(), W.WgmmaSplitBF16()):
+    for variant in (get_variant(n) for n in ("wgmma-3xtf32", "wgmma-split-bf16")):
         grid = variant.configured(t).defines(shape)
         assert grid["PART_KTILES"] == 5
         assert "PART_KTILES" not in variant.configured(persistent(t)).defines(shape)
         assert grid.get("CROSS_BF16", 0) == (variant.name == "wgmma-split-bf16")
-    assert "PART_KTILES" not in W.Wgmma().configured(t).defines(shape)
+    assert "PART_KTILES" not in get_variant("wgmma").configured(t).defines(shape)
 
 
 def test_3xtf32_tilings_keep_two_accumulator_sets_in_registers():
-    variant = W.Wgmma3xTF32()
+    variant = get_variant("wgmma-3xtf32")
     wide = tiling.Tiling(64, 160, 32, 4, 1, 4, 1, "tap")
     assert "two accumulator sets" in variant.tiling_problem(wide)
-    assert not W.Wgmma().tiling_problem(wide)
+    assert not get_variant("wgmma").tiling_problem(wide)
     assert not variant.tiling_problem(tiling.Tiling(64, 128, 32, 4, 1, 4, 1, "tap"))
     t = tiling.Tiling(128, 96, 32, 8, 1, 3, 1, "tap")
-    assert variant.smem_bytes(t) == 2 * W.Wgmma().smem_bytes(t) - wgmma.SWIZZLE_ALIGN
+    assert variant.smem_bytes(t) == 2 * get_variant("wgmma").smem_bytes(t) - wgmma.SWIZZLE_ALIGN
     assert all(c.bn <= 128 for s in SHAPES for c in variant.configs(s))
 
 
@@ -308,7 +310,7 @@ def test_the_fp16_store_builds_in_16_byte_vectors():
     with no spills and no serialized wgmma."""
     shape = ConvShape(16, 128, 112, 112, 128, 3, pad=1)
     t = persistent(tiling.Tiling(128, 256, 64, 8, 1, 4, 1, "tap"))
-    v = W.WgmmaFP16().configured(t).writing(np.dtype(np.float16))
+    v = get_variant("wgmma-fp16").configured(t).writing(np.dtype(np.float16))
     options = v.compile_options(shape) + ("-Xptxas=-v",)
     assert "-DOUT_HALF=1" in options and f"-DSTORE_SCRATCH={wgmma.STORE_SCRATCH}" in options
     result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
@@ -330,18 +332,18 @@ def test_persistent_blocks_per_sm_count_the_accumulators():
 
 def test_persistent_tilings_split_k_where_the_grid_ones_do_and_only_wgmma_runs_them():
     t = persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap"))
-    assert not W.WgmmaFP16().tiling_problem(t)
-    assert not W.WgmmaFP16().tiling_problem(dataclasses.replace(t, split_k=2))
+    assert not get_variant("wgmma-fp16").tiling_problem(t)
+    assert not get_variant("wgmma-fp16").tiling_problem(dataclasses.replace(t, split_k=2))
     halo = tiling.Tiling(64, 64, 64, 4, 1, 4, 2, "tap", "halo", 2)
-    assert "no split-K" in W.WgmmaFP16().tiling_problem(halo)
+    assert "no split-K" in get_variant("wgmma-fp16").tiling_problem(halo)
     split_3xtf32 = dataclasses.replace(t, bm=128, warps_m=8, bk=32, split_k=2)
-    assert "at most 96" in W.Wgmma3xTF32().tiling_problem(split_3xtf32)
-    assert not W.Wgmma3xTF32().tiling_problem(dataclasses.replace(split_3xtf32, bn=96))
-    assert not W.Wgmma3xTF32().tiling_problem(  # one warpgroup
+    assert "at most 96" in get_variant("wgmma-3xtf32").tiling_problem(split_3xtf32)
+    assert not get_variant("wgmma-3xtf32").tiling_problem(dataclasses.replace(split_3xtf32, bn=96))
+    assert not get_variant("wgmma-3xtf32").tiling_problem(  # one warpgroup
         dataclasses.replace(split_3xtf32, bm=64, warps_m=4))
-    assert "schedule must be" in W.WgmmaFP16().tiling_problem(
+    assert "schedule must be" in get_variant("wgmma-fp16").tiling_problem(
         dataclasses.replace(t, schedule="stream-k"))
-    channels_last = VARIANTS["channels-last-fp16"]
+    channels_last = get_variant("channels-last-fp16")
     assert "needs wgmma" in channels_last.tiling_problem(
         persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")))
     assert t.brief() == "64x128x64 4x1w s4 k1 tap ws" and t.block_threads == 256
@@ -349,12 +351,12 @@ def test_persistent_tilings_split_k_where_the_grid_ones_do_and_only_wgmma_runs_t
     saved = {k: v for k, v in t.as_dict().items() if k != "schedule"}
     assert tiling.Tiling.from_dict(saved).schedule == "grid"
     for shape in SHAPES:
-        ranked = W.WgmmaFP16().ranked(shape)
+        ranked = get_variant("wgmma-fp16").ranked(shape)
         assert any(c.schedule == "persistent" for c in ranked)
         assert ({c.split_k for c in ranked if c.schedule == "grid"}
                 == {c.split_k for c in ranked if c.schedule == "persistent"})
     small = ConvShape(1, 512, 7, 7, 512, 3, pad=1)  # 4 tiles of 128 x 128 for 132 SMs
-    assert {(c.split_k, c.gather) for c in W.WgmmaFP16().ranked(small)
+    assert {(c.split_k, c.gather) for c in get_variant("wgmma-fp16").ranked(small)
             if c.schedule == "persistent"} >= {(8, "tap"), (8, "tma")}
 
 
@@ -362,11 +364,11 @@ def test_the_persistent_schedule_keeps_no_c_tile_and_fills_the_gpu_once(monkeypa
     """Stages and barriers only (its epilogue stores from registers); as many blocks as the
     SMs hold at once, or one per tile where there are fewer."""
     monkeypatch.setattr(hardware, "current", lambda: hardware.H100)  # 132 SMs, any host
-    fp16 = W.WgmmaFP16()
+    fp16 = get_variant("wgmma-fp16")
     t = persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap"))
     stages = 4 * (64 + 128) * 128 + 16 * 4  # and for fp16 the store's scratch, 4 warps'
     assert fp16.smem_bytes(t) == stages + 4 * wgmma.STORE_SCRATCH + wgmma.SWIZZLE_ALIGN
-    assert W.Wgmma().smem_bytes(dataclasses.replace(t, bk=32)) == (
+    assert get_variant("wgmma").smem_bytes(dataclasses.replace(t, bk=32)) == (
         4 * (64 + 128) * 128 + 16 * 4 + wgmma.SWIZZLE_ALIGN)
     assert wgmma.blocks_per_sm(t, "fp16") == 2
     big = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
@@ -382,7 +384,7 @@ def test_a_wgmma_gather_with_too_many_rows_per_thread_is_refused():
     """AlexNet conv1 in fp16 (4 channels: 8-byte vectors, 16 to a 128-byte row) on a 64x192
     tile: 24 rows for each of 128 threads, beyond the 16 a thread keeps origins for. The check
     was once skipped for wgmma (it named the layout "NHWC" where the rule expects "nhwc")."""
-    fp16 = W.WgmmaFP16()
+    fp16 = get_variant("wgmma-fp16")
     conv1 = get_model("alexnet").conv_shapes(128)["conv1"]
     t = tiling.Tiling(64, 192, 64, 4, 1, 3, 1, "table")
     assert not fp16.tiling_problem(t)
@@ -441,8 +443,8 @@ def test_a_halo_tile_is_whole_output_rows_on_the_padded_grid():
     assert tiling.Tiling.from_dict(t.as_dict()) == t and t.as_dict()["rows"] == 4
     grid = tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")
     assert "rows" not in grid.as_dict() and tiling.Tiling.from_dict(grid.as_dict()) == grid
-    assert not W.WgmmaFP16().tiling_problem(t)
-    assert not W.WgmmaFP16().shape_problem(RESNET, t)
+    assert not get_variant("wgmma-fp16").tiling_problem(t)
+    assert not get_variant("wgmma-fp16").shape_problem(RESNET, t)
     # 3 output rows of 13 + 2 columns: N 43 -> 48; a last row block of one row
     conv3 = get_model("alexnet").conv_shapes(128)["conv3"]
     assert wgmma.halo.halo_bn(conv3, 3) == 48
@@ -450,10 +452,10 @@ def test_a_halo_tile_is_whole_output_rows_on_the_padded_grid():
 
 
 def test_the_halo_schedule_refuses_what_it_cannot_run():
-    fp16 = W.WgmmaFP16()
+    fp16 = get_variant("wgmma-fp16")
     t = halo(64, 2, 4)
     assert "no split-K" in fp16.tiling_problem(dataclasses.replace(t, split_k=2))
-    assert "3xTF32" in W.Wgmma3xTF32().tiling_problem(halo(64, 2, 4, maths="3xtf32"))
+    assert "3xTF32" in get_variant("wgmma-3xtf32").tiling_problem(halo(64, 2, 4, maths="3xtf32"))
     assert "gather 'tap'" in fp16.tiling_problem(dataclasses.replace(t, gather="table"))
     assert "bn must be 120" in fp16.shape_problem(RESNET, dataclasses.replace(t, bn=128))
     assert "stride 1" in fp16.shape_problem(dataclasses.replace(RESNET, stride=2), t)
@@ -471,16 +473,16 @@ def test_the_halo_schedule_refuses_what_it_cannot_run():
         wgmma.smem_bytes(t, "fp16")
     grid = tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")
     assert "halo schedule's" in fp16.tiling_problem(dataclasses.replace(grid, rows=2))
-    assert "needs wgmma" in VARIANTS["channels-last-fp16"].tiling_problem(
+    assert "needs wgmma" in get_variant("channels-last-fp16").tiling_problem(
         dataclasses.replace(grid, rows=2))
-    assert "schedule must be 'grid', not 'foo'" in VARIANTS["channels-last-fp16"].tiling_problem(
+    assert "schedule must be 'grid', not 'foo'" in get_variant("channels-last-fp16").tiling_problem(
         dataclasses.replace(grid, schedule="foo"))
     assert not [c for c in fp16.ranked(conv2) if c.schedule == "halo"]
 
 
 def test_the_tuner_is_offered_halo_tilings_where_a_layer_has_them(monkeypatch):
     monkeypatch.setattr(hardware, "current", lambda: hardware.H100)
-    for variant in (W.WgmmaFP16(), W.Wgmma()):
+    for variant in (get_variant(n) for n in ("wgmma-fp16", "wgmma")):
         configs = variant.configs(RESNET)
         assert len(configs) == tiling.MAX_CONFIGS
         assert sum(c.schedule == "halo" for c in configs) == W.HALO_CONFIGS
@@ -489,11 +491,12 @@ def test_the_tuner_is_offered_halo_tilings_where_a_layer_has_them(monkeypatch):
         assert variant.launch_grid(k, t) == (132 * wgmma.blocks_per_sm(t, variant.maths, k), 1, 1)
     small = ConvShape(2, 64, 5, 5, 64, 3, pad=1)  # 2 images x 1 row block < the SMs
     t = halo(64, 5, 4, small)
-    assert W.WgmmaFP16().launch_grid(small, t) == (2, 1, 1)
+    assert get_variant("wgmma-fp16").launch_grid(small, t) == (2, 1, 1)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16()], ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16")],
+                         ids=lambda v: v.name)
 def test_halo_tilings_build_without_spills(variant):
     """Filters resident (a buffer per K-tile) and in a ring, two warpgroups with registers
     moved to them, an N past a multiple of 32 (a tail wgmma) and one below 32 (the tail
@@ -525,12 +528,13 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks(
     persistent schedule's stages; 3xTF32 splits B as its copies land, which a copy engine
     cannot; the mma.sync family has no copy engine loader at all."""
     t = tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tap")
-    fp16 = W.WgmmaFP16()
+    fp16 = get_variant("wgmma-fp16")
     assert not fp16.tiling_problem(tma(t))
     assert "persistent schedule only" in fp16.tiling_problem(dataclasses.replace(t, gather="tma"))
     assert "persistent schedule only" in fp16.tiling_problem(
         dataclasses.replace(tma(t), schedule="halo", rows=2))
-    assert "3xTF32" in W.Wgmma3xTF32().tiling_problem(tma(dataclasses.replace(t, bk=32)))
+    three = get_variant("wgmma-3xtf32")
+    assert "3xTF32" in three.tiling_problem(tma(dataclasses.replace(t, bk=32)))
     assert "needs wgmma" in tiling.tiling_problem(dataclasses.replace(t, gather="tma"), "fp16")
     whole = ConvShape(8, 128, 14, 14, 64, 3, pad=1, groups=2)  # 64 channels a group
     part = ConvShape(8, 96, 14, 14, 64, 3, pad=1, groups=2)  # 48
@@ -542,7 +546,7 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks(
                                                    tma(t))
 
 
-@pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()],
+@pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16", "wgmma-bf16")],
                          ids=lambda v: v.name)
 def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
     """Every persistent tap tiling of a layer with whole channel chunks has its "tma" twin,
@@ -561,7 +565,7 @@ def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
                                                "NHWC"))
 
 
-@pytest.mark.parametrize("variant", [W.Wgmma(), W.WgmmaFP16(), W.WgmmaBF16()],
+@pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16", "wgmma-bf16")],
                          ids=lambda v: v.name)
 def test_the_tma_gather_builds_with_one_loader_thread(variant):
     """conv3's widest two-warpgroup tma tiling builds without spills or serialized wgmmas;

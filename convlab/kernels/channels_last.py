@@ -1,7 +1,8 @@
 """channels-last: the pipelined implicit GEMM over NHWC activations, in TF32, 3xTF32, FP16 and
-BF16. Same mainloop, split-K reduce and tiling space as `pipelined`; a different gather
+BF16 (kernels.IGEMM_FORMS registers them as `pipelined.Pipelined` reading NHWC_ACTIVATIONS).
+Same mainloop, split-K reduce and tiling space as `pipelined`; a different gather
 (igemm.gather_nhwc), epilogue (NHWC stores) and staging (the input transposed, converted and
-channel-padded once, where it enters)."""
+channel-padded once, where it enters). The wgmma family reads the same activations."""
 
 from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
@@ -31,20 +32,19 @@ SOURCE = (r"""
 
 from dataclasses import replace  # noqa: E402
 
+import numpy as np  # noqa: E402
+
 from ..shapes import FEATURES, NHWC, ConvShape, is_channels_last  # noqa: E402
-from .base import split_tf32_arithmetic  # noqa: E402
 from .igemm.packing import stage_channels_last  # noqa: E402
 from .igemm.tiling import Tiling, channel_vector, padded_group_channels  # noqa: E402
-from .pipelined import Pipelined  # noqa: E402
 
 
-class ChannelsLast(Pipelined):
-    name = "channels-last"
-    summary = "pipelined implicit GEMM over NHWC: 16-byte cp.async rows, TF32"
-    precision = "tf32"
-    maths = "tf32"
-    source = SOURCE
+class NhwcActivations:
+    """Channels-last activations: a pixel's channels contiguous, each group's channels padded
+    to whole 16-byte vectors (AlexNet's conv1: 3 -> 4), the input staged once where it enters."""
+
     layout = NHWC
+    source = SOURCE
     # The NHWC gather finds each tap's offset from KH, KW and DIL: rectangular and dilated
     # filters cost nothing beyond the square ones (the NCHW family keeps square filters).
     general = frozenset(FEATURES)
@@ -53,52 +53,27 @@ class ChannelsLast(Pipelined):
     # variant's precision (as PyTorch's TF32 and fp16 networks run their FC layers).
     runs_dense = True
 
-    def kernel_shape(self, shape: ConvShape) -> ConvShape:
-        cg = padded_group_channels(shape.Cg, self.maths)
+    def kernel_shape(self, shape: ConvShape, maths: str) -> ConvShape:
+        cg = padded_group_channels(shape.Cg, maths)
         return shape if cg == shape.Cg else replace(shape, C=cg * shape.groups)
 
-    def layout_defines(self, k: ConvShape) -> dict[str, int]:
-        return {"NHWC": 1, "VEC": channel_vector(k.Cg, self.maths)}
+    def defines(self, k: ConvShape, maths: str) -> dict[str, int]:
+        return {"NHWC": 1, "VEC": channel_vector(k.Cg, maths)}
 
-    def gather_table(self, shape: ConvShape, t: Tiling):
-        return gather_nhwc.gather_table(shape, t, channel_vector(shape.Cg, self.maths))
+    def gather_table(self, shape: ConvShape, t: Tiling, maths: str) -> np.ndarray:
+        return gather_nhwc.gather_table(shape, t, channel_vector(shape.Cg, maths))
 
-    def stager(self, shape: ConvShape):
+    def stager(self, shape: ConvShape, maths: str):
         """NCHW or channels-last float32 in; NHWC out, converted and channel-padded (an input
         that is already what the kernel reads passes through untouched)."""
-        cg = self.kernel_shape(shape).Cg
-        maths = self.maths
+        cg = self.kernel_shape(shape, maths).Cg
         return lambda x, out: stage_channels_last(x, out, shape, cg, maths)
 
-    def input_problem(self, x, k: ConvShape) -> str:
-        problem = super().input_problem(x, k)
-        if problem:
-            return problem
+    def input_problem(self, x, k: ConvShape, name: str) -> str:
         if x.ndim != 4 or x.shape[1] != k.C or not is_channels_last(x):
-            return (f"'{self.name}' reads a channels-last input of {k.C} channels, got "
+            return (f"'{name}' reads a channels-last input of {k.C} channels, got "
                     f"shape {tuple(x.shape)}, strides {tuple(x.strides)}: pass op.stage(x)")
         return ""
 
 
-class ChannelsLast3xTF32(ChannelsLast):
-    name = "channels-last-3xtf32"
-    summary = "channels-last with split TF32 operands (3 MMAs per step): FP32-level accuracy"
-    precision = "fp32"
-    maths = "3xtf32"
-
-    def arithmetic(self, shape):
-        return split_tf32_arithmetic(shape)
-
-
-class ChannelsLastFP16(ChannelsLast):
-    name = "channels-last-fp16"
-    summary = "channels-last on fp16 inputs and filters (m16n8k16, ldmatrix), FP32 accumulation"
-    precision = "fp16"
-    maths = "fp16"
-
-
-class ChannelsLastBF16(ChannelsLast):
-    name = "channels-last-bf16"
-    summary = "channels-last on bf16 inputs and filters (m16n8k16, ldmatrix), FP32 accumulation"
-    precision = "bf16"
-    maths = "bf16"
+NHWC_ACTIVATIONS = NhwcActivations()

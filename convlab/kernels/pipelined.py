@@ -40,14 +40,15 @@ SOURCE = (r"""
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW)
 
 import dataclasses  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
 from ..gpu.elements import FLOAT16, FLOAT32, element_defines  # noqa: E402
-from ..shapes import SQUARE_FEATURES, ConvShape  # noqa: E402
-from .base import (RELU, Op, Support, Variant, check_inputs, check_supported,  # noqa: E402
-                   device_weights, split_tf32_arithmetic)
+from ..shapes import NCHW, SQUARE_FEATURES, ConvShape  # noqa: E402
+from .base import (RELU, Arithmetic, Op, Support, Variant, check_inputs,  # noqa: E402
+                   check_supported, device_weights, direct_arithmetic, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
 from .igemm.packing import pack_weights, stage_dtype, stage_nchw  # noqa: E402
@@ -56,24 +57,79 @@ from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,
 
 # --- the variants -------------------------------------------------------------------------------
 
-class Pipelined(Variant):
-    """The implicit GEMM over NCHW activations; `channels_last` holds its NHWC subclasses, which
-    change the gather, the epilogue and the staging (`layout` selects them)."""
 
-    name = "pipelined"
-    summary = "cp.async-pipelined implicit GEMM, mma.sync TF32, tuned tiles, split-K"
-    precision = "tf32"
-    maths = "tf32"
+@dataclass(frozen=True)
+class Form:
+    """One registered member of an implicit-GEMM family (kernels.IGEMM_FORMS): its name and
+    line, its precision class, the maths its MMAs do (igemm.tiling.MODES) and, for the fp32
+    class on wgmma, whether 3xTF32's cross products run in BF16."""
+
+    name: str
+    summary: str
+    precision: str
+    maths: str
+    cross_bf16: bool = False
+
+    def arithmetic(self, shape: ConvShape) -> Arithmetic:
+        """What the floor counts: three TF32 products per FP32 one for 3xTF32, one TF32 and
+        two BF16 products (counted as two TF32 ones' worth) with the cross products in BF16."""
+        if self.cross_bf16:
+            return Arithmetic("tf32", 2 * shape.flops, "TF32+2xBF16")
+        if self.maths == "3xtf32":
+            return split_tf32_arithmetic(shape)
+        return direct_arithmetic(shape, self.precision)
+
+
+class NchwActivations:
+    """The activations as the network holds them (NCHW): the kernel reads the layer as it is,
+    square filters only, a gather table where K runs in the weights' own order, and fp16/bf16
+    inputs converted once outside the kernel."""
+
+    layout = NCHW
     source = SOURCE
     general = SQUARE_FEATURES
-    epilogues = (RELU,)
+    runs_dense = False
 
+    def kernel_shape(self, shape: ConvShape, maths: str) -> ConvShape:
+        return shape
+
+    def defines(self, k: ConvShape, maths: str) -> dict[str, int]:
+        return {"NHWC": 0}
+
+    def gather_table(self, shape: ConvShape, t: Tiling, maths: str) -> np.ndarray:
+        return gather_table(shape, t)
+
+    def stager(self, shape: ConvShape, maths: str):
+        """The Op's stage_input: fp16/bf16 conversion of the NCHW input (None for 4-byte maths)."""
+        if maths not in ("fp16", "bf16"):
+            return None
+        return lambda x, out: stage_nchw(x, out, maths)
+
+    def input_problem(self, x, k: ConvShape, name: str) -> str:
+        return ""
+
+
+NCHW_ACTIVATIONS = NchwActivations()
+
+
+class Pipelined(Variant):
+    """The implicit GEMM on `mma.sync`, one family for every maths and both layouts: a Form
+    (name, precision, maths) and the activations it reads (NCHW here, channels-last in
+    `channels_last`, which change the gather, the epilogue and the staging)."""
+
+    epilogues = (RELU,)
     config_type = Tiling
     output_dtypes = (FLOAT32, FLOAT16)
 
-    def __init__(self, config: Tiling | dict | None = None, output_dtype=FLOAT32):
+    def __init__(self, form: Form, activations=NCHW_ACTIVATIONS,
+                 config: Tiling | dict | None = None, output_dtype=FLOAT32):
         """Without a config, each shape gets the cost model's first choice (`estimate`);
         `output_dtype`: float32, or float16 for an fp16 conv after it (`writing`)."""
+        self.form, self.activations = form, activations
+        self.name, self.summary = form.name, form.summary
+        self.precision, self.maths = form.precision, form.maths
+        self.layout, self.general = activations.layout, activations.general
+        self.runs_dense = activations.runs_dense
         self.output_dtype = np.dtype(output_dtype)
         self.tiling = None
         if config is not None:
@@ -83,9 +139,16 @@ class Pipelined(Variant):
                 raise ValueError(f"invalid {self.name} config {tiling.as_dict()}: {problem}")
             self.tiling = tiling
 
+    @property
+    def source(self) -> str:
+        return self.activations.source
+
+    def arithmetic(self, shape):
+        return self.form.arithmetic(shape)
+
     def kernel_shape(self, shape: ConvShape) -> ConvShape:
         """The layer as the kernel computes it (channels-last kernels pad the channels)."""
-        return shape
+        return self.activations.kernel_shape(shape, self.maths)
 
     def fixed_config(self):
         # every field, `rows` too: Tiling.as_dict leaves out a zero one, and a tiling fixed
@@ -140,10 +203,10 @@ class Pipelined(Variant):
         return diverse(self.ranked(shape), MAX_CONFIGS)
 
     def configured(self, config):
-        return type(self)(config, self.output_dtype)
+        return type(self)(self.form, self.activations, config, self.output_dtype)
 
     def _writing(self, dtype):
-        return type(self)(self.tiling, dtype)
+        return type(self)(self.form, self.activations, self.tiling, dtype)
 
     def defines(self, shape, epilogue=None):
         t = self.config_for(shape, epilogue)
@@ -160,7 +223,7 @@ class Pipelined(Variant):
                 **element_defines(FLOAT32, self.output_dtype)}
 
     def layout_defines(self, k: ConvShape) -> dict[str, int]:
-        return {"NHWC": 0}
+        return self.activations.defines(k, self.maths)
 
     def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
         """A block per output tile and K-split, groups along y."""
@@ -170,14 +233,10 @@ class Pipelined(Variant):
         return np.dtype(stage_dtype(self.maths))
 
     def gather_table(self, shape: ConvShape, t: Tiling) -> np.ndarray:
-        return gather_table(shape, t)
+        return self.activations.gather_table(shape, t, self.maths)
 
     def stager(self, shape: ConvShape):
-        """The Op's stage_input: fp16/bf16 conversion of the NCHW input (None for 4-byte maths)."""
-        if self.maths not in ("fp16", "bf16"):
-            return None
-        maths = self.maths
-        return lambda x, out: stage_nchw(x, out, maths)
+        return self.activations.stager(shape, self.maths)
 
     def input_argument(self, k: ConvShape, t: Tiling):
         """x -> a last kernel argument that depends on the input, for tilings that take one
@@ -189,7 +248,7 @@ class Pipelined(Variant):
         dtype = np.dtype(self.input_dtype())
         if x.dtype != dtype:
             return f"'{self.name}' reads {dtype} input, got {x.dtype}: pass op.stage(x)"
-        return ""
+        return self.activations.input_problem(x, k, self.name)
 
     def prepare(self, shape, weights, epilogue=None, bias=None):
         check_inputs(self, shape, epilogue, bias)
@@ -230,27 +289,3 @@ class Pipelined(Variant):
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stager(shape),
                   layout=self.layout, output_dtype=self.output_dtype)
-
-
-class Pipelined3xTF32(Pipelined):
-    name = "pipelined-3xtf32"
-    summary = "pipelined with split TF32 operands (3 MMAs per step): FP32-level accuracy"
-    precision = "fp32"
-    maths = "3xtf32"
-
-    def arithmetic(self, shape):
-        return split_tf32_arithmetic(shape)
-
-
-class PipelinedFP16(Pipelined):
-    name = "pipelined-fp16"
-    summary = "pipelined on fp16 inputs and filters (m16n8k16, ldmatrix), FP32 accumulation"
-    precision = "fp16"
-    maths = "fp16"
-
-
-class PipelinedBF16(PipelinedFP16):
-    name = "pipelined-bf16"
-    summary = "pipelined on bf16 inputs and filters (m16n8k16, ldmatrix), FP32 accumulation"
-    precision = "bf16"
-    maths = "bf16"

@@ -86,13 +86,15 @@ from functools import lru_cache  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..gpu import hardware, tensormap  # noqa: E402
+from ..gpu.elements import FLOAT32  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
-from .channels_last import ChannelsLast  # noqa: E402
-from .base import Arithmetic, Support, split_tf32_arithmetic  # noqa: E402
+from .base import Support  # noqa: E402
+from .channels_last import NHWC_ACTIVATIONS  # noqa: E402
 from .igemm import learned  # noqa: E402
 from .igemm.cost import diverse  # noqa: E402
 from .igemm.packing import cross_bf16, gemm_weights, operand_parts, round_tf32  # noqa: E402
 from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
+from .pipelined import Form, Pipelined  # noqa: E402
 
 HALO_CONFIGS = 4
 
@@ -108,14 +110,32 @@ def _offered(k: ConvShape, maths: str) -> tuple[Tiling, ...]:
                                                             wgmma.estimate(k, t, maths))))
 
 
-class Wgmma(ChannelsLast):
-    name = "wgmma"
-    summary = "channels-last implicit GEMM on Hopper wgmma (sm_90a), swizzled smem, TF32"
-    precision = "tf32"
-    maths = "tf32"
+class Wgmma(Pipelined):
+    """The implicit GEMM on Hopper's `wgmma`, one family for every maths (kernels.IGEMM_FORMS),
+    over channels-last activations. Its fp32 class has two forms: 3xTF32, and
+    `wgmma-split-bf16` (Form.cross_bf16), which forms 3xTF32's two cross products in BF16 at
+    twice TF32's rate: one TF32 and two BF16 products a step take the tensor cores 2/3 of
+    3xTF32's time. BF16 keeps FP32's exponent range; it rounds to 2^-8, so a cross product (a
+    residual of up to 2^-10 of its operand, times the other) errs by up to ~2^-16.8 of the
+    product it corrects (2^-17.1 the largest over 200,000 random pairs, 2^-16.8 found by a
+    search over the bits). Rounding to nearest, those errors take either sign and add as
+    sqrt(n); only where every product is the same (constant data) do they add as n, to at most
+    2^-16.8 * sum|x*w| against the bound's 8 * sqrt(n) * 2^-24 * sum|x*w|: 0.55 of it at
+    MIN_REDUCTION terms, fewer than which stay on 3xTF32."""
+
     source = SOURCE
     arch = "sm_90a"
     compute_capability = (9, 0)
+
+    def __init__(self, form: Form, activations=NHWC_ACTIVATIONS,
+                 config: Tiling | dict | None = None, output_dtype=FLOAT32):
+        super().__init__(form, activations, config, output_dtype)
+
+    def supports(self, shape):
+        if self.form.cross_bf16 and shape.reduction < MIN_REDUCTION:
+            return Support(False, f"a reduction of {shape.reduction} terms: the BF16 cross "
+                                  f"products need at least {MIN_REDUCTION} for the fp32 bound")
+        return super().supports(shape)
 
     def layout_defines(self, k: ConvShape) -> dict[str, int]:
         return {**super().layout_defines(k), "SWIZZLE": 1}
@@ -123,7 +143,8 @@ class Wgmma(ChannelsLast):
     def defines(self, shape, epilogue=None):
         t = self.config_for(shape, epilogue)
         return {**super().defines(shape, epilogue),
-                **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths)}
+                **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths),
+                **({"CROSS_BF16": 1} if self.form.cross_bf16 else {})}
 
     def input_argument(self, k: ConvShape, t: Tiling):
         """The "tma" gather's im2col tensor map of the input, by value (gpu.tensormap)."""
@@ -171,72 +192,18 @@ class Wgmma(ChannelsLast):
 
     def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
         """Each A part (packing.operand_parts) as the kernel's swizzled shared memory holds its
-        tile: [G][MTILES][KTILES][parts][bm*bk]."""
-        parts = operand_parts(gemm_weights(weights, k, t, NHWC), self.maths)
-        return np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
-
-
-class Wgmma3xTF32(Wgmma):
-    name = "wgmma-3xtf32"
-    summary = "wgmma with split TF32 operands (3 products per step): FP32-level accuracy"
-    precision = "fp32"
-    maths = "3xtf32"
-
-    def arithmetic(self, shape):
-        return split_tf32_arithmetic(shape)
-
-
-class WgmmaSplitBF16(Wgmma3xTF32):
-    """3xTF32's split operands with the two cross products in BF16, at twice TF32's rate: one
-    TF32 and two BF16 products a step take the tensor cores 2/3 of 3xTF32's time. BF16 keeps
-    FP32's exponent range; it rounds to 2^-8, so a cross product (a residual of up to 2^-10 of
-    its operand, times the other) errs by up to ~2^-16.8 of the product it corrects (2^-17.1
-    the largest over 200,000 random pairs, 2^-16.8 found by a search over the bits). Rounding
-    to nearest, those errors take either sign and add as sqrt(n); only where every product is
-    the same (constant data) do they add as n, to at most 2^-16.8 * sum|x*w| against the
-    bound's 8 * sqrt(n) * 2^-24 * sum|x*w|: 0.55 of it at MIN_REDUCTION terms, fewer than
-    which stay on 3xTF32."""
-
-    name = "wgmma-split-bf16"
-    summary = ("wgmma, split operands: the big product in TF32, the cross products in BF16 "
-               "(FP32-level accuracy, 2/3 of 3xTF32's tensor time)")
-
-    def arithmetic(self, shape):
-        return Arithmetic("tf32", 2 * shape.flops, "TF32+2xBF16")
-
-    def supports(self, shape):
-        if shape.reduction < MIN_REDUCTION:
-            return Support(False, f"a reduction of {shape.reduction} terms: the BF16 cross "
-                                  f"products need at least {MIN_REDUCTION} for the fp32 bound")
-        return super().supports(shape)
-
-    def defines(self, shape, epilogue=None):
-        return {**super().defines(shape, epilogue), "CROSS_BF16": 1}
-
-    def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
-        """A's TF32 big part, then [big | small] in BF16 per K-tile (packing.cross_bf16), each
-        as the kernel's swizzled shared memory holds its tile: [G][MTILES][KTILES][2][bm*bk]."""
+        tile: [G][MTILES][KTILES][parts][bm*bk]. With the cross products in BF16: A's TF32 big
+        part, then [big | small] in BF16 per K-tile (packing.cross_bf16)."""
         a = gemm_weights(weights, k, t, NHWC)
-        big = wgmma.swizzle_tiles(round_tf32(a), t)
-        cross = wgmma.swizzle_tiles(cross_bf16(a, t.bk), replace(t, bk=2 * t.bk))
-        return np.stack([big, cross.view(np.float32)], axis=3)
+        if self.form.cross_bf16:
+            big = wgmma.swizzle_tiles(round_tf32(a), t)
+            cross = wgmma.swizzle_tiles(cross_bf16(a, t.bk), replace(t, bk=2 * t.bk))
+            return np.stack([big, cross.view(np.float32)], axis=3)
+        parts = operand_parts(a, self.maths)
+        return np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
 
 
 # Reductions below this many terms stay on 3xTF32: the BF16 roundings' worst case (constant
 # data) is 0.55 of the fp32 bound here, and 3xTF32's own arithmetic at most 0.15 of it on
 # same-sign data (tests/test_gpu_pipelined.py).
 MIN_REDUCTION = 1024
-
-
-class WgmmaFP16(Wgmma):
-    name = "wgmma-fp16"
-    summary = "channels-last implicit GEMM on Hopper wgmma (sm_90a), fp16 in, FP32 accumulation"
-    precision = "fp16"
-    maths = "fp16"
-
-
-class WgmmaBF16(Wgmma):
-    name = "wgmma-bf16"
-    summary = "channels-last implicit GEMM on Hopper wgmma (sm_90a), bf16 in, FP32 accumulation"
-    precision = "bf16"
-    maths = "bf16"

@@ -129,6 +129,10 @@ def py_text(name: str, variant: Variant) -> str:
     module = cls.__module__
     resources = LAUNCH_RESOURCES.get(variant.name)
     imports = f"from {module} import {cls.__name__}\n"
+    standard = "from pathlib import Path\n"
+    if getattr(variant, "form", None):
+        standard = "from dataclasses import replace\n" + standard
+        imports = f"from convlab.kernels import get_variant\n{imports}"
     method = ""
     if resources is not None:
         imports += resources[0] + "\n"
@@ -143,15 +147,34 @@ def py_text(name: str, variant: Variant) -> str:
             f"{module.replace('.', '/')}.py): override defines() or prepare() here when your "
             f"kernel\nneeds other constants, another geometry or other arguments.\n"
             '"""\n\n'
-            "from pathlib import Path\n\n"
+            f"{standard}\n"
             f"{imports}\n"
-            f'SOURCE_PATH = Path(__file__).with_name("{name}.cu")\n\n\n'
-            f"class {_class_name(name)}({cls.__name__}):\n"
+            f'SOURCE_PATH = Path(__file__).with_name("{name}.cu")\n'
+            + (_family_class(name, variant, method) if getattr(variant, "form", None)
+               else _rung_class(name, variant, method)))
+
+
+def _rung_class(name: str, variant: Variant, method: str) -> str:
+    return ("\n\n"
+            f"class {_class_name(name)}({type(variant).__name__}):\n"
             f'    name = "{name}"\n'
             f'    summary = "{name}.cu, launched like {variant.name}"\n'
             "    source = SOURCE_PATH.read_text()\n"
             "    source_path = SOURCE_PATH\n"
             f"{method}")
+
+
+def _family_class(name: str, variant: Variant, method: str) -> str:
+    """A family's member is its class with a Form (name, precision, maths) and the activations
+    it reads: the kernel file's takes the rung's, under its own name."""
+    return (f'ORIGIN = get_variant("{variant.name}")\n'
+            f'FORM = replace(ORIGIN.form, name="{name}",\n'
+            f'               summary="{name}.cu, launched like {variant.name}")\n\n\n'
+            f"class {_class_name(name)}({type(variant).__name__}):\n"
+            "    source = SOURCE_PATH.read_text()\n"
+            "    source_path = SOURCE_PATH\n"
+            f"{method}\n\n"
+            f"VARIANT = {_class_name(name)}(FORM, ORIGIN.activations)\n")
 
 
 def scaffold(name: str, origin: str | None = None, folder: Path | str = ".") -> Scaffold:
