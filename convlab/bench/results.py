@@ -109,6 +109,22 @@ def read_json(path: Path):
         raise DataError(f"{path}: not a readable convlab record ({exc})") from None
 
 
+def load_kind(path: Path, kind: str, schema_version: int, parse) -> dict:
+    """A saved record of `kind` ("run", "profile"), checked: of that kind and schema version,
+    and `parse(record)` reads it back; else one DataError naming the file and what is wrong."""
+    record = read_json(path)
+    if not isinstance(record, dict) or record.get("kind") != kind:
+        raise DataError(f"{path}: not a convlab {kind} record (kind is not '{kind}')")
+    if record.get("schema_version") != schema_version:
+        raise DataError(f"{path}: {kind} record schema version {record.get('schema_version')}; "
+                        f"this convlab reads version {schema_version}")
+    try:
+        parse(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"{path}: malformed {kind} record ({type(exc).__name__}: {exc})") from None
+    return record
+
+
 def load_record(path: Path) -> dict:
     record = read_json(path)
     if not isinstance(record, dict) or "schema_version" not in record:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .. import __version__
-from ..errors import ConvlabError, DataError
+from ..errors import ConvlabError
 from . import results as results_io
 from .records import FailedRun, RunResult
 
@@ -62,16 +62,10 @@ def save(record: dict, folder: Path, markdown: str) -> tuple[Path, Path]:
 
 def load_record(path: Path) -> dict:
     """A saved run record, checked to read back; one DataError naming the file otherwise."""
-    record = results_io.read_json(path)
-    if not isinstance(record, dict) or record.get("kind") != KIND:
-        raise DataError(f"{path}: not a convlab run record")
-    if record.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(f"{path}: run record schema version {record.get('schema_version')}; "
-                        f"this convlab reads version {SCHEMA_VERSION}")
-    try:
-        if not runs(record):
-            raise ValueError("it holds no runs")
-        record_name(record)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise DataError(f"{path}: malformed run record ({type(exc).__name__}: {exc})") from None
-    return record
+    return results_io.load_kind(path, KIND, SCHEMA_VERSION, _parse)
+
+
+def _parse(record: dict) -> None:
+    if not runs(record):
+        raise ValueError("it holds no runs")
+    record_name(record)

@@ -39,8 +39,8 @@ from typing import Callable
 
 from .. import __version__
 from ..bench import lab, results
-from ..bench.results import git_commit, read_json
-from ..errors import ConvlabError, DataError, GPUUnavailable
+from ..bench.results import git_commit
+from ..errors import ConvlabError, GPUUnavailable
 from ..gpu import gpu_available, hardware, nvtx, unavailable_reason
 from ..kernels import VARIANTS, get_variant
 from ..models import ModelSpec, get_model
@@ -621,17 +621,7 @@ class Profile:
 
 def load_record(path: Path) -> dict:
     """A saved profile record, checked: a DataError says what is wrong with the file."""
-    record = read_json(path)
-    if not isinstance(record, dict) or record.get("kind") != RECORD_KIND:
-        raise DataError(f"{path}: not a convlab profile record (kind is not '{RECORD_KIND}')")
-    if record.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(f"{path}: profile record schema version {record.get('schema_version')}; "
-                        f"this convlab reads version {SCHEMA_VERSION}")
-    try:
-        Profile.from_dict(record)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise DataError(f"{path}: malformed profile record ({type(exc).__name__}: {exc})") from None
-    return record
+    return results.load_kind(path, RECORD_KIND, SCHEMA_VERSION, Profile.from_dict)
 
 
 def record_name(record: dict) -> str:
