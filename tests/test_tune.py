@@ -571,3 +571,19 @@ def test_a_change_to_the_activations_module_retires_a_channels_last_tuning(tmp_p
     assert tuning.source_hash(variant) != before
     assert tuning.source_hash(get_variant("register-tiled")) == tuning._hash(
         get_variant("register-tiled").source, (real(type(get_variant("register-tiled"))),))
+
+
+def test_a_child_process_finds_every_tunable_variant_again():
+    """tune's and autotune's children rebuilt a variant as module.class(): a family's members
+    share one class and need their Form, so `wgmma-fp16` came back as nothing (TypeError)."""
+    from convlab.kernels import VARIANTS
+
+    tunable = {name: v for name, v in VARIANTS.items() if v.tunable_fields()}
+    assert {"wgmma-split-bf16", "channels-last-fp16", "pipelined"} <= set(tunable)
+    for name, variant in tunable.items():
+        spec = json.loads(json.dumps(tune.variant_spec(variant)))
+        again = tune.rebuilt_variant(spec)
+        assert again.name == name and type(again) is type(variant)
+        config = variant.configs(SHAPE, RELU)[0]
+        assert (again.configured(config.as_dict()).compile_options(SHAPE, RELU)
+                == variant.configured(config).compile_options(SHAPE, RELU))

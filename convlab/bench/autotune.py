@@ -20,7 +20,6 @@ variant's own choice, and the report says so.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -32,7 +31,8 @@ from ..gpu.timer import Timing, TimingPolicy
 from ..oracle.verify import Check
 from ..shapes import ConvShape
 from . import lab
-from .tune import config_brief, default_jobs, failure_reason, prebuild
+from .tune import (config_brief, default_jobs, failure_reason, prebuild, rebuilt_variant,
+                   variant_spec)
 
 DEFAULT_CANDIDATES = 4
 DEFAULT_BUDGET_S = 30.0
@@ -101,7 +101,6 @@ def time_candidates(variant: dict, configs: list[dict], shape: dict, epilogue: s
     `budget_s` is spent (the first is always timed); per configuration its timing and check,
     or the reason it failed."""
     start = time.monotonic()
-    cls = getattr(importlib.import_module(variant["module"]), variant["class"])
     layer = ConvShape(**shape)
     problem = None
     out = []
@@ -109,7 +108,7 @@ def time_candidates(variant: dict, configs: list[dict], shape: dict, epilogue: s
         if i and time.monotonic() - start > budget_s:
             break
         try:
-            candidate = cls().configured(config)
+            candidate = rebuilt_variant(variant).configured(config)
             problem = problem or lab.LayerProblem.draw(layer, candidate.on_gpu, seed)
             result = lab.run_layer(layer, candidate, TimingPolicy(**policy), epilogue,
                                    problem=problem)
@@ -155,7 +154,7 @@ class Autotuner:
             prebuild(variant, configs, shape, epilogue, min(self.jobs, len(configs)))
         self.report("compiled", outcome)
         left = max(0.0, self.budget_s - (time.monotonic() - start))
-        spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
+        spec = variant_spec(variant)
         record = run_isolated("convlab.bench.autotune:time_candidates",
                               {"variant": spec, "configs": configs, "shape": shape.as_dict(),
                                "epilogue": epilogue, "policy": dataclasses.asdict(POLICY),

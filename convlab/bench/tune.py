@@ -142,14 +142,29 @@ def _variants_with_configs(shape: ConvShape, epilogue: str | None) -> list[str]:
     return names
 
 
+def variant_spec(variant) -> dict:
+    """How a child process finds the variant again (rebuilt_variant): a registered one by its
+    name (a family's members share one class, told apart by their Form), else by its class."""
+    spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
+    if VARIANTS.get(variant.name) is not None and type(VARIANTS[variant.name]) is type(variant):
+        spec["name"] = variant.name
+    return spec
+
+
+def rebuilt_variant(spec: dict):
+    """variant_spec's variant, as the registry holds it or as its class builds it."""
+    if "name" in spec:
+        return VARIANTS[spec["name"]]
+    return getattr(importlib.import_module(spec["module"]), spec["class"])()
+
+
 def measure_candidate(variant: dict, config: dict, shape: dict, epilogue: str | None,
                       policy: dict) -> dict:
     """One candidate, run in an isolated child (tune calls it through isolate.run_isolated):
-    the variant is rebuilt as module.class().configured(config). Returns the timing, the check
+    the variant is rebuilt (rebuilt_variant) and configured with `config`. Returns the timing, the check
     and the compile time, or {"error": reason} for an error the child survived."""
-    cls = getattr(importlib.import_module(variant["module"]), variant["class"])
     try:
-        layer = lab.run_layer(ConvShape(**shape), cls().configured(config),
+        layer = lab.run_layer(ConvShape(**shape), rebuilt_variant(variant).configured(config),
                               TimingPolicy(**policy), epilogue)
     except Exception as exc:  # the parent lists it as a FAIL row
         return {"error": failure_reason(exc)}
@@ -161,8 +176,8 @@ def build_candidate(variant: dict, config: dict, shape: dict, epilogue: str | No
     """Compile one candidate, in an isolated child (prebuild calls it through
     isolate.run_isolated); returns the seconds NVRTC took. The module lands in CuPy's on-disk
     cache, where the candidate's measurement finds it."""
-    cls = getattr(importlib.import_module(variant["module"]), variant["class"])
-    return cls().configured(config).compile(ConvShape(**shape), epilogue).seconds
+    return rebuilt_variant(variant).configured(config).compile(ConvShape(**shape),
+                                                               epilogue).seconds
 
 
 def default_jobs() -> int:
@@ -175,7 +190,7 @@ def prebuild(variant, configs: list[dict], shape: ConvShape, epilogue: str | Non
     """Compile every configuration on `jobs` child processes at once; per configuration the
     compile seconds, or None where it did not compile (its measurement then fails with the
     compiler's reason, as it would without prebuilding)."""
-    spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
+    spec = variant_spec(variant)
 
     def build(config: dict) -> float | None:
         record = run_isolated("convlab.bench.tune:build_candidate",
@@ -198,7 +213,7 @@ def _in_process(variant, config: dict, shape: ConvShape, epilogue: str | None,
 
 def _isolated(variant, config: dict, shape: ConvShape, epilogue: str | None,
               policy: TimingPolicy) -> Candidate:
-    spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
+    spec = variant_spec(variant)
     record = run_isolated("convlab.bench.tune:measure_candidate",
                           {"variant": spec, "config": config, "shape": shape.as_dict(),
                            "epilogue": epilogue, "policy": dataclasses.asdict(policy)})
