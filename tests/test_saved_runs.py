@@ -77,3 +77,18 @@ def test_save_where_nothing_can_be_kept_is_one_line_before_the_run(extra, messag
     assert out.exit_code == 1, out.output
     assert message in out.output and out.output.count("\n") == 1
     assert "Op Time" not in out.output
+
+
+def test_two_records_of_a_dotted_kernel_name_in_one_second_keep_both(tmp_path):
+    """with_suffix cut "my.v2" at its dot, so the second record's "-2" name was the first's
+    file again, and the search for a free name never ended."""
+    from convlab.bench import results as results_io
+
+    record = {"runs": [{"model": "ece408", "kernel": "my.v2/x", "batch": 10}],
+              "timestamp": "2026-11-28T05:00:00+0000"}
+    first = saved_runs.save(record, tmp_path, "# one\n")
+    second = saved_runs.save(record, tmp_path, "# two\n")
+    assert first[0].name == "run-ece408-my.v2_x-b10-20261128T050000.json"
+    assert second[0].name == "run-ece408-my.v2_x-b10-20261128T050000-2.json"
+    assert second[1].read_text() == "# two\n" and first[1].read_text() == "# one\n"
+    assert results_io.save({}, tmp_path, "# x\n", "a.b")[0].name == "a.b.json"

@@ -68,3 +68,12 @@ def test_a_candidate_timed_in_its_child_comes_back_whole(monkeypatch):
     assert _isolated(monkeypatch, {"status": "ok", "result": done.as_dict()}) == done
     failed = _isolated(monkeypatch, {"status": "crash", "reason": "killed by SIGSEGV"})
     assert failed.ms is None and failed.error == "crash in its child process: killed by SIGSEGV"
+
+
+def test_the_stream_never_builds_a_candidate_timed_in_a_child_again():
+    """The stream runs its fastest candidate in this process: max-autotune, timed in a child
+    under its budget, would compile here again without one."""
+    rows = [TorchRow("fp16", "nhwc", "max-autotune", 1.5, 0),
+            TorchRow("fp16", "nhwc", "compile", 1.7, 0), TorchRow("fp16", "nchw", "eager", 4.0, 0)]
+    assert fastest(rows, 128).mode == "max-autotune"
+    assert torch_forward.fastest_here(rows, 128).mode == "compile"

@@ -8,6 +8,8 @@ import multiprocessing
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import types
 from dataclasses import dataclass
@@ -587,3 +589,10 @@ def test_a_child_process_finds_every_tunable_variant_again():
         config = variant.configs(SHAPE, RELU)[0]
         assert (again.configured(config.as_dict()).compile_options(SHAPE, RELU)
                 == variant.configured(config).compile_options(SHAPE, RELU))
+    # and in a fresh interpreter, as the children find it
+    spec = json.dumps(tune.variant_spec(tunable["wgmma-split-bf16"]))
+    code = ("import json, sys; from convlab.bench import tune; "
+            "print(tune.rebuilt_variant(json.loads(sys.argv[1])).name)")
+    found = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True,
+                           timeout=120)
+    assert found.stdout.strip() == "wgmma-split-bf16", found.stderr

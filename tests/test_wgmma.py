@@ -608,3 +608,12 @@ def test_the_im2col_map_describes_the_nhwc_input_and_its_windows(monkeypatch):
     seen["result"] = 1
     with pytest.raises(ConvlabError, match="CUresult 1"):
         tensormap.im2col_map(4096, np.float32, shape, 32, 128)
+
+
+def test_the_wgmma_family_refuses_activations_its_kernel_does_not_read():
+    """Its source is the channels-last kernel whatever it is given: NCHW activations would
+    have compiled it with NHWC 0."""
+    from convlab.kernels.pipelined import NCHW_ACTIVATIONS
+
+    with pytest.raises(ValueError, match="channels-last activations only"):
+        W.Wgmma(get_variant("wgmma-fp16").form, NCHW_ACTIVATIONS)

@@ -169,10 +169,15 @@ def save(record: dict, folder: Path, markdown: str, name: str | None = None) -> 
     stem = name or record_name(record)
     base = Path(folder) / stem
     count = 1
-    while base.with_suffix(".json").exists() or base.with_suffix(".md").exists():
+    # Suffixes appended, not swapped: with_suffix would cut a name with a dot in it (a kernel
+    # file "my.v2") at the dot, so every "-2", "-3" named the one file already there.
+    def paths(base: Path) -> tuple[Path, Path]:
+        return base.with_name(base.name + ".json"), base.with_name(base.name + ".md")
+
+    while any(p.exists() for p in paths(base)):
         count += 1  # two records of the same second keep both
         base = Path(folder) / f"{stem}-{count}"
-    json_path, md_path = base.with_suffix(".json"), base.with_suffix(".md")
+    json_path, md_path = paths(base)
     atomic_write(json_path, json.dumps(record, indent=1) + "\n")
     try:
         atomic_write(md_path, markdown)

@@ -5,6 +5,7 @@ device, the commit, every layer's check and each PyTorch candidate beside ours."
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def record_name(record: dict) -> str:
     first = record["runs"][0]
     batches = "-".join(str(d["batch"]) for d in record["runs"])
     stamp = record["timestamp"][:19].replace(":", "").replace("-", "")
-    return f"run-{first['model']}-{first['kernel']}-b{batches}-{stamp}"
+    kernel = re.sub(r"[^\w.-]", "_", first["kernel"])  # a kernel file's name is the user's
+    return f"run-{first['model']}-{kernel}-b{batches}-{stamp}"
 
 
 def save(record: dict, folder: Path, markdown: str) -> tuple[Path, Path]:

@@ -236,7 +236,7 @@ def tune(shape: ConvShape, kernel, epilogue: str | None = None,
     """Compile, verify and time every configuration of `kernel` (a name or a Variant) for
     `shape`; store the fastest verified one in the cache. on_step(done, total, config) is called
     before each candidate (config) and once at the end (None). With `isolate` (the default)
-    each candidate runs in a child process, which rebuilds the variant as type(variant)();
+    each candidate runs in a child process, which finds the variant again (variant_spec);
     without, in this process (a fault can then spoil the candidates after it). With `jobs` > 1
     a GPU variant's candidates are compiled on that many processes first (`prebuild`).
     Ctrl-C or SIGTERM ends the sweep with the candidates timed so far and nothing stored (the

@@ -129,6 +129,8 @@ class Wgmma(Pipelined):
 
     def __init__(self, form: Form, activations=NHWC_ACTIVATIONS,
                  config: Tiling | dict | None = None, output_dtype=FLOAT32):
+        if activations is not NHWC_ACTIVATIONS:
+            raise ValueError("the wgmma kernel reads channels-last activations only")
         super().__init__(form, activations, config, output_dtype)
 
     def supports(self, shape):

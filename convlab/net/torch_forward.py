@@ -97,6 +97,12 @@ def allowed_differ(precision: str, batch: int) -> int:
     return 0 if precision == "fp32" else max(1, batch // 100)
 
 
+def fastest_here(rows: list[TorchRow], batch: int) -> TorchRow | None:
+    """The fastest candidate this process may build again: a candidate timed in a child
+    (ISOLATED_MODES) would compile again here without its budget."""
+    return fastest([r for r in rows if r.mode not in ISOLATED_MODES], batch)
+
+
 def fastest(rows: list[TorchRow], batch: int) -> TorchRow | None:
     """The fastest candidate whose predictions hold (a miscompiled one is no baseline)."""
     valid = [r for r in rows if r.ms is not None

@@ -15,7 +15,7 @@ from ..models import Weights
 from ..ops.ingest import InputTransform, as_images, normalize
 from .stream import (SLOTS, ImagePool, PinnedBatches, StreamTimes, Streams, drive,
                      time_alone)
-from .torch_forward import (DTYPES, _runner, allowed_differ, candidates, fastest,
+from .torch_forward import (DTYPES, _runner, allowed_differ, candidates, fastest_here,
                             network_function, unavailable_reason)
 
 __all__ = ["stream", "unavailable_reason"]
@@ -100,7 +100,7 @@ def stream(weights: Weights, transform: InputTransform, pool: ImagePool, batch: 
     first = as_images(pool.images[pool.indices(0, batch)])
     x = cupy.asarray(normalize(first, transform))
     rows = candidates(weights, x, precision, reference_top1, policy)
-    best = fastest(rows, batch)
+    best = fastest_here(rows, batch)
     table = [r.as_dict() for r in rows]
     if best is None:
         return {"batch": batch, "error": "no PyTorch candidate ran with its predictions intact",

@@ -30,9 +30,10 @@ A kernel file is one of two things.
 
 2. A `.py` file defining a Variant like the modules in convlab/kernels (full control: several
    kernels, workspaces, epilogues): either a module attribute `VARIANT` or exactly one Variant
-   subclass defined in the file, constructible without arguments. A class attribute
-   `source_path` (a Path) names the .cu file its source was read from, so compiler messages
-   point into it. A .cu whose header says `launch = NAME.py` is loaded through that module.
+   subclass defined in the file, constructible without arguments (a family's subclass,
+   `Pipelined` or `Wgmma`, needs its Form: `convlab new --from` writes it as VARIANT). A class
+   attribute `source_path` (a Path) names the .cu file its source was read from, so compiler
+   messages point into it. A .cu whose header says `launch = NAME.py` is loaded through that module.
 
 Every kernel file compiles with -lineinfo (compute-sanitizer and profilers then name source
 lines). A loaded file carries its text and a content hash for result records.
