@@ -596,3 +596,20 @@ def test_a_child_process_finds_every_tunable_variant_again():
     found = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True,
                            timeout=120)
     assert found.stdout.strip() == "wgmma-split-bf16", found.stderr
+
+
+def test_a_child_process_rebuilds_a_variant_writing_fp16_as_it_was():
+    """The child rebuilt an fp16 conv's writer (`writing(fp16)`, for an fp16 conv after it) as
+    the registered float32 writer: the tuner timed and compiled another kernel than it keeps."""
+    from convlab.gpu.elements import FLOAT16
+    from convlab.kernels import VARIANTS
+
+    writers = [v for v in VARIANTS.values() if FLOAT16 in v.output_dtypes and v.tunable_fields()]
+    assert writers
+    for registered in writers:
+        variant = registered.writing(FLOAT16)
+        again = tune.rebuilt_variant(json.loads(json.dumps(tune.variant_spec(variant))))
+        assert again.output_dtype == FLOAT16
+        assert again.compile_options(SHAPE, RELU) == variant.compile_options(SHAPE, RELU)
+        assert (again.compile_options(SHAPE, RELU)
+                != registered.compile_options(SHAPE, RELU))

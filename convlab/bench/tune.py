@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .. import tuning
 from ..errors import ConvlabError, KernelCompileError
 from ..gpu import unavailable_reason
@@ -145,17 +147,21 @@ def _variants_with_configs(shape: ConvShape, epilogue: str | None) -> list[str]:
 def variant_spec(variant) -> dict:
     """How a child process finds the variant again (rebuilt_variant): a registered one by its
     name (a family's members share one class, told apart by their Form), else by its class."""
-    spec = {"module": type(variant).__module__, "class": type(variant).__qualname__}
+    spec = {"module": type(variant).__module__, "class": type(variant).__qualname__,
+            "output_dtype": np.dtype(variant.output_dtype).name}
     if VARIANTS.get(variant.name) is not None and type(VARIANTS[variant.name]) is type(variant):
         spec["name"] = variant.name
     return spec
 
 
 def rebuilt_variant(spec: dict):
-    """variant_spec's variant, as the registry holds it or as its class builds it."""
+    """variant_spec's variant, as the registry holds it or as its class builds it, writing
+    what the original writes (an fp16 conv's output for the conv after it)."""
     if "name" in spec:
-        return VARIANTS[spec["name"]]
-    return getattr(importlib.import_module(spec["module"]), spec["class"])()
+        variant = VARIANTS[spec["name"]]
+    else:
+        variant = getattr(importlib.import_module(spec["module"]), spec["class"])()
+    return variant.writing(spec.get("output_dtype", variant.output_dtype))
 
 
 def measure_candidate(variant: dict, config: dict, shape: dict, epilogue: str | None,
