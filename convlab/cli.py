@@ -24,7 +24,7 @@ from .gpu.isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
 from .models import DEFAULT_MODEL, MODELS, get_model, load_weights
 from .net import imagenet
-from .net.importer import import_weights
+from .net.importer import import_weights, importable_models
 from .net.train import TRAINABLE, train as train_model
 from .plot import plot_comparison, require_pyplot
 from .profile import tables as profile_report, trace as profile
@@ -246,10 +246,10 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
               help=f"One of: {', '.join(MODELS)}.")
 @click.option("--batch", "batches", default=None,
               help="Images per forward pass, or a comma-separated list to run each "
-                   "(default: 10000 for the ECE408 models, 128 for alexnet; "
+                   "(default: 10000 for the ECE408 models, 128 for the ImageNet models; "
                    f"{DEFAULT_SANITIZE_BATCH} with --sanitize).")
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="A weights file for the model (alexnet: from `convlab import-weights`).")
+              help="A weights file for the model (ImageNet models: from `convlab import-weights`).")
 @click.option("--fallback", callback=_variant_choice,
               help="Variant for the conv layers --kernel (or --kernel-file) does not support "
                    "(default: none, an error).")
@@ -301,7 +301,7 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         no_graph, verify, timeout, sanitize, images, from_dir, old_from_dir, upload, workers,
         save_dir, plot_path, as_json, wide, ignore_tunings, autotune_on, autotune_budget):
     """Run a model's forward pass with a chosen conv kernel: on the Fashion-MNIST test set for
-    the ECE408 models, on a fixed random batch for alexnet. With --images, stream a dataset
+    the ECE408 models, on a fixed random batch for the ImageNet models. With --images, stream a dataset
     through it instead."""
     from_dir = renamed(from_dir, old_from_dir, "--from", "--image-dir")
     streaming.check_options(images, dict(zip(streaming.STREAM_ONLY, (
@@ -546,9 +546,9 @@ def device(ceilings, refresh, as_json):
                    "fp32, tf32, fp16, bf16).")
 @click.option("--bias", is_flag=True, help="With --layer: the layer adds a bias.")
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="A weights file for --model (alexnet: from `convlab import-weights`).")
+              help="A weights file for --model (ImageNet models: from `convlab import-weights`).")
 @click.option("--batch", "batches", default=None,
-              help="Comma-separated batch sizes (default: 10,100,1000,10000; 128 for alexnet).")
+              help="Comma-separated batch sizes (default: 10,100,1000,10000; 128 for the ImageNet models).")
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
 @click.option("--budget", type=float, default=timer.DEFAULT_BUDGET_S, show_default=True,
               help="Seconds of timing per row at most, once 10 runs are in.")
@@ -703,27 +703,34 @@ def results_show(path, markdown, ladder, wide):
 
 @main.command("import-weights")
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default="alexnet.npz",
-              show_default=True, help="Where to write convlab's alexnet weights (.npz).")
-def import_weights_cmd(source, out):
-    """Convert the published bvlc_alexnet.npy into convlab's alexnet weights.
+@click.option("--model", type=click.Choice(importable_models()), default="alexnet",
+              show_default=True, help="The model the weights are for.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write convlab's weights (.npz) [default: MODEL.npz].")
+def import_weights_cmd(source, model, out):
+    """Convert published weights into convlab's: alexnet from bvlc_alexnet.npy, resnet50 and
+    vgg16 from a PyTorch state dict (torchvision's checkpoint files, torch.save's format).
 
-    SOURCE is the caffe-tensorflow conversion of Caffe's bvlc_alexnet, a pickled dict
-    {layer: [weights, biases]} with channel-last (HWIO) conv filters. A pickle runs code stored
-    in the file when it is loaded: import only a file from a source you trust. The .npy header is
-    read first, so a file that is not a pickled array is refused before anything is unpickled.
+    For alexnet, SOURCE is the caffe-tensorflow conversion of Caffe's bvlc_alexnet, a pickled
+    dict {layer: [weights, biases]} with channel-last (HWIO) conv filters. A pickle runs code
+    stored in the file when it is loaded: import only a file from a source you trust. The .npy
+    header is read first, so a file that is not a pickled array is refused before anything is
+    unpickled. A state dict is read without PyTorch, by an unpickler that builds tensors and
+    refuses anything else.
     """
-    weights = import_weights(source, out)
+    out = out or Path(f"{model}.npz")
+    weights = import_weights(source, out, model)
     count = sum(array.size for array in weights.arrays.values())
-    click.echo(f"wrote {out}: alexnet, {len(weights.arrays) // 2} layers, {count:,} parameters "
+    click.echo(f"wrote {out}: {model}, {len(weights.arrays)} arrays, {count:,} parameters "
                f"from {source.name} (sha256 {weights.meta['source_sha256']})")
     click.echo(f"converted: {weights.meta['conversion']}")
-    click.echo(f"use it with: convlab classify --weights {out} IMAGE...")
+    click.echo(f"use it with: convlab classify --model {model} --weights {out} IMAGE...")
 
 
 @main.command()
 @click.argument("images", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--model", default="alexnet", show_default=True, help="An ImageNet model: alexnet.")
+@click.option("--model", default="alexnet", show_default=True,
+              help=f"An ImageNet model: {', '.join(importable_models())}.")
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Weights from `convlab import-weights` (default: the model's deterministic "
                    "random weights, whose classes mean nothing).")
@@ -765,7 +772,7 @@ def classify(images, model, weights_path, kernel, as_json, wide):
                    "the fastest general fp32 variant for alexnet).")
 @click.option("--batch", "batches", default=None,
               help="Batch size, or comma-separated sizes for the batch breakdown "
-                   "(e.g. 1,10,100,1000,10000; default: run's, 10000 or 128 for alexnet).")
+                   "(e.g. 1,10,100,1000,10000; default: run's, 10000 or 128 for the ImageNet models).")
 @click.option("--passes", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="Forward passes traced per batch size, after the warm-up pass.")
 @click.option("--threshold", type=click.FloatRange(0, 100, min_open=True), default=90.0,

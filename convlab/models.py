@@ -1,10 +1,11 @@
-"""The course's models: layer specs, and the trained weights shipped with convlab."""
+"""The models: layer specs, and the weights (trained and shipped for the course's models,
+seeded random or imported for the ImageNet ones)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from .shapes import ConvShape
 
 ACCURACY_BATCHES = (10, 100, 1000, 10000)
 WEIGHTS_FORMAT = 1
+BATCH_NORM_PARTS = ("weight", "bias", "running_mean", "running_var")
 
 
 @dataclass(frozen=True)
@@ -54,20 +56,67 @@ class ReLU:
 
 @dataclass(frozen=True)
 class MaxPool:
-    """size x size windows every `stride` pixels (default: size, non-overlapping); floor mode."""
+    """size x size windows every `stride` pixels (default: size, non-overlapping); floor mode;
+    `pad` rows and columns of -infinity on every side (ResNet's stem pools 3x3/2 with pad 1)."""
 
     size: int = 2
     stride: int | None = None
+    pad: int = 0
 
     @property
     def step(self) -> int:
         return self.stride or self.size
 
     def out_size(self, n: int) -> int:
-        return (n - self.size) // self.step + 1
+        return (n + 2 * self.pad - self.size) // self.step + 1
 
     def describe(self) -> str:
-        return f"max-pool {self.size}x{self.size}/{self.step}"
+        return f"max-pool {self.size}x{self.size}/{self.step}{f' pad {self.pad}' if self.pad else ''}"
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """Inference batch norm over channels: (x - running_mean) / sqrt(running_var + eps) * weight
+    + bias, PyTorch's parameter names. Folded into the conv before it for the GPU network
+    (ModelSpec.inference); the float64 reference applies it as written."""
+
+    name: str
+    channels: int
+    eps: float = 1e-5
+
+    def describe(self) -> str:
+        return "batch-norm"
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool:
+    """The mean of every channel over its whole plane: (B, C, H, W) -> (B, C)."""
+
+    def describe(self) -> str:
+        return "global avg-pool"
+
+
+# A residual block as a flat run of layers over one stack of kept activations: Keep pushes the
+# activation (the block's input) and passes it on; Swap exchanges the activation with the kept
+# one (a projection shortcut is computed first, then the body runs on the block's input);
+# AddKept pops the kept one and adds it. Shortcut first, body last, so the body's last conv is
+# the layer just before the add.
+@dataclass(frozen=True)
+class Keep:
+    def describe(self) -> str:
+        return "keep"
+
+
+@dataclass(frozen=True)
+class Swap:
+    def describe(self) -> str:
+        return "swap with kept"
+
+
+@dataclass(frozen=True)
+class AddKept:
+    def describe(self) -> str:
+        return "add kept"
 
 
 @dataclass(frozen=True)
@@ -105,7 +154,9 @@ class Softmax:
         return "softmax"
 
 
-Layer = Conv | Tanh | ReLU | MaxPool | LRN | Flatten | Dense | Softmax
+Layer = (Conv | Tanh | ReLU | MaxPool | LRN | Flatten | Dense | Softmax | BatchNorm
+         | GlobalAvgPool | Keep | Swap | AddKept)
+STACK_LAYERS = (Keep, Swap, AddKept)
 
 FASHION_MNIST = "fashion-mnist"
 IMAGENET = "imagenet"
@@ -141,12 +192,17 @@ class ModelSpec:
             elif isinstance(layer, Dense):
                 shapes[f"{layer.name}.weight"] = (layer.out_features, layer.in_features)
                 shapes[f"{layer.name}.bias"] = (layer.out_features,)
+            elif isinstance(layer, BatchNorm):
+                for part in BATCH_NORM_PARTS:
+                    shapes[f"{layer.name}.{part}"] = (layer.channels,)
         return shapes
 
     def trace(self, batch: int) -> list[tuple[object, tuple[int, ...], tuple[int, ...]]]:
-        """(layer, input shape, output shape) for every layer at this batch size."""
+        """(layer, input shape, output shape) for every layer at this batch size (Swap's output
+        is the kept activation's shape)."""
         steps = []
         shape: tuple[int, ...] = (batch, *self.input_shape)
+        kept: list[tuple[int, ...]] = []
         for layer in self.layers:
             if isinstance(layer, Conv):
                 out = layer.shape(batch, shape[2], shape[3]).output_shape
@@ -156,6 +212,18 @@ class ModelSpec:
                 out = (batch, int(np.prod(shape[1:])))
             elif isinstance(layer, Dense):
                 out = (batch, layer.out_features)
+            elif isinstance(layer, GlobalAvgPool):
+                out = shape[:2]
+            elif isinstance(layer, Keep):
+                kept.append(shape)
+                out = shape
+            elif isinstance(layer, Swap):
+                out, kept[-1] = kept[-1], shape
+            elif isinstance(layer, AddKept):
+                other = kept.pop()
+                if other != shape:
+                    raise ValueError(f"model '{self.name}' adds a kept {other} to {shape}")
+                out = shape
             else:
                 out = shape
             steps.append((layer, shape, out))
@@ -163,12 +231,77 @@ class ModelSpec:
         return steps
 
     def conv_shapes(self, batch: int) -> dict[str, ConvShape]:
-        """The shape each conv layer sees for a batch, following the activations through the net."""
+        """The shape each conv layer sees for a batch as the network runs it (batch norm folded
+        into the conv before it: a bias), following the activations through the net."""
         return {layer.name: layer.shape(batch, before[2], before[3])
-                for layer, before, _ in self.trace(batch) if isinstance(layer, Conv)}
+                for layer, before, _ in self.inference().trace(batch) if isinstance(layer, Conv)}
+
+    def inference(self) -> "ModelSpec":
+        """The model as the GPU network runs it: every BatchNorm folded into the conv just
+        before it, which gains a bias (fold_batch_norm folds the weights to match)."""
+        if not any(isinstance(layer, BatchNorm) for layer in self.layers):
+            return self
+        layers = []
+        for layer in self.layers:
+            if isinstance(layer, BatchNorm):
+                conv = layers[-1] if layers else None
+                if not isinstance(conv, Conv) or conv.out_channels != layer.channels:
+                    raise ValueError(f"model '{self.name}': batch norm {layer.name} does not "
+                                     "follow a conv of its channels, and only such a one folds")
+                layers[-1] = replace(conv, bias=True)
+            else:
+                layers.append(layer)
+        return replace(self, layers=tuple(layers))
 
     def describe(self) -> str:
         return ", ".join(layer.describe() for layer in self.layers)
+
+
+def _conv_bn(name: str, bn: str, in_channels: int, out_channels: int, kernel: int,
+             stride: int = 1) -> tuple:
+    return (Conv(name, in_channels, out_channels, kernel, stride, kernel // 2),
+            BatchNorm(bn, out_channels))
+
+
+def _bottleneck(prefix: str, in_channels: int, width: int, stride: int) -> tuple:
+    """torchvision's Bottleneck (ResNet v1.5: the stride on the 3x3 conv), its parameters under
+    torchvision's names; a projection shortcut (1x1 conv + batch norm) where the shape changes."""
+    out_channels = 4 * width
+    body = (*_conv_bn(f"{prefix}.conv1", f"{prefix}.bn1", in_channels, width, 1), ReLU(),
+            *_conv_bn(f"{prefix}.conv2", f"{prefix}.bn2", width, width, 3, stride), ReLU(),
+            *_conv_bn(f"{prefix}.conv3", f"{prefix}.bn3", width, out_channels, 1))
+    if stride == 1 and in_channels == out_channels:
+        return (Keep(), *body, AddKept(), ReLU())
+    shortcut = _conv_bn(f"{prefix}.downsample.0", f"{prefix}.downsample.1", in_channels,
+                        out_channels, 1, stride)
+    return (Keep(), *shortcut, Swap(), *body, AddKept(), ReLU())
+
+
+def resnet50_layers() -> tuple:
+    layers = [*_conv_bn("conv1", "bn1", 3, 64, 7, 2), ReLU(), MaxPool(3, 2, pad=1)]
+    channels = 64
+    for stage, (width, blocks, stride) in enumerate(((64, 3, 1), (128, 4, 2), (256, 6, 2),
+                                                     (512, 3, 2)), start=1):
+        for block in range(blocks):
+            layers += _bottleneck(f"layer{stage}.{block}", channels, width,
+                                  stride if block == 0 else 1)
+            channels = 4 * width
+    return (*layers, GlobalAvgPool(), Dense("fc", 2048, 1000), Softmax())
+
+
+def vgg16_layers() -> tuple:
+    """torchvision's vgg16 (configuration D, no batch norm), its parameters under torchvision's
+    names: `features.N` is the conv at index N of its `features` Sequential."""
+    layers, index, channels = [], 0, 3
+    for width, convs in ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)):
+        for _ in range(convs):
+            layers += [Conv(f"features.{index}", channels, width, 3, pad=1, bias=True), ReLU()]
+            channels, index = width, index + 2
+        layers.append(MaxPool(2))
+        index += 1
+    return (*layers, Flatten(), Dense("classifier.0", 25088, 4096), ReLU(),
+            Dense("classifier.3", 4096, 4096), ReLU(), Dense("classifier.6", 4096, 1000),
+            Softmax())
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -224,6 +357,24 @@ MODELS: dict[str, ModelSpec] = {
             origin="Caffe bvlc_alexnet (Krizhevsky et al. 2012, as released by BVLC); the "
                    "Purdue CUDA assignment's network",
         ),
+        ModelSpec(
+            name="resnet50",
+            input_size=224,
+            input_channels=3,
+            task=IMAGENET,
+            layers=resnet50_layers(),
+            origin="ResNet-50 (He et al. 2015) as torchvision builds it (v1.5: stride on the "
+                   "3x3 conv), its parameter names; batch norm folded into the convs",
+        ),
+        ModelSpec(
+            name="vgg16",
+            input_size=224,
+            input_channels=3,
+            task=IMAGENET,
+            layers=vgg16_layers(),
+            origin="VGG-16 (Simonyan and Zisserman 2014, configuration D) as torchvision "
+                   "builds it, its parameter names",
+        ),
     )
 }
 
@@ -257,6 +408,32 @@ class Weights:
         """The CPU reference's predicted class for each of the 10,000 test images."""
         return self.arrays["reference_predictions"]
 
+    @cached_property
+    def folded(self) -> "Weights":
+        """The weights of spec.inference(): each batch norm folded into the conv before it,
+        w * gamma / sqrt(var + eps) and (b - mean) * gamma / sqrt(var + eps) + beta, computed in
+        float64 and stored as float32 (the same object where there is no batch norm)."""
+        inference = self.spec.inference()
+        if inference is self.spec:
+            return self
+        arrays = {k: v for k, v in self.arrays.items()}
+        for i, layer in enumerate(self.spec.layers):
+            if not isinstance(layer, BatchNorm):
+                continue
+            conv = self.spec.layers[i - 1]
+            parts = {part: self.arrays[f"{layer.name}.{part}"].astype(np.float64)
+                     for part in BATCH_NORM_PARTS}
+            scale = parts["weight"] / np.sqrt(parts["running_var"] + layer.eps)
+            w = self.arrays[f"{conv.name}.weight"].astype(np.float64)
+            b = (self.arrays[f"{conv.name}.bias"].astype(np.float64) if conv.bias
+                 else np.zeros(conv.out_channels))
+            arrays[f"{conv.name}.weight"] = (w * scale[:, None, None, None]).astype(np.float32)
+            arrays[f"{conv.name}.bias"] = ((b - parts["running_mean"]) * scale
+                                           + parts["bias"]).astype(np.float32)
+            for part in BATCH_NORM_PARTS:
+                del arrays[f"{layer.name}.{part}"]
+        return Weights(inference, arrays, self.meta)
+
 
 def weights_path(name: str) -> Path:
     return Path(str(resources.files("convlab") / "assets" / "weights" / f"{name}.npz"))
@@ -272,31 +449,121 @@ def save_weights(path: Path, spec: ModelSpec, arrays: dict[str, np.ndarray], met
 
 RANDOM_SEED = 2012  # AlexNet's year: the default ImageNet weights are N(0, 2/fan_in) from it
 # He scaling keeps activations at the input's scale through the ReLU layers; with inputs of
-# pixel scale (+-128) the logits would be ~130 apart and the softmax one-hot. The classifier's
-# weights are scaled down so logits spread over a few units, as a trained network's do, and
-# the probabilities (and near-ties between classes) mean something.
+# pixel scale (+-128) the logits of a model without batch norm would be ~130 apart and the
+# softmax one-hot. Its classifier's weights are scaled down so logits spread over a few units,
+# as a trained network's do, and the probabilities (and near-ties between classes) mean
+# something.
 CLASSIFIER_SCALE = 1 / 32
 
 
-@lru_cache(maxsize=2)
+# Batch norm's drawn parameters: weight (gamma) U(0.5, 1), bias (beta) N(0, 0.1^2), except
+# the gamma of the batch norm just before a residual add, U(0.2, 0.4): each block then adds a
+# little to its shortcut rather than doubling it, so over ResNet-50's 16 blocks the activations
+# grow a few-fold, not 2^16-fold (fp16 overflows past 65504).
+BLOCK_END_GAMMA = (0.2, 0.4)
+# The logits' spread the classifier of a batch-norm model is scaled to (its activations are
+# normalised, not at pixel scale), so the probabilities and near-ties mean something.
+LOGIT_STD = 4.0
+
+
+CALIBRATION_IMAGES = 2  # at full size: ResNet-50's statistics from 2 x 112 x 112 positions
+
+
+def _conv_probe(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, layer: Conv) -> np.ndarray:
+    """The conv layer on a few images in float32, for drawing statistics only (the oracle's
+    conv2d is the one outputs are checked against)."""
+    pad, k, s = layer.pad, layer.kernel, layer.stride
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::s, ::s]
+    per_group, step = w.shape[1], w.shape[0] // layer.groups
+    out = np.concatenate([
+        np.einsum("bchwpq,mcpq->bmhw", windows[:, g * per_group:(g + 1) * per_group],
+                  w[g * step:(g + 1) * step], optimize=True) for g in range(layer.groups)],
+        axis=1)
+    return out if b is None else out + b.reshape(1, -1, 1, 1)
+
+
+def _draw_batch_norms(spec: ModelSpec, arrays: dict, rng, last: str) -> float:
+    """Fill in every batch norm's parameters of `arrays` in layer order: its running mean and
+    variance are the statistics of its input on CALIBRATION_IMAGES images of uniform pixels in
+    [-128, 128) (the lab's input, other draws), jittered; weight (gamma) U(0.5, 1) or, just
+    before a residual add, BLOCK_END_GAMMA; bias (beta) N(0, 0.1^2). Returns the scale that
+    gives the classifier `last` logits of LOGIT_STD on those images."""
+    a = rng.random((CALIBRATION_IMAGES, *spec.input_shape), dtype=np.float32) * 256 - 128
+    kept: list[np.ndarray] = []
+    for i, layer in enumerate(spec.layers):
+        if isinstance(layer, Conv):
+            a = _conv_probe(a, arrays[f"{layer.name}.weight"], arrays.get(f"{layer.name}.bias"),
+                            layer)
+        elif isinstance(layer, BatchNorm):
+            c = layer.channels
+            block_end = i + 1 < len(spec.layers) and isinstance(spec.layers[i + 1], AddKept)
+            low, high = BLOCK_END_GAMMA if block_end else (0.5, 1.0)
+            mean, var = a.mean(axis=(0, 2, 3)), a.var(axis=(0, 2, 3))
+            drawn = {"weight": rng.uniform(low, high, c), "bias": 0.1 * rng.standard_normal(c),
+                     "running_mean": mean + 0.1 * np.sqrt(var) * rng.standard_normal(c),
+                     "running_var": var * rng.uniform(0.8, 1.25, c)}
+            for part, values in drawn.items():
+                arrays[f"{layer.name}.{part}"] = values.astype(np.float32)
+            scale = drawn["weight"] / np.sqrt(drawn["running_var"] + layer.eps)
+            a = ((a - drawn["running_mean"].reshape(1, -1, 1, 1)) * scale.reshape(1, -1, 1, 1)
+                 + drawn["bias"].reshape(1, -1, 1, 1)).astype(np.float32)
+        elif isinstance(layer, ReLU):
+            a = np.maximum(a, 0)
+        elif isinstance(layer, MaxPool):
+            p = layer.pad
+            a = np.pad(a, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf)
+            a = np.lib.stride_tricks.sliding_window_view(a, (layer.size, layer.size), axis=(2, 3))[
+                :, :, ::layer.step, ::layer.step].max(axis=(4, 5))
+        elif isinstance(layer, GlobalAvgPool):
+            a = a.mean(axis=(2, 3))
+        elif isinstance(layer, Flatten):
+            a = a.reshape(len(a), -1)
+        elif isinstance(layer, Keep):
+            kept.append(a)
+        elif isinstance(layer, Swap):
+            a, kept[-1] = kept[-1], a
+        elif isinstance(layer, AddKept):
+            a = a + kept.pop()
+        elif isinstance(layer, Dense):
+            logits = a @ arrays[f"{layer.name}.weight"].T + arrays[f"{layer.name}.bias"]
+            if layer.name == last:
+                return LOGIT_STD / float(logits.std(axis=1).mean())
+            a = logits
+    raise ValueError(f"model '{spec.name}' has no classifier '{last}'")
+
+
+@lru_cache(maxsize=4)
 def random_weights(name: str, seed: int = RANDOM_SEED) -> "Weights":
     """Deterministic He-scaled random weights for a model without shipped ones: every weight
-    N(0, 2 / fan_in) (the last layer's times CLASSIFIER_SCALE), every bias N(0, 0.05^2). The same
-    seed gives the same arrays everywhere (NumPy's PCG64 stream is fixed), so records made with
-    them can be compared across runs."""
+    N(0, 2 / fan_in), every bias N(0, 0.05^2). A batch norm's statistics are those of its
+    input on a few images like the lab's (_draw_batch_norms), jittered, so it normalises as a
+    trained one does. The classifier is
+    scaled so logits spread over a few units: x CLASSIFIER_SCALE at pixel scale, to LOGIT_STD
+    after batch norm. The same seed gives the same arrays everywhere (NumPy's PCG64 stream is
+    fixed), so records made with them can be compared across runs."""
     spec = get_model(name)
     rng = np.random.default_rng(seed)
-    last = [layer.name for layer in spec.layers if isinstance(layer, Dense)][-1]
     arrays = {}
+    norms = {layer.name for layer in spec.layers if isinstance(layer, BatchNorm)}
     for key, shape in spec.parameter_shapes().items():
+        if key.rsplit(".", 1)[0] in norms:
+            continue  # drawn below, from the moments of its input
         if key.endswith(".bias"):
             arrays[key] = (0.05 * rng.standard_normal(shape, dtype=np.float32))
-        else:
+        elif key.endswith(".weight"):
             fan_in = int(np.prod(shape[1:]))
-            scale = np.sqrt(2.0 / fan_in) * (CLASSIFIER_SCALE if key == f"{last}.weight" else 1)
-            arrays[key] = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
+            arrays[key] = rng.standard_normal(shape, dtype=np.float32) * np.float32(
+                np.sqrt(2.0 / fan_in))
+    last = [layer.name for layer in spec.layers if isinstance(layer, Dense)][-1]
+    if any(isinstance(layer, BatchNorm) for layer in spec.layers):
+        scale = _draw_batch_norms(spec, arrays, np.random.default_rng([seed, 1]), last)
+        source = f"seed {seed}, batch norm statistics drawn from {CALIBRATION_IMAGES} images"
+    else:
+        scale, source = CLASSIFIER_SCALE, f"seed {seed}, classifier x{CLASSIFIER_SCALE}"
+    arrays[f"{last}.weight"] *= np.float32(scale)
     meta = {"format": WEIGHTS_FORMAT, "model": name, "layers": spec.describe(),
-            "source": f"random: He-scaled normal weights, seed {seed}, classifier x{CLASSIFIER_SCALE}"}
+            "source": f"random: He-scaled normal weights, {source}"}
     return Weights(spec=spec, arrays=arrays, meta=meta)
 
 

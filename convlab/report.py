@@ -280,6 +280,10 @@ def _md_table(headers: list[str], rows: list[list], align: str) -> list[str]:
     return lines + [""]
 
 
+def fmt_mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2 ** 20:,.0f}"
+
+
 def _run_markdown(result: RunResult) -> list[str]:
     lines = [f"## {result.model}, kernel '{result.kernel}' ({result.precision}), "
              f"batch {result.batch}", ""]
@@ -296,9 +300,10 @@ def _run_markdown(result: RunResult) -> list[str]:
             ratio = ms / result.forward_ms if ms and result.forward_ms else None
             note = "fastest" if ms is not None and ms == result.torch_ms else d.get("error") or ""
             rows.append([f"{d['layout']} {d['mode']}", fmt_num(ms, ".3f"), fmt_num(ratio, ".2f"),
-                         fmt_num(d.get("differ"), "d"), note])
+                         fmt_mib(d.get("peak_bytes")), fmt_num(d.get("differ"), "d"), note])
         lines += [f"PyTorch ({result.precision}), same input; ratio: its ms / our forward's:", ""]
-        lines += _md_table(["PyTorch", "ms", "ratio", "top-1 differ", "note"], rows, "lrrrl")
+        lines += _md_table(["PyTorch", "ms", "ratio", "peak MiB", "top-1 differ", "note"], rows,
+                           "lrrrrl")
     for line in failure_lines(result):
         lines += [f"- FAIL {line}"]
     summary = [("top-1" if result.accuracy is None else "accuracy", course_line(result)),
@@ -308,6 +313,9 @@ def _run_markdown(result: RunResult) -> list[str]:
         rate = result.batch / (result.forward_ms / 1e3)
         summary.append(("forward", f"{result.forward_ms:.3f} ms ({how}, device-resident input), "
                                    f"{rate:,.0f} images/s"))
+    if result.peak_bytes is not None:
+        summary.append(("device memory", f"{fmt_mib(result.peak_bytes)} MiB held by our network "
+                                         "(weights, input, buffers)"))
     if result.torch_ms is not None and result.forward_ms:
         summary.append(("PyTorch best", f"{result.torch_ms:.3f} ms ({result.torch_note}); ours "
                                         f"is {result.torch_ms / result.forward_ms:.2f}x as fast"))

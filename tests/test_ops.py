@@ -9,8 +9,8 @@ import pytest
 
 from convlab.gpu import hardware
 from convlab.gpu.jit import compile_cubin
-from convlab.models import LRN, MODELS, Dense, MaxPool, ReLU, Softmax, Tanh
-from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, softmax
+from convlab.models import LRN, MODELS, AddKept, Dense, GlobalAvgPool, MaxPool, ReLU, Softmax, Tanh
+from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, residual, softmax
 from convlab.oracle import lrn as lrn_oracle, reference
 from convlab.oracle.verify import LAMBDA, TINY, compare
 from convlab.shapes import LAYOUTS
@@ -20,7 +20,7 @@ F16 = np.float16
 HALF_PAIRS = ((np.float32, F16), (F16, F16), (F16, np.float32))
 ACTS = (None, "relu", "tanh")
 MODEL_BATCHES = {"ece408-high": (1, 100, 10000), "ece408": (1, 100, 10000),
-                 "alexnet": (1, 2, 8, 128, 1024)}
+                 "alexnet": (1, 2, 8, 128, 1024), "resnet50": (1, 128), "vgg16": (1, 64)}
 
 
 # --- every kernel configuration compiles ------------------------------------------------------
@@ -33,8 +33,15 @@ def model_specs():
             for i, (layer, in_shape, _) in enumerate(trace):
                 nxt = trace[i + 1][0] if i + 1 < len(trace) else None
                 if isinstance(layer, MaxPool):
-                    yield from (pool.max_pool_kernel(in_shape, layer.size, layer.step, a, lay)
+                    yield from (pool.max_pool_kernel(in_shape, layer.size, layer.step, a, lay,
+                                                     pad=layer.pad)
                                 for a in ACTS for lay in LAYOUTS)
+                elif isinstance(layer, GlobalAvgPool):
+                    yield from (pool.global_avg_pool_kernel(in_shape, lay) for lay in LAYOUTS)
+                elif isinstance(layer, AddKept):
+                    yield from (residual.add_kernel(in_shape, "relu", src, kept, dst)
+                                for src, kept, dst in ((np.float32, F16, F16),
+                                                       (np.float32, np.float32, np.float32)))
                 elif isinstance(layer, LRN):
                     for lay in LAYOUTS:
                         yield lrn.lrn_kernel(in_shape, layer.size, layer.alpha, layer.beta,
@@ -76,6 +83,13 @@ def structural_specs():
     for shape, size, stride in (((2, 3, 13, 11), 3, 2), ((1, 2, 8, 10), 4, 3),
                                 ((1, 1, 5, 5), 5, 1)):
         yield from (pool.max_pool_kernel(shape, size, stride, a) for a in ACTS)
+        yield from (pool.max_pool_kernel(shape, size, stride, a, pad=size // 2) for a in ACTS)
+    for src, kept, dst in ((np.float32, np.float32, np.float32), (F16, F16, F16),
+                           (np.float32, F16, np.float32), (F16, np.float32, F16)):
+        yield residual.add_kernel((3, 5), ACTS[0], src, kept, dst)
+        yield residual.add_kernel((3, 5), "relu", src, kept, dst)
+        for lay in LAYOUTS:
+            yield pool.global_avg_pool_kernel((2, 5, 3, 4), lay, src, dst)
     for shape, size, ps, pst in (((2, 7, 5, 6), 5, 3, 2), ((1, 3, 7, 345), 4, 3, 2),
                                  ((1, 4, 9, 9), 9, 3, 2), ((2, 200, 8, 8), 2, 2, 2),  # quads
                                  ((1, 2, 70, 70), 1, 5, 1), ((1, 11, 6, 6), 7, 6, 1),
@@ -136,7 +150,12 @@ def test_compiled_configurations_cover_every_choice():
     functions = {s.function for s in ALL_SPECS}
     assert functions == {"max_pool", "lrn", "lrn_max_pool", "dense_gemm", "dense_splitk_reduce",
                          "dense_gemv", "bias_activation", "softmax_rows", "activation",
-                         "lrn_nhwc", "lrn_max_pool_nhwc"}
+                         "lrn_nhwc", "lrn_max_pool_nhwc", "global_avg_pool", "add_kept"}
+    pads = {dict(s.defines)["PAD"] for s in ALL_SPECS if s.function == "max_pool"}
+    assert {0, 1, 2} <= pads
+    kept = {(dict(s.defines)["IN_HALF"], dict(s.defines)["KEPT_HALF"], dict(s.defines)["OUT_HALF"])
+            for s in ALL_SPECS if s.function == "add_kept"}
+    assert {(0, 0, 0), (0, 1, 1), (1, 1, 1), (0, 1, 0), (1, 0, 1)} <= kept
     powers = {(s.function, dict(s.defines)["BETA_THREE_QUARTERS"]) for s in ALL_SPECS
               if s.function in ("lrn", "lrn_max_pool")}
     assert powers == {(f, b) for f in ("lrn", "lrn_max_pool") for b in (0, 1)}
@@ -508,3 +527,45 @@ def test_names_and_bad_arguments():
 def test_dense_rejects_a_plan_made_for_other_inputs():
     with pytest.raises(ValueError, match="does not cover"):
         dense.dense_kernels(16, 100, 16, None, dense.gemm_plan(1000, (64, 64), 4))
+
+
+# --- ResNet's layers: a padded max-pool, the global average pool, the residual add -----------
+
+def test_padded_max_pool_reference_is_a_literal_loop(rng):
+    x = rng.standard_normal((2, 3, 9, 8))
+    size, stride, pad = 3, 2, 1
+    got = pool.reference_max_pool(x, size, stride, "relu", pad).values
+    ho, wo = (9 + 2 * pad - size) // stride + 1, (8 + 2 * pad - size) // stride + 1
+    want = np.full((2, 3, ho, wo), -np.inf)
+    for i in range(ho):
+        for j in range(wo):
+            for p in range(size):
+                for q in range(size):
+                    h, w = i * stride - pad + p, j * stride - pad + q
+                    if 0 <= h < 9 and 0 <= w < 8:
+                        want[:, :, i, j] = np.maximum(want[:, :, i, j], x[:, :, h, w])
+    np.testing.assert_array_equal(got, np.maximum(want, 0))
+    assert got.shape == (2, 3, pool.pooled_size(9, size, stride, pad),
+                         pool.pooled_size(8, size, stride, pad))
+
+
+def test_max_pool_refuses_padding_past_half_the_window():
+    with pytest.raises(ValueError, match="padding"):
+        pool.max_pool_kernel((1, 1, 8, 8), 3, 2, pad=2)
+
+
+def test_global_avg_pool_and_add_references(rng):
+    x = rng.standard_normal((2, 4, 3, 5))
+    gap = pool.reference_global_avg_pool(x)
+    np.testing.assert_allclose(gap.values, x.reshape(2, 4, -1).mean(axis=2))
+    assert gap.length == 16
+    kept = rng.standard_normal(x.shape)
+    added = residual.reference_add(x, kept, "relu")
+    np.testing.assert_array_equal(added.values, np.maximum(x + kept, 0))
+    np.testing.assert_array_equal(added.magnitude, np.abs(x) + np.abs(kept))
+    # a float32 add of the two is within the bound; an add that drops the shortcut is not
+    x32, k32 = x.astype(np.float32), kept.astype(np.float32)
+    assert compare(np.maximum(x32 + k32, 0), residual.reference_add(x32, k32, "relu"),
+                   "fp32").passed
+    assert not compare(np.maximum(x32, 0), residual.reference_add(x32, k32, "relu"),
+                       "fp32").passed

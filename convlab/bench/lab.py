@@ -254,7 +254,7 @@ def classify(kernel: str, paths: list[Path],
     spec = weights.spec
     if spec.task != IMAGENET:
         raise ConvlabError(f"model '{spec.name}' classifies {spec.task}, not ImageNet images; "
-                           "classify takes --model alexnet")
+                           "classify takes --model alexnet, resnet50 or vgg16")
     x, labels = imagenet.load_inputs(paths, spec)
     probabilities = infer(weights, kernel, x)
     return [imagenet.Classified(label, top)
@@ -322,9 +322,9 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
         a = a[idx]
         return network.xp.asnumpy(a) if network.on_gpu else np.asarray(a)
 
-
     arrays = step.arrays if step.arrays is not None else network.weights.arrays
-    ref = reference_for(step.layers, host(step.input).astype(np.float64), arrays)
+    kept = None if step.kept is None else host(step.kept).astype(np.float64)
+    ref = reference_for(step.layers, host(step.input).astype(np.float64), arrays, kept)
     return compare(host(step.result()), ref, "fp32")
 
 
@@ -348,6 +348,7 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     emit("loaded-data")
     emit("loading-model")
     weights = weights or load_weights(spec.name)
+    held = device_bytes(variant.on_gpu)
     network = Network(weights, plan)  # compiles every layer's kernel
     network.annotate = nvtx.annotate  # layer names on an Nsight Systems timeline
     emit("loaded-model")
@@ -355,6 +356,7 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     _load(network, x)
     emit("working", "the warm-up pass")
     network.forward()  # warm-up, and every step's input for the timings below
+    peak_bytes = device_bytes(variant.on_gpu) - held if variant.on_gpu else None
     layers = []
     for step in network.conv_steps:
         emit("working", f"timing {step.label}")
@@ -380,7 +382,7 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
                        predictions_differ=0, compile_s=network.compile_seconds,
                        end_to_end_s=0.0, wall_s=0.0, steps=steps,
                        fallback_layers=list(network.fallback_layers),
-                       step_passes=len(next(iter(times.values()), [])))
+                       step_passes=len(next(iter(times.values()), [])), peak_bytes=peak_bytes)
 
     emit("working", "the end-to-end pass and its check")
     if network.on_gpu:  # poisons the conv outputs itself before the pass it checks
@@ -411,6 +413,18 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     result.wall_s = time.perf_counter() - start
     emit("done", result)
     return result
+
+
+def device_bytes(on_gpu: bool) -> int:
+    """The bytes CuPy's memory pool has handed out and not taken back: before and after a
+    network is built and has run, their difference is what the network holds (the pool is
+    where every buffer, weight and workspace of ours comes from)."""
+    if not on_gpu:
+        return 0
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+    return int(cupy.get_default_memory_pool().used_bytes())
 
 
 def fallback_note(layers: list[str], fallback: str, kernel: str) -> str:

@@ -109,6 +109,9 @@ class RunResult:
     fallback_layers: list[str] = field(default_factory=list)
     kernel_file: dict | None = None  # a kernel file's record (userkernel.KernelFile.record())
     step_passes: int = 0  # whole forward passes the per-step times are the median of
+    # Device bytes the network holds while it runs a forward pass (weights, input, every
+    # buffer and workspace, as CuPy's pool counts them; a pass allocates nothing more)
+    peak_bytes: int | None = None
 
     @property
     def task(self) -> str:
@@ -140,7 +143,7 @@ class RunResult:
                 "torch_rows": self.torch_rows,
                 "fallback_layers": self.fallback_layers, "wall_s": self.wall_s,
                 "device": self.device, "notes": self.notes, "kernel_file": self.kernel_file,
-                "step_passes": self.step_passes}
+                "step_passes": self.step_passes, "peak_bytes": self.peak_bytes}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunResult":

@@ -1,4 +1,10 @@
-"""Import the published AlexNet weights (bvlc_alexnet.npy) into convlab's layout.
+"""Import published weights into convlab's layout: AlexNet's bvlc_alexnet.npy, and PyTorch
+state dicts (torchvision's resnet50 and vgg16 checkpoints, or any with their keys).
+
+A state dict needs no conversion: the models name their layers as torchvision does and store
+OIHW convs, (out, in) FCs and batch norm's four vectors as PyTorch does; it is checked key by
+key (every parameter present with its shape, nothing else but batch norm's
+num_batches_tracked) and stored as float32.
 
 The file the TensorFlow AlexNet ports use came out of the "caffe-tensorflow" conversion of
 Caffe's bvlc_alexnet: a NumPy .npy holding one pickled dict, `{layer: [weights, biases]}` for
@@ -23,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
-from ..models import (WEIGHTS_FORMAT, Conv, Dense, Flatten, ModelSpec, Weights, get_model,
-                      save_weights)
+from ..errors import ConvlabError, DataError
+from ..models import (IMAGENET, MODELS, WEIGHTS_FORMAT, Conv, Dense, Flatten, ModelSpec, Weights,
+                      get_model, save_weights)
+from .state_dict import read_state_dict
 
 MODEL = "alexnet"
 CONVERSION = ("conv weights HWIO -> OIHW (transpose 3,2,0,1); FC weights (in, out) -> (out, in); "
@@ -180,19 +187,67 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def import_weights(source: Path, out: Path) -> Weights:
-    """Convert the published bvlc_alexnet.npy at `source` into convlab's .npz at `out`.
+STATE_DICT_EXTRA = ".num_batches_tracked"  # batch norm's training counter: not a weight
 
-    The source is a pickle, and unpickling runs code from the file: import only a file you
-    trust. Its .npy header is checked first, so a plain numeric array is refused unread."""
+
+def importable_models() -> list[str]:
+    return [name for name, spec in MODELS.items() if spec.task == IMAGENET]
+
+
+def state_dict_arrays(path: Path, contents: dict[str, np.ndarray],
+                      spec: ModelSpec) -> dict[str, np.ndarray]:
+    """The model's parameters from a state dict, float32: every key of the model present with
+    its shape and finite, no other key; one DataError naming the key and the shape otherwise."""
+    expected = spec.parameter_shapes()
+    extra = [k for k in contents if k not in expected and not k.endswith(STATE_DICT_EXTRA)]
+    missing = [k for k in expected if k not in contents]
+    if missing and extra:
+        raise DataError(f"{path}: not a {spec.name} state dict: {len(missing)} of its "
+                        f"{len(expected)} keys missing (first '{missing[0]}', shape "
+                        f"{expected[missing[0]]}) and {len(extra)} keys it does not have "
+                        f"(first '{extra[0]}')")
+    if missing:
+        raise DataError(f"{path}: missing '{missing[0]}' (expected shape {expected[missing[0]]})"
+                        + (f" and {len(missing) - 1} more keys" if len(missing) > 1 else ""))
+    if extra:
+        raise DataError(f"{path}: unexpected key '{extra[0]}' (shape {contents[extra[0]].shape})"
+                        f" in a {spec.name} state dict"
+                        + (f", and {len(extra) - 1} more" if len(extra) > 1 else ""))
+    arrays = {}
+    for key, shape in expected.items():
+        value = contents[key]
+        if value.shape != shape:
+            raise DataError(f"{path}: '{key}' has shape {value.shape}, expected {shape}")
+        if not np.issubdtype(value.dtype, np.floating):
+            raise DataError(f"{path}: '{key}' is {value.dtype}, expected floating point")
+        if not np.isfinite(value).all():
+            raise DataError(f"{path}: '{key}' holds non-finite values (NaN or inf)")
+        arrays[key] = np.ascontiguousarray(value, dtype=np.float32)
+    return arrays
+
+
+def import_weights(source: Path, out: Path, model: str = MODEL) -> Weights:
+    """Convert the published weights of `model` at `source` into convlab's .npz at `out`:
+    alexnet from bvlc_alexnet.npy, the others from a PyTorch state dict.
+
+    bvlc_alexnet.npy is a pickle, and unpickling it runs code from the file: import only a file
+    you trust. Its .npy header is checked first, so a plain numeric array is refused unread. A
+    state dict is read with an unpickler that builds tensors and nothing else."""
     source, out = Path(source), Path(out)
-    spec = get_model(MODEL)
-    layers = validate(source, read_published(source), spec)
-    arrays = convert(layers, spec)
+    spec = get_model(model)
+    if spec.task != IMAGENET:
+        raise ConvlabError(f"model '{model}' has trained weights shipped; import-weights takes "
+                           f"an ImageNet model: {', '.join(importable_models())}")
+    if model == MODEL:
+        layers = validate(source, read_published(source), spec)
+        arrays, conversion = convert(layers, spec), CONVERSION
+    else:
+        arrays = state_dict_arrays(source, read_state_dict(source), spec)
+        conversion = "PyTorch state dict, keys as torchvision names them; float32"
     meta = {"layers": spec.describe(), "source": f"imported from {source.name}",
-            "source_file": source.name, "source_sha256": sha256(source), "conversion": CONVERSION}
+            "source_file": source.name, "source_sha256": sha256(source), "conversion": conversion}
     try:
         save_weights(out, spec, arrays, meta)
     except OSError as exc:
         raise DataError(f"{out}: cannot write ({exc.strerror or exc})") from None
-    return Weights(spec=spec, arrays=arrays, meta={"format": WEIGHTS_FORMAT, "model": MODEL, **meta})
+    return Weights(spec=spec, arrays=arrays, meta={"format": WEIGHTS_FORMAT, "model": model, **meta})

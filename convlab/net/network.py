@@ -25,7 +25,9 @@ import numpy as np
 from .. import ops, tuning
 from ..gpu.elements import FLOAT16, FLOAT32
 from ..kernels import RELU, TANH_POOL, Variant
-from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
+from ..models import (LRN, AddKept, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool, ReLU,
+                      Softmax, Swap, Tanh, Weights)
+from ..errors import ConvlabError
 from ..oracle import reference
 from ..shapes import LAYOUTS, NCHW, NHWC, ConvShape, channels_last, memory_view
 from .plan import LayerDecision, NetworkPlan
@@ -66,6 +68,12 @@ class Step:
     in_layout: str = NCHW
     convert_to: str | None = None
     arrays: dict | None = None  # the weights as its op reads them, where not the model's own
+    # What the network does with its stack of kept activations before this step reads its
+    # input (a residual block's Keep and Swap: "keep", "swap"), and whether the step adds the
+    # top one (AddKept: popped into the op's `kept` before the launch).
+    stack: tuple[str, ...] = ()
+    adds_kept: bool = False
+    kept: object = None  # what it added in the last forward pass
 
     @property
     def is_conv(self) -> bool:
@@ -111,16 +119,17 @@ class HostOp:
     """A layer computed with the NumPy reference in float32 (the cpu variant's network)."""
 
     name: str
-    fn: Callable[[np.ndarray], np.ndarray]
+    fn: Callable[..., np.ndarray]
     output_shape: tuple
     compile_seconds: float = 0.0
     kernel: str = "numpy"
     capturable: bool = False
     layout: str = NCHW
     output_dtype: np.dtype = FLOAT32
+    kept: object = None  # a residual add's second operand, set by the network as for AddOp
 
     def __call__(self, x, y):
-        y[...] = self.fn(x)
+        y[...] = self.fn(x) if self.kept is None else self.fn(x, self.kept)
 
 
 def flattened_columns(w: np.ndarray, flattened: tuple) -> np.ndarray:
@@ -143,10 +152,30 @@ def _suffix(name: str) -> str:
     return match.group(1) if match else ""
 
 
+def _unique(label: str, taken: set[str]) -> str:
+    """`label`, or label#2, #3, ... where a step already has it (a model whose layer names do
+    not tell its steps apart): per-step times and profiles are keyed by label."""
+    found, k = label, 1
+    while found in taken:
+        k += 1
+        found = f"{label}#{k}"
+    taken.add(found)
+    return found
+
+
+def _tagger(name: str) -> Callable[[str], str]:
+    """Labels for the steps after conv or FC layer `name`: "relu1" after conv1,
+    "layer1.0.add3" after layer1.0.conv3 (the block's path kept, so labels stay unique)."""
+    prefix = name.rpartition(".")[0]
+    number = _suffix(name)
+    return lambda kind: f"{prefix}.{kind}{number}" if prefix else f"{kind}{number}"
+
+
 # Layers that give the same bits on fp16-rounded input as on float32 input rounded after them
-# (max and ReLU are monotonic and pick one of their inputs; a flatten is a view): an fp16
-# activation may pass them.
-ROUNDING_TRANSPARENT = (MaxPool, ReLU, Flatten)
+# (max and ReLU are monotonic and pick one of their inputs; a flatten is a view; Keep passes
+# the activation on, and whatever adds it later reads fp16 as it is): an fp16 activation may
+# pass them.
+ROUNDING_TRANSPARENT = (MaxPool, ReLU, Flatten, Keep)
 
 
 def fp16_next(layers: tuple, j: int, layout: str,
@@ -174,7 +203,7 @@ class Network:
 
     def __init__(self, weights: Weights, plan: NetworkPlan):
         plan.check()
-        self.weights = weights
+        self.weights = weights.folded  # batch norm folded into the convs: plan.spec's weights
         self.plan = plan
         self.variant = plan.variant
         self.batch = plan.batch
@@ -187,21 +216,26 @@ class Network:
         self.annotate: Callable[[str], contextlib.AbstractContextManager] | None = None
         self.steps: list[Step] = []
         self.fallback_layers = plan.fallback_layers
-        spec = weights.spec
+        spec = plan.spec
         self.input = xp.empty((self.batch, *spec.input_shape), dtype=xp.float32)
-        self._plan(spec.layers)
+        self._plan(plan.spec.layers)
 
     # --- planning ---------------------------------------------------------------------------
     def _plan(self, layers: tuple) -> None:
         """Steps in order. The activations keep the memory format the last conv wrote (the
         images arrive NCHW; a channels-last variant's staging converts them once): pool, LRN
         and activations are prepared for it, a flatten reads it in that order and the FC after
-        it gets its weight columns permuted to match."""
-        trace = self.weights.spec.trace(self.batch)
-        number = ""
+        it gets its weight columns permuted to match. A residual block's Keep and Swap are no
+        launches: the step after them does them to the network's stack of kept activations
+        before reading its input (Step.stack)."""
+        trace = self.plan.spec.trace(self.batch)
+        tag = _tagger("")
         view = flattened = None
         layout = NCHW
         dtype = FLOAT32
+        kept: list[tuple[str, np.dtype]] = []  # the kept activations' layouts and dtypes
+        stack: list[str] = []
+        labels: set[str] = set()
         i = 0
         while i < len(layers):
             layer, in_shape, _ = trace[i]
@@ -209,8 +243,18 @@ class Network:
                 view, flattened = (self.batch, int(np.prod(in_shape[1:]))), in_shape
                 i += 1
                 continue
+            if isinstance(layer, Keep):
+                kept.append((layout, dtype))
+                stack.append("keep")
+                i += 1
+                continue
+            if isinstance(layer, Swap):
+                (layout, dtype), kept[-1] = kept[-1], (layout, dtype)
+                stack.append("swap")
+                i += 1
+                continue
             if isinstance(layer, (Conv, Dense)):
-                number = _suffix(layer.name)
+                tag = _tagger(layer.name)
             dense = isinstance(layer, Dense) and self.plan.variant_for(layer) is not None
             if isinstance(layer, Conv):
                 step, used = self._conv_step(layers, self.plan.convs[layer.name])
@@ -220,21 +264,51 @@ class Network:
             elif dense:
                 step, used = self._dense_step(layers, self.plan.dense[layer.name], layout,
                                               flattened)
+            elif isinstance(layer, AddKept):
+                step, used = self._add_step(layers, i, in_shape, tag, layout, dtype, kept.pop())
             else:
-                step, used = self._layer_step(layers, i, in_shape, number, layout, flattened,
+                step, used = self._layer_step(layers, i, in_shape, tag, layout, flattened,
                                               dtype)
             # An FC layer the conv variant runs reads its input as a batch of 1x1 images of
             # in_features channels, and what follows reads its output as (batch, out_features).
             step.in_view = (self.batch, layer.in_features, 1, 1) if dense else view
             step.in_layout = layout
+            step.stack, stack = tuple(stack), []
             view = (self.batch, layer.out_features) if dense else None
             flattened = None
             if step.output is None:
                 step.output = self.xp.empty(step.op.output_shape, dtype=step.op.output_dtype)
+            step.label = _unique(step.label, labels)
             self.steps.append(step)
             layout = step.op.layout if step.op.layout in LAYOUTS else NCHW
             dtype = step.op.output_dtype
             i += used
+
+    def _add_step(self, layers, i, in_shape, tag, layout, dtype, kept) -> tuple[Step, int]:
+        """A residual add, with the ReLU after it where there is one: on the GPU one kernel
+        reading the activation as the step before wrote it and the kept one as it was kept."""
+        kept_layout, kept_dtype = kept
+        nxt = layers[i + 1] if i + 1 < len(layers) else None
+        group = (layers[i], nxt) if type(nxt) in ACTIVATIONS else (layers[i],)
+        activation = ACTIVATIONS[type(nxt)] if len(group) == 2 else None
+        label = tag("add") + (f"+{activation}" if activation else "")
+        if not self.on_gpu:
+            def fn(x, other, activation=activation):
+                return reference.relu(x + other) if activation == "relu" else (
+                    np.tanh(x + other) if activation == "tanh" else x + other)
+
+            op = HostOp(" + ".join(g.describe() for g in group), fn, tuple(in_shape))
+            return Step(label=label, category="add", kernel_label=f"numpy {label}", op=op,
+                        layers=group, adds_kept=True), len(group)
+        if kept_layout != layout and len(in_shape) == 4:
+            raise ConvlabError(f"{label}: the residual add would add activations in two memory "
+                               f"formats ({kept_layout} kept, {layout} arriving); run the "
+                               "block's convs with one variant")
+        half = self._fp16_next(layers, i + len(group), layout)
+        op = ops.prepare_add(in_shape, activation, layout, dtype, kept_dtype,
+                             FLOAT16 if half else FLOAT32)
+        return Step(label=label, category="add", kernel_label=f"{op.name} {label}", op=op,
+                    layers=group, adds_kept=True), len(group)
 
     def _fp16_next(self, layers: tuple, j: int, layout: str) -> bool:
         return fp16_next(layers, j, layout, self.plan.variant_for)
@@ -275,7 +349,7 @@ class Network:
                         op=op, layers=tuple(layers[i:i + 1 + absorbed]), shape=shape, weights=w,
                         bias=b, epilogue=epilogue, layer=layer), 1 + absorbed
 
-    def _layer_step(self, layers, i, in_shape, number, layout=NCHW, flattened=None,
+    def _layer_step(self, layers, i, in_shape, tag, layout=NCHW, flattened=None,
                     dtype=FLOAT32) -> tuple[Step, int]:
         layer = layers[i]
         nxt = layers[i + 1] if i + 1 < len(layers) else None
@@ -288,19 +362,19 @@ class Network:
             make = self._host_op
         if type(layer) in ACTIVATIONS and isinstance(nxt, MaxPool):
             kind = ACTIVATIONS[type(layer)]
-            label = f"{kind}{number}+pool{number}"
+            label = f"{tag(kind)}+{tag('pool')}"
             return make("pool", label, (layer, nxt), in_shape), 2
-        if isinstance(layer, LRN) and isinstance(nxt, MaxPool):
-            return make("lrn", f"norm{number}+pool{number}", (layer, nxt), in_shape), 2
+        if isinstance(layer, LRN) and isinstance(nxt, MaxPool) and not nxt.pad:
+            return make("lrn", f"{tag('norm')}+{tag('pool')}", (layer, nxt), in_shape), 2
         if isinstance(layer, Dense) and type(nxt) in ACTIVATIONS:
             kind = ACTIVATIONS[type(nxt)]
-            return make("fc", f"{layer.name}+{kind}{number}", (layer, nxt), in_shape), 2
+            return make("fc", f"{layer.name}+{tag(kind)}", (layer, nxt), in_shape), 2
         if isinstance(layer, Dense):
             return make("fc", layer.name, (layer,), in_shape), 1
         category, label = {
-            ReLU: ("activation", f"relu{number}"), Tanh: ("activation", f"tanh{number}"),
-            MaxPool: ("pool", f"pool{number}"), LRN: ("lrn", f"norm{number}"),
-            Softmax: ("softmax", "prob"),
+            ReLU: ("activation", tag("relu")), Tanh: ("activation", tag("tanh")),
+            MaxPool: ("pool", tag("pool")), LRN: ("lrn", tag("norm")),
+            GlobalAvgPool: ("pool", "avgpool"), Softmax: ("softmax", "prob"),
         }[type(layer)]
         return make(category, label, (layer,), in_shape), 1
 
@@ -329,7 +403,9 @@ class Network:
                                  out_dtype)
         elif isinstance(last, MaxPool):
             op = ops.prepare_max_pool(in_shape, last.size, last.step, activation, layout,
-                                      in_dtype, out_dtype)
+                                      in_dtype, out_dtype, last.pad)
+        elif isinstance(first, GlobalAvgPool):
+            op = ops.prepare_global_avg_pool(in_shape, layout, in_dtype, out_dtype)
         elif isinstance(first, Softmax):
             op = ops.prepare_softmax(in_shape[0], int(np.prod(in_shape[1:])))
         else:
@@ -384,7 +460,15 @@ class Network:
         `on_step(step, "begin"|"end")` is called around each step's launch (the lab records CUDA
         events there)."""
         a = self.input if x is None else x
+        kept = []
         for step in self.steps:
+            for action in step.stack:
+                if action == "keep":
+                    kept.append(a)
+                else:
+                    a, kept[-1] = kept[-1], a
+            if step.adds_kept:
+                step.kept = step.op.kept = kept.pop()
             if step.in_view is not None:
                 a = memory_view(a, step.in_layout).reshape(step.in_view)
             elif step.convert_to is not None:

@@ -20,7 +20,7 @@ def fusable(layers: tuple, i: int) -> bool:
     """conv, tanh, 2x2/2 max-pool: the ECE408 block the `fused` variant computes in one kernel."""
     rest = layers[i + 1:i + 3]
     return (len(rest) == 2 and isinstance(rest[0], Tanh) and isinstance(rest[1], MaxPool)
-            and rest[1].size == 2 and rest[1].step == 2)
+            and rest[1].size == 2 and rest[1].step == 2 and not rest[1].pad)
 
 
 def conv_epilogue(variant: Variant, layers: tuple, i: int, shape: ConvShape) -> tuple[str | None, int]:
@@ -93,7 +93,9 @@ class NetworkPlan:
 def plan_network(spec: ModelSpec, variant: Variant, batch: int,
                  fallback: Variant | None = None) -> NetworkPlan:
     """Decide every conv layer (the variant where it supports the layer, else the fallback,
-    else refused) and every FC layer the variant runs as a 1x1 convolution."""
+    else refused) and every FC layer the variant runs as a 1x1 convolution, in the model's
+    inference form (batch norm folded: the plan's spec)."""
+    spec = spec.inference()
     shapes = spec.conv_shapes(batch)
     convs, dense = {}, {}
     for i, layer in enumerate(spec.layers):

@@ -31,7 +31,8 @@ import numpy as np
 from ..errors import ConvlabError
 from ..gpu import timer
 from ..gpu.isolate import gpu_wait, run_isolated
-from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights, get_model
+from ..models import (LRN, AddKept, BatchNorm, Conv, Dense, Flatten, GlobalAvgPool, Keep,
+                      MaxPool, ReLU, Softmax, Swap, Tanh, Weights, get_model)
 
 LAYOUTS = ("nchw", "nhwc")
 MODES = ("eager", "graph", "compile", "max-autotune")
@@ -47,6 +48,21 @@ GRAPH_WARMUP = 3
 # default compile, which takes seconds (AlexNet at batch 128: slower in fp16 and bf16 on an
 # H100 on 2026-11-28, 4.045 against 4.061 ms in fp32 on an H200 on 2026-11-26).
 COMPILE_BUDGET_S = 300.0
+BUDGET_ENV = "CONVLAB_COMPILE_BUDGET_S"  # sets another budget (seconds) for a run or a machine
+
+
+def compile_budget_s() -> float:
+    """COMPILE_BUDGET_S, or the seconds BUDGET_ENV names (a ConvlabError if it names none)."""
+    text = os.environ.get(BUDGET_ENV, "").strip()
+    if not text:
+        return COMPILE_BUDGET_S
+    try:
+        budget = float(text)
+    except ValueError:
+        budget = -1.0
+    if not budget > 0:
+        raise ConvlabError(f"{BUDGET_ENV}={text!r}: expected a number of seconds above 0")
+    return budget
 ISOLATED_MODES = ("max-autotune",)
 INPUT_KEY = "__input__"  # the network input, beside the weights in the child's .npz
 
@@ -78,6 +94,9 @@ class TorchRow:
     ms: float | None = None  # per forward pass, device-resident input
     differ: int | None = None  # top-1 predictions that differ from the reference's
     error: str = ""  # why it was not measured
+    # The most PyTorch's allocator held allocated while the candidate was built (compiled,
+    # captured) and ran, its weights and input included
+    peak_bytes: int | None = None
 
     @property
     def label(self) -> str:
@@ -124,7 +143,7 @@ def _set_precision(torch, tf32: bool) -> None:
 def network_function(weights: Weights, precision: str = "fp32", layout: str = "nchw"):
     """(forward(x) -> probabilities, stage(cupy x) -> x as forward reads it): the model in
     PyTorch's functional ops, its weights on the device in the class's dtype (conv weights in
-    the layout)."""
+    the layout); batch norm unfolded, in eval mode, as a PyTorch user deploys it."""
     import torch
     import torch.nn.functional as F
 
@@ -140,8 +159,21 @@ def network_function(weights: Weights, precision: str = "fp32", layout: str = "n
 
     def forward(xt):
         a = xt
+        kept = []
         for layer in layers:
-            if isinstance(layer, Conv):
+            if isinstance(layer, Keep):
+                kept.append(a)
+            elif isinstance(layer, Swap):
+                a, kept[-1] = kept[-1], a
+            elif isinstance(layer, AddKept):
+                a = a + kept.pop()
+            elif isinstance(layer, BatchNorm):
+                a = F.batch_norm(a, t[f"{layer.name}.running_mean"],
+                                 t[f"{layer.name}.running_var"], t[f"{layer.name}.weight"],
+                                 t[f"{layer.name}.bias"], training=False, eps=layer.eps)
+            elif isinstance(layer, GlobalAvgPool):
+                a = F.adaptive_avg_pool2d(a, 1).flatten(1)
+            elif isinstance(layer, Conv):
                 a = F.conv2d(a, t[f"{layer.name}.weight"], t.get(f"{layer.name}.bias"),
                              stride=layer.stride, padding=layer.pad, groups=layer.groups)
             elif isinstance(layer, ReLU):
@@ -151,7 +183,7 @@ def network_function(weights: Weights, precision: str = "fp32", layout: str = "n
             elif isinstance(layer, LRN):
                 a = F.local_response_norm(a, layer.size, layer.alpha, layer.beta, layer.k)
             elif isinstance(layer, MaxPool):
-                a = F.max_pool2d(a, layer.size, layer.step)
+                a = F.max_pool2d(a, layer.size, layer.step, layer.pad)
             elif isinstance(layer, Flatten):
                 a = a.flatten(1)  # logical (C, H, W) order in either layout, as the weights expect
             elif isinstance(layer, Dense):
@@ -231,17 +263,25 @@ def _layout_rows(weights: Weights, x, precision: str, layout: str, modes: list[s
     import torch
 
     tf32 = DTYPES[precision][1]
+    start = torch.cuda.memory_allocated()
     try:
         forward, stage = network_function(weights, precision, layout)
         xt = stage(x)
     except Exception as exc:  # noqa: BLE001 - a layout PyTorch cannot run is reported
         return [TorchRow(precision, layout, mode, error=_error(exc)) for mode in modes]
+    held = torch.cuda.memory_allocated() - start  # the weights and the input
     rows = []
     for mode in modes:
         row = TorchRow(precision, layout, mode)
         try:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
             with gpu_wait():  # graph capture and compilation synchronise the device
                 run = _runner(torch, forward, xt, mode, tf32)
+                run()
+                torch.cuda.synchronize()
+            row.peak_bytes = held + torch.cuda.max_memory_allocated() - before
             row.ms = timer.time_device(run, policy).median_ms
             with gpu_wait():
                 top1 = run().float().argmax(dim=1).cpu().numpy()
@@ -256,8 +296,8 @@ def isolated_row(weights: Weights, x, precision: str, layout: str, mode: str,
                   reference_top1: np.ndarray, policy: timer.TimingPolicy,
                   budget_s: float | None = None) -> TorchRow:
     """One candidate compiled and timed in a child process, ended after `budget_s`
-    (COMPILE_BUDGET_S): the weights and input cross in a temporary .npz."""
-    budget_s = COMPILE_BUDGET_S if budget_s is None else budget_s
+    (compile_budget_s()): the weights and input cross in a temporary .npz."""
+    budget_s = compile_budget_s() if budget_s is None else budget_s
     with tempfile.TemporaryDirectory(prefix="convlab-torch-") as tmp:
         path = os.path.join(tmp, "problem.npz")
         arrays = {k: v for k, v in weights.arrays.items() if k != "reference_predictions"}

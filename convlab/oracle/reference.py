@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models import LRN, Conv, Dense, Flatten, MaxPool, ReLU, Softmax, Tanh, Weights
+from ..models import (LRN, AddKept, BatchNorm, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool,
+                      ReLU, Softmax, Swap, Tanh, Weights)
 
 # Bound the patch matrix of one chunk (elements), so 10,000 images never need gigabytes at once.
 _PATCH_BUDGET = 32 * 1024 * 1024
@@ -100,12 +101,14 @@ def conv_shape_args(shape) -> dict:
             "dilation": shape.dilation}
 
 
-def max_pool(x: np.ndarray, size: int, stride: int | None = None) -> np.ndarray:
-    """size x size max-pool with the given stride (default: size), floor mode, no padding:
-    trailing rows/columns that do not fill a window drop, as in Caffe and the course.
-    Computed as the max of size*size strided slices (one per window offset): far faster in
-    NumPy than a reduction over a window view."""
+def max_pool(x: np.ndarray, size: int, stride: int | None = None, pad: int = 0) -> np.ndarray:
+    """size x size max-pool with the given stride (default: size), floor mode, `pad` rows and
+    columns of -infinity around: trailing rows/columns that do not fill a window drop, as in
+    Caffe, the course and PyTorch. Computed as the max of size*size strided slices (one per
+    window offset): far faster in NumPy than a reduction over a window view."""
     stride = stride or size
+    if pad:
+        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
     Ho = (x.shape[2] - size) // stride + 1
     Wo = (x.shape[3] - size) // stride + 1
     out = None
@@ -129,6 +132,15 @@ def lrn(x: np.ndarray, size: int = 5, alpha: float = 1e-4, beta: float = 0.75,
     # channels would carry the rounding error of every channel before the window.
     window = sum(padded[:, i:i + channels] for i in range(size))
     return x / np.power(k + (alpha / size) * window, beta)
+
+
+def batch_norm(x: np.ndarray, arrays: dict, name: str, eps: float) -> np.ndarray:
+    """Inference batch norm of x (B, C, H, W) in x's dtype, with the layer's running
+    statistics."""
+    part = {k: np.asarray(arrays[f"{name}.{k}"], dtype=x.dtype).reshape(1, -1, 1, 1)
+            for k in ("weight", "bias", "running_mean", "running_var")}
+    return ((x - part["running_mean"]) / np.sqrt(part["running_var"] + x.dtype.type(eps))
+            * part["weight"] + part["bias"])
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -155,7 +167,11 @@ def apply_layer(layer, a: np.ndarray, arrays: dict, conv=None) -> np.ndarray:
     if isinstance(layer, ReLU):
         return relu(a)
     if isinstance(layer, MaxPool):
-        return max_pool(a, layer.size, layer.step)
+        return max_pool(a, layer.size, layer.step, layer.pad)
+    if isinstance(layer, BatchNorm):
+        return batch_norm(a, arrays, layer.name, layer.eps)
+    if isinstance(layer, GlobalAvgPool):
+        return a.mean(axis=(2, 3))
     if isinstance(layer, LRN):
         return lrn(a, layer.size, layer.alpha, layer.beta, layer.k)
     if isinstance(layer, Flatten):
@@ -169,14 +185,23 @@ def apply_layer(layer, a: np.ndarray, arrays: dict, conv=None) -> np.ndarray:
 
 
 def forward(weights: Weights, x: np.ndarray, conv=None, dtype=np.float32) -> np.ndarray:
-    """Class probabilities for network input x (N, C, S, S), every layer computed in `dtype`.
+    """Class probabilities for network input x (N, C, S, S), every layer computed in `dtype`,
+    batch norm as written (not folded).
 
     `conv(layer, x, w, b)` computes each conv layer; by default this module's conv2d does.
     Every other layer is the NumPy definition the GPU network's kernels are verified against.
     """
     a = np.asarray(x, dtype=dtype)
+    kept: list[np.ndarray] = []
     for layer in weights.spec.layers:
-        a = apply_layer(layer, a, weights.arrays, conv)
+        if isinstance(layer, Keep):
+            kept.append(a)
+        elif isinstance(layer, Swap):
+            a, kept[-1] = kept[-1], a
+        elif isinstance(layer, AddKept):
+            a = a + kept.pop()
+        else:
+            a = apply_layer(layer, a, weights.arrays, conv)
     return a
 
 

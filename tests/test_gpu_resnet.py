@@ -1,0 +1,134 @@
+"""ResNet-50 and VGG-16 on the GPU: the new layer kernels (a padded max-pool, the global average
+pool, the residual add) against float64 in both layouts and element types, and the whole
+networks with every variant that runs their convs, every layer and step verified, top-1
+against the unfolded float64 forward; PyTorch's candidates (batch norm in eval mode) agree."""
+
+import numpy as np
+import pytest
+
+from convlab.bench import lab
+from convlab.gpu import timer
+from convlab.kernels import VARIANTS
+from convlab.models import MODELS
+from convlab.ops import (prepare_add, prepare_global_avg_pool, prepare_max_pool,
+                         reference_add, reference_global_avg_pool, reference_max_pool)
+from convlab.oracle.verify import compare, poison
+from convlab.shapes import NHWC, channels_last
+
+pytestmark = pytest.mark.gpu
+F16 = np.float16
+
+
+def _device(x, layout):
+    import cupy
+
+    d = cupy.asarray(x)
+    return channels_last(cupy.ascontiguousarray(d.transpose(0, 2, 3, 1))) if layout == NHWC else d
+
+
+def _empty(shape, dtype, layout):
+    import cupy
+
+    if layout == NHWC and len(shape) == 4:
+        b, c, h, w = shape
+        return channels_last(cupy.empty((b, h, w, c), dtype))
+    return cupy.empty(shape, dtype)
+
+
+def _host(y):
+    import cupy
+
+    return cupy.asnumpy(cupy.ascontiguousarray(y)).astype(np.float64)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("shape,size,stride,pad", [((2, 64, 112, 112), 3, 2, 1),
+                                                   ((3, 5, 9, 8), 3, 2, 1), ((1, 3, 7, 7), 2, 2, 1)])
+def test_padded_max_pool_matches_float64(rng, layout, shape, size, stride, pad):
+    x = rng.standard_normal(shape).astype(np.float32)
+    op = prepare_max_pool(shape, size, stride, "relu", layout, pad=pad)
+    y = _empty(op.output_shape, np.float32, layout)
+    poison(y)
+    op(_device(x, layout), y)
+    check = compare(_host(y).astype(np.float32), reference_max_pool(x, size, stride, "relu", pad),
+                    "fp32")
+    assert check.passed, check.reason
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("in_dtype,out_dtype", [(np.float32, np.float32), (F16, np.float32),
+                                                (np.float32, F16)])
+def test_global_avg_pool_matches_float64(rng, layout, in_dtype, out_dtype):
+    shape = (4, 2048, 7, 7)
+    x = rng.standard_normal(shape).astype(in_dtype)
+    op = prepare_global_avg_pool(shape, layout, in_dtype, out_dtype)
+    import cupy
+
+    y = cupy.empty(op.output_shape, out_dtype)
+    poison(y)
+    op(_device(x, layout), y)
+    check = compare(cupy.asnumpy(y), reference_global_avg_pool(x.astype(np.float64)), "fp32")
+    assert check.passed, check.reason
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("in_dtype,kept_dtype,out_dtype", [
+    (np.float32, np.float32, np.float32), (np.float32, F16, F16), (F16, F16, F16),
+    (np.float32, F16, np.float32)])
+def test_residual_add_matches_float64(rng, layout, in_dtype, kept_dtype, out_dtype):
+    shape = (2, 256, 14, 13)
+    x = rng.standard_normal(shape).astype(in_dtype)
+    kept = rng.standard_normal(shape).astype(kept_dtype)
+    op = prepare_add(shape, "relu", layout, in_dtype, kept_dtype, out_dtype)
+    y = _empty(shape, out_dtype, layout)
+    poison(y)
+    op.kept = _device(kept, layout)
+    op(_device(x, layout), y)
+    got = _host(y).astype(out_dtype)
+    check = compare(got, reference_add(x.astype(np.float64), kept.astype(np.float64), "relu"),
+                    "fp32")
+    assert check.passed, check.reason
+
+
+NETWORK_VARIANTS = ["wgmma-fp16", "wgmma", "wgmma-split-bf16", "wgmma-bf16",
+                    "channels-last-fp16", "register-tiled"]
+
+
+@pytest.mark.parametrize("model", ["resnet50", "vgg16"])
+@pytest.mark.parametrize("name", NETWORK_VARIANTS)
+def test_network_top1_matches_float64(model, name, tmp_path, monkeypatch):
+    """The whole network at batch 4 with the variant in its convs (the general fp32 one where
+    it refuses a layer): every conv layer and every other step verified, top-1 equal to the
+    unfolded float64 forward's in fp32 and tf32."""
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    variant = VARIANTS[name]
+    policy = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
+    fallback = "wgmma-3xtf32" if name == "wgmma-split-bf16" else None
+    plan = lab.network_plan(MODELS[model], variant, 4, fallback)
+    result = lab.run(plan, policy)
+    failures = [f"{layer.label}: {layer.check.reason}" for layer in result.layers
+                if not layer.check.passed]
+    failures += [f"{s.label}: {s.check.reason}" for s in result.steps
+                 if s.check and not s.check.passed]
+    assert not failures, failures
+    print(f"{model} {name}: forward {result.forward_ms:.3f} ms (graph {result.graph}), "
+          f"peak {result.peak_bytes / 2**20:.0f} MiB, {result.predictions_differ} top-1 differ, "
+          f"fallback {result.fallback_layers}")
+    assert result.peak_bytes > 0
+    if variant.precision in ("fp32", "tf32"):
+        assert result.predictions_differ == 0
+    else:
+        assert result.predictions_differ <= 1
+
+
+def test_pytorch_runs_resnet50_with_batch_norm_in_eval_mode(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    policy = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
+    result = lab.run(lab.network_plan(MODELS["resnet50"], "wgmma", 4), policy,
+                     compare_torch=True)
+    rows = {(r["layout"], r["mode"]): r for r in result.torch_rows}
+    eager = rows[("nchw", "eager")]
+    assert eager["ms"] is not None and eager["differ"] == 0, eager
+    assert eager["peak_bytes"] > 100 * 2**20  # ResNet-50's weights alone are ~100 MB
+    assert result.torch_ms is not None

@@ -1,0 +1,340 @@
+"""ResNet-50 and VGG-16 on any machine: their layers and parameters as torchvision has them,
+batch norm drawn so activations stay in range and folded so the network computes what the
+unfolded float64 forward does, residual blocks through the network's stack of kept activations,
+and PyTorch state dicts imported without PyTorch, bad ones refused in one line."""
+
+import io
+import re
+import pickle
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from convlab import models
+from convlab.bench import lab
+from convlab.cli import main
+from convlab.errors import DataError
+from convlab.models import (IMAGENET, AddKept, BatchNorm, Conv, Dense, GlobalAvgPool, Keep,
+                            MaxPool, ModelSpec, ReLU, Softmax, Swap, get_model, random_weights)
+from convlab.net import importer, state_dict
+from convlab.net.network import Network, fp16_next
+from convlab.oracle import reference
+
+# torchvision's counts: resnet50 25,557,032 parameters (+ 53,120 batch-norm running means and
+# as many variances, which the state dict holds too); vgg16 138,357,544.
+PARAMETERS = {"resnet50": 25_557_032 + 2 * 26_560, "vgg16": 138_357_544}
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg16"])
+def test_models_have_torchvisions_parameters_and_output(name):
+    spec = get_model(name)
+    shapes = spec.parameter_shapes()
+    assert sum(int(np.prod(s)) for s in shapes.values()) == PARAMETERS[name]
+    assert spec.trace(3)[-1][2] == (3, 1000)
+    assert len(spec.conv_layers) == {"resnet50": 53, "vgg16": 13}[name]
+
+
+def test_resnet50_keys_and_shapes_follow_torchvision():
+    shapes = get_model("resnet50").parameter_shapes()
+    assert shapes["conv1.weight"] == (64, 3, 7, 7)
+    assert shapes["layer1.0.downsample.0.weight"] == (256, 64, 1, 1)
+    assert shapes["layer2.0.conv2.weight"] == (128, 128, 3, 3)
+    assert shapes["layer4.2.bn3.running_var"] == (2048,)
+    assert shapes["fc.weight"] == (1000, 2048)
+    convs = get_model("resnet50").conv_shapes(1)
+    # v1.5: the stride sits on the 3x3 conv; the shortcut's 1x1 has it too
+    assert convs["layer2.0.conv2"].stride == 2 and convs["layer2.0.conv1"].stride == 1
+    assert convs["layer2.0.downsample.0"].stride == 2
+    assert convs["layer4.2.conv3"].H == 7
+    assert all(s.bias for s in convs.values())  # batch norm folded in: a bias each
+
+
+def tiny_resnet() -> ModelSpec:
+    """ResNet's pieces at a size a test runs in a moment: a stem with a padded pool, one block
+    with a projection shortcut and one with an identity, the global pool and a classifier."""
+    layers = (*models._conv_bn("conv1", "bn1", 3, 8, 3, 2), ReLU(), MaxPool(3, 2, pad=1),
+              *models._bottleneck("layer1.0", 8, 4, 2), *models._bottleneck("layer1.1", 16, 4, 1),
+              GlobalAvgPool(), Dense("fc", 16, 10), Softmax())
+    return ModelSpec(name="tiny-resnet", input_size=20, layers=layers, origin="a test's",
+                     input_channels=3, task=IMAGENET)
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    spec = tiny_resnet()
+    monkeypatch.setitem(models.MODELS, spec.name, spec)
+    random_weights.cache_clear()
+    yield random_weights(spec.name)
+    random_weights.cache_clear()
+
+
+def test_blocks_are_kept_swapped_and_added_in_the_trace(tiny):
+    kinds = [type(layer) for layer in tiny.spec.layers]
+    assert kinds.count(Keep) == 2 and kinds.count(Swap) == 1 and kinds.count(AddKept) == 2
+    trace = tiny.spec.trace(2)
+    swap = next(i for i, (layer, _, _) in enumerate(trace) if isinstance(layer, Swap))
+    # the shortcut's output is kept; the body starts again from the block's input
+    assert trace[swap][1] == (2, 16, 3, 3) and trace[swap][2] == (2, 8, 5, 5)
+
+
+def test_batch_norm_statistics_normalise_the_activations(tiny):
+    """Drawn from the moments of the layer's input on images like the lab's, each batch norm
+    leaves its output near zero mean and the scale of its gamma."""
+    x = lab.load_input(tiny.spec, 4).astype(np.float64)
+    a, kept = x, []
+    for layer in tiny.spec.layers:
+        if isinstance(layer, BatchNorm):
+            out = reference.batch_norm(a, tiny.arrays, layer.name, layer.eps)
+            gamma = tiny.arrays[f"{layer.name}.weight"].astype(np.float64)
+            spread = out.std(axis=(0, 2, 3)) / gamma
+            assert 0.5 < np.median(spread) < 2, layer.name
+            assert np.abs(out.mean(axis=(0, 2, 3))).max() < 1.5, layer.name
+        if isinstance(layer, Keep):
+            kept.append(a)
+        elif isinstance(layer, Swap):
+            a, kept[-1] = kept[-1], a
+        elif isinstance(layer, AddKept):
+            a = a + kept.pop()
+        else:
+            a = reference.apply_layer(layer, a, tiny.arrays)
+    logits_spread = np.log(a).std(axis=1)
+    assert (logits_spread > 0.5).all()  # not all classes tied
+
+
+def test_folded_network_computes_the_unfolded_forward(tiny):
+    """The cpu variant's network runs the folded weights; the float64 reference runs batch norm
+    as written: they agree to float32's rounding, so the folding is right."""
+    folded = tiny.folded
+    assert not any(isinstance(layer, BatchNorm) for layer in folded.spec.layers)
+    assert not any(key.startswith("bn1.") for key in folded.arrays)
+    assert folded is tiny.folded  # folded once
+    x = lab.load_input(tiny.spec, 3)
+    net = Network(tiny, lab.network_plan(tiny.spec, "cpu", 3))
+    net.input[...] = x
+    got = np.array(net.forward())
+    want = reference.forward(tiny, x, dtype=np.float64)
+    assert np.abs(got - want).max() < 1e-5
+    assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
+    # and a fold that forgets the running mean is caught
+    broken = dict(folded.arrays)
+    broken["conv1.bias"] = broken["conv1.bias"] + 0.5
+    wrong = reference.forward(models.Weights(folded.spec, broken), x, dtype=np.float64)
+    assert np.abs(wrong - want).max() > 1e-3
+
+
+def test_every_step_of_a_block_is_checked_against_float64(tiny):
+    net = Network(tiny, lab.network_plan(tiny.spec, "cpu", 2))
+    net.input[...] = lab.load_input(tiny.spec, 2)
+    net.forward()
+    labels = [s.label for s in net.steps]
+    assert len(labels) == len(set(labels))
+    adds = [s for s in net.steps if s.adds_kept]
+    assert [s.label for s in adds] == ["layer1.0.add3+relu", "layer1.1.add3+relu"]
+    assert [s.stack for s in net.steps if s.stack] == [("keep",), ("swap",), ("keep",)]
+    for step in net.steps:
+        if not step.is_conv:
+            assert lab._verify_layer_step(step, net).passed, step.label
+    # the add's check sees its shortcut: a step that added nothing would fail it
+    adds[0].output[...] = np.maximum(adds[0].input, 0)
+    assert not lab._verify_layer_step(adds[0], net).passed
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg16"])
+def test_the_big_networks_plan_with_unique_step_labels(name):
+    w = random_weights(name)
+    net = Network(w, lab.network_plan(w.spec, "cpu", 1))
+    labels = [s.label for s in net.steps]
+    assert len(labels) == len(set(labels)) and "#" not in "".join(labels)
+
+
+class Half:
+    layout = "nhwc"
+
+    @staticmethod
+    def input_dtype():
+        return np.dtype(np.float16)
+
+
+def test_fp16_passes_keep_but_not_a_swap_or_an_add():
+    """An activation kept for a shortcut may be written fp16 for the fp16 conv that reads it
+    next (the add reads fp16 as it is); what a Swap keeps goes to the add, which is no reason
+    to round it."""
+    conv = Conv("c", 4, 4, 1)
+    assert fp16_next((Keep(), conv), 0, "nhwc", lambda layer: Half)
+    assert not fp16_next((Swap(), conv), 0, "nhwc", lambda layer: Half)
+    assert not fp16_next((AddKept(), ReLU(), conv), 0, "nhwc", lambda layer: Half)
+
+
+# --- PyTorch state dicts, read without PyTorch ------------------------------------------------
+
+def _pickled_state_dict(arrays: dict, extra_global: str | None = None) -> tuple[bytes, dict]:
+    """data.pkl as torch.save writes it (protocol 2: an OrderedDict of _rebuild_tensor_v2 calls
+    on persistent storages), and the storages' bytes by key, written opcode by opcode."""
+    out = io.BytesIO()
+    w = out.write
+
+    def text(s: str):
+        data = s.encode()
+        w(b"X" + struct.pack("<I", len(data)) + data)
+
+    def integer(n: int):
+        w(b"J" + struct.pack("<i", n))
+
+    def ints(values):
+        w(b"(")
+        for v in values:
+            integer(v)
+        w(b"t")
+
+    w(b"\x80\x02")
+    w(b"ccollections\nOrderedDict\nq\x00)R")
+    w(b"(")
+    storages = {}
+    for i, (key, value) in enumerate(arrays.items()):
+        key_id = str(i)
+        storages[key_id] = np.ascontiguousarray(value, dtype="<f4").tobytes()
+        text(key)
+        w(b"ctorch._utils\n_rebuild_tensor_v2\n(")
+        w(b"(")
+        text("storage")
+        w(b"ctorch\nFloatStorage\n")
+        text(key_id)
+        text("cpu")
+        integer(value.size)
+        w(b"tQ")
+        integer(0)
+        ints(value.shape)
+        ints([int(np.prod(value.shape[k + 1:])) for k in range(value.ndim)])
+        w(b"\x89")
+        w(b"ccollections\nOrderedDict\n)R")
+        w(b"tR")
+    w(b"u")
+    if extra_global:
+        module, name = extra_global.rsplit(".", 1)
+        w(b"0c" + module.encode() + b"\n" + name.encode() + b"\n0")
+    w(b".")
+    return out.getvalue(), storages
+
+
+def write_state_dict(path, arrays: dict, extra_global: str | None = None):
+    pickled, storages = _pickled_state_dict(arrays, extra_global)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickled)
+        z.writestr("archive/version", "3\n")
+        for key, data in storages.items():
+            z.writestr(f"archive/data/{key}", data)
+
+
+def test_a_state_dict_is_read_as_torch_save_wrote_it(tmp_path, rng):
+    arrays = {"a.weight": rng.standard_normal((3, 2, 1, 2)).astype(np.float32),
+              "a.bias": rng.standard_normal(3).astype(np.float32)}
+    write_state_dict(tmp_path / "s.pth", arrays)
+    got = state_dict.read_state_dict(tmp_path / "s.pth")
+    assert set(got) == set(arrays)
+    for key in arrays:
+        np.testing.assert_array_equal(got[key], arrays[key])
+
+
+def test_a_state_dict_that_asks_for_other_code_is_refused(tmp_path, rng):
+    write_state_dict(tmp_path / "s.pth", {"a": np.zeros(2, np.float32)}, "os.system")
+    with pytest.raises(DataError, match="asks for os.system"):
+        state_dict.read_state_dict(tmp_path / "s.pth")
+
+
+def resnet_state(tmp_path, change=None) -> "object":
+    arrays = dict(random_weights("resnet50").arrays)
+    arrays["bn1.num_batches_tracked"] = np.zeros((), np.float32)
+    if change:
+        change(arrays)
+    path = tmp_path / "resnet50.pth"
+    write_state_dict(path, arrays)
+    return path
+
+
+def test_import_weights_takes_a_resnet50_state_dict(tmp_path):
+    source = resnet_state(tmp_path)
+    result = CliRunner().invoke(main, ["import-weights", str(source), "--model", "resnet50",
+                                       "--out", str(tmp_path / "r.npz")])
+    assert result.exit_code == 0, result.output
+    assert "resnet50" in result.output and "25,610,152 parameters" in result.output
+    loaded = models.load_weights("resnet50", tmp_path / "r.npz")
+    want = random_weights("resnet50").arrays
+    assert set(loaded.arrays) == set(want)
+    for key in want:
+        np.testing.assert_array_equal(loaded.arrays[key], want[key])
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda a: a.pop("layer3.1.bn2.running_var"),
+     "missing 'layer3.1.bn2.running_var' \\(expected shape \\(256,\\)\\)"),
+    (lambda a: a.__setitem__("fc.weight", np.zeros((10, 2048), np.float32)),
+     "'fc.weight' has shape \\(10, 2048\\), expected \\(1000, 2048\\)"),
+    (lambda a: a.__setitem__("head.weight", np.zeros(3, np.float32)),
+     "unexpected key 'head.weight'"),
+    (lambda a: [a.__setitem__(k.replace("layer", "stage"), a.pop(k)) for k in list(a)
+                if k.startswith("layer")],
+     "not a resnet50 state dict: 260 of its 267 keys missing"),
+])
+def test_a_bad_state_dict_is_one_line_naming_the_key(tmp_path, change, message):
+    source = resnet_state(tmp_path, change)
+    result = CliRunner().invoke(main, ["import-weights", str(source), "--model", "resnet50",
+                                       "--out", str(tmp_path / "r.npz")])
+    assert result.exit_code != 0
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert re.search(message, result.output), result.output
+    assert not (tmp_path / "r.npz").exists()
+
+
+def test_a_truncated_state_dict_is_refused(tmp_path):
+    source = resnet_state(tmp_path)
+    data = source.read_bytes()
+    source.write_bytes(data[:len(data) // 2])
+    with pytest.raises(DataError, match="not a PyTorch state dict|not a readable"):
+        importer.import_weights(source, tmp_path / "r.npz", "resnet50")
+
+
+def test_a_state_dict_of_another_architecture_is_refused(tmp_path):
+    vgg = dict(random_weights("vgg16").arrays)
+    write_state_dict(tmp_path / "vgg.pth", {k: vgg[k] for k in list(vgg)[:6]})
+    with pytest.raises(DataError, match="not a resnet50 state dict"):
+        importer.import_weights(tmp_path / "vgg.pth", tmp_path / "r.npz", "resnet50")
+
+
+def test_vgg16_runs_on_the_cpu_as_float64_does():
+    w = random_weights("vgg16")
+    x = lab.load_input(w.spec, 1)
+    net = Network(w, lab.network_plan(w.spec, "cpu", 1))
+    net.input[...] = x
+    got = np.array(net.forward())
+    assert np.abs(got - reference.forward(w, x, dtype=np.float64)).max() < 1e-5
+
+
+def test_the_compile_budget_can_be_set_from_outside(monkeypatch):
+    from convlab.errors import ConvlabError
+    from convlab.net import torch_forward
+
+    monkeypatch.delenv(torch_forward.BUDGET_ENV, raising=False)
+    assert torch_forward.compile_budget_s() == torch_forward.COMPILE_BUDGET_S
+    monkeypatch.setenv(torch_forward.BUDGET_ENV, "120")
+    assert torch_forward.compile_budget_s() == 120
+    for bad in ("0", "soon", "-5"):
+        monkeypatch.setenv(torch_forward.BUDGET_ENV, bad)
+        with pytest.raises(ConvlabError, match=torch_forward.BUDGET_ENV):
+            torch_forward.compile_budget_s()
+
+
+def test_a_state_dict_torch_wrote_is_read_alike(tmp_path):
+    torch = pytest.importorskip("torch")
+    arrays = {k: v for k, v in list(random_weights("resnet50").arrays.items())[:12]}
+    state = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    state["bn1.num_batches_tracked"] = torch.tensor(7)
+    state["half"] = torch.arange(6, dtype=torch.float16).reshape(2, 3).t()  # strided
+    torch.save(state, tmp_path / "s.pth")
+    got = state_dict.read_state_dict(tmp_path / "s.pth")
+    for key, value in arrays.items():
+        np.testing.assert_array_equal(got[key], value)
+    assert int(got["bn1.num_batches_tracked"]) == 7
+    np.testing.assert_array_equal(got["half"], np.arange(6, dtype=np.float16).reshape(2, 3).T)
