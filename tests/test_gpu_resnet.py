@@ -20,19 +20,20 @@ F16 = np.float16
 
 
 def _device(x, layout):
+    """x (logical NCHW) on the device, its memory in `layout`."""
     import cupy
 
     d = cupy.asarray(x)
-    return channels_last(cupy.ascontiguousarray(d.transpose(0, 2, 3, 1))) if layout == NHWC else d
+    if layout != NHWC:
+        return d
+    return channels_last(cupy.ascontiguousarray(d.transpose(0, 2, 3, 1)).reshape(d.shape))
 
 
 def _empty(shape, dtype, layout):
     import cupy
 
-    if layout == NHWC and len(shape) == 4:
-        b, c, h, w = shape
-        return channels_last(cupy.empty((b, h, w, c), dtype))
-    return cupy.empty(shape, dtype)
+    a = cupy.empty(shape, dtype)
+    return channels_last(a) if layout == NHWC and len(shape) == 4 else a
 
 
 def _host(y):

@@ -338,3 +338,18 @@ def test_a_state_dict_torch_wrote_is_read_alike(tmp_path):
         np.testing.assert_array_equal(got[key], value)
     assert int(got["bn1.num_batches_tracked"]) == 7
     np.testing.assert_array_equal(got["half"], np.arange(6, dtype=np.float16).reshape(2, 3).T)
+
+
+def test_an_fp16_output_below_the_normal_range_is_allowed_its_rounding():
+    """fp16 spaces its subnormals 2^-24 apart: a residual add whose sum is 1.49e-7 stores
+    1.19e-7, which a bound relative to the value alone refused (ResNet-50's fp16 adds, on an
+    H100, 2026-11-28). Twice the value still fails."""
+    from convlab.oracle.verify import compare
+    from convlab.ops import reference_add
+
+    x = np.array([1.0e-7, 3.0e-5, 0.25], np.float32)
+    kept = np.array([0.49e-7, 1.0e-6, 0.5], np.float32)
+    ref = reference_add(x.astype(np.float64), kept.astype(np.float64))
+    stored = (x + kept).astype(np.float16)
+    assert compare(stored, ref, "fp32").passed
+    assert not compare((2 * (x + kept)).astype(np.float16), ref, "fp32").passed

@@ -66,6 +66,9 @@ EPILOGUE_ABSOLUTE = {"tanh-pool": 1e-6, "relu": 0.0}
 # Outputs stored in a narrower type than they are computed in (an fp16 activation for the fp16
 # conv after it): the unit roundoff of that one last rounding.
 STORAGE_UNIT = {np.dtype(np.float16): 2.0 ** -11}
+# Below the narrower type's normal range its spacing is fixed, so that rounding errs by up to
+# half the smallest subnormal, whatever the value: fp16's is 2^-24.
+STORAGE_FLOOR = {np.dtype(np.float16): 2.0 ** -25}
 
 
 def unit_roundoff(precision: str) -> float:
@@ -91,8 +94,10 @@ class Reference:
     # The layer's mean sum|x*w|, where these elements are not a fair sample of the layer (every
     # image's first and last rows are mostly black borders on Fashion-MNIST); None: their own.
     layer_mean: float | None = None
-    # One more rounding, of the computed value, to this unit roundoff (0: stored as computed).
+    # One more rounding, of the computed value, to this unit roundoff (0: stored as computed),
+    # and the absolute error it may have below the stored type's normal range.
     stored_unit: float = 0.0
+    stored_floor: float = 0.0
 
     def mean_magnitude(self) -> float:
         if self.layer_mean is not None:
@@ -106,13 +111,15 @@ class Reference:
             + (self.absolute + self.length * TINY)
         # The computed value is within `computed` of the reference, so its rounding errs by
         # at most stored_unit * (|ref| + computed).
-        return computed + self.stored_unit * (np.abs(self.values) + computed)
+        return computed + self.stored_unit * (np.abs(self.values) + computed) + self.stored_floor
 
     def rule(self, precision: str) -> str:
         u = unit_roundoff(precision)
         extra = f" + {self.absolute:g}" if self.absolute else ""
         if self.stored_unit:
             extra += f", then stored to u=2^{round(math.log2(self.stored_unit))}"
+        if self.stored_floor:
+            extra += f" (+ 2^{round(math.log2(self.stored_floor))} below its normal range)"
         return (f"|err| <= {LAMBDA:g}*sqrt(n)*u*(sum|x*w| + mean/16){extra} with n={self.length}, "
                 f"u=2^{round(math.log2(u))} ({precision})")
 
@@ -141,7 +148,8 @@ def compare(got: np.ndarray, ref: Reference, precision: str) -> Check:
     is allowed that last rounding."""
     unit = STORAGE_UNIT.get(np.dtype(got.dtype), 0.0)
     if unit > ref.stored_unit:
-        ref = replace(ref, stored_unit=unit)
+        ref = replace(ref, stored_unit=unit,
+                      stored_floor=max(ref.stored_floor, STORAGE_FLOOR[np.dtype(got.dtype)]))
     rule = ref.rule(precision)
     expected = ref.values
     if got.shape != expected.shape:
