@@ -119,6 +119,22 @@ class AddKept:
         return "add kept"
 
 
+def run_layers(layers, a, apply):
+    """a through the layers: the residual stack's Keep, Swap and AddKept done here, every other
+    layer by apply(layer, a) (NumPy, float64 or float32, or another array library's)."""
+    kept = []
+    for layer in layers:
+        if isinstance(layer, Keep):
+            kept.append(a)
+        elif isinstance(layer, Swap):
+            a, kept[-1] = kept[-1], a
+        elif isinstance(layer, AddKept):
+            a = a + kept.pop()
+        else:
+            a = apply(layer, a)
+    return a
+
+
 @dataclass(frozen=True)
 class LRN:
     """Local response normalisation across channels, as Caffe defines it."""
@@ -490,46 +506,48 @@ def _draw_batch_norms(spec: ModelSpec, arrays: dict, rng, last: str) -> float:
     before a residual add, BLOCK_END_GAMMA; bias (beta) N(0, 0.1^2). Returns the scale that
     gives the classifier `last` logits of LOGIT_STD on those images."""
     a = rng.random((CALIBRATION_IMAGES, *spec.input_shape), dtype=np.float32) * 256 - 128
-    kept: list[np.ndarray] = []
-    for i, layer in enumerate(spec.layers):
+    block_ends = {layer.name for layer, nxt in zip(spec.layers, spec.layers[1:])
+                  if isinstance(layer, BatchNorm) and isinstance(nxt, AddKept)}
+    scale = []
+
+    def apply(layer, a):
         if isinstance(layer, Conv):
-            a = _conv_probe(a, arrays[f"{layer.name}.weight"], arrays.get(f"{layer.name}.bias"),
-                            layer)
-        elif isinstance(layer, BatchNorm):
+            return _conv_probe(a, arrays[f"{layer.name}.weight"],
+                               arrays.get(f"{layer.name}.bias"), layer)
+        if isinstance(layer, BatchNorm):
             c = layer.channels
-            block_end = i + 1 < len(spec.layers) and isinstance(spec.layers[i + 1], AddKept)
-            low, high = BLOCK_END_GAMMA if block_end else (0.5, 1.0)
+            low, high = BLOCK_END_GAMMA if layer.name in block_ends else (0.5, 1.0)
             mean, var = a.mean(axis=(0, 2, 3)), a.var(axis=(0, 2, 3))
             drawn = {"weight": rng.uniform(low, high, c), "bias": 0.1 * rng.standard_normal(c),
                      "running_mean": mean + 0.1 * np.sqrt(var) * rng.standard_normal(c),
                      "running_var": var * rng.uniform(0.8, 1.25, c)}
             for part, values in drawn.items():
                 arrays[f"{layer.name}.{part}"] = values.astype(np.float32)
-            scale = drawn["weight"] / np.sqrt(drawn["running_var"] + layer.eps)
-            a = ((a - drawn["running_mean"].reshape(1, -1, 1, 1)) * scale.reshape(1, -1, 1, 1)
-                 + drawn["bias"].reshape(1, -1, 1, 1)).astype(np.float32)
-        elif isinstance(layer, ReLU):
-            a = np.maximum(a, 0)
-        elif isinstance(layer, MaxPool):
+            gain = drawn["weight"] / np.sqrt(drawn["running_var"] + layer.eps)
+            return ((a - drawn["running_mean"].reshape(1, -1, 1, 1)) * gain.reshape(1, -1, 1, 1)
+                    + drawn["bias"].reshape(1, -1, 1, 1)).astype(np.float32)
+        if isinstance(layer, ReLU):
+            return np.maximum(a, 0)
+        if isinstance(layer, MaxPool):
             p = layer.pad
             a = np.pad(a, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf)
-            a = np.lib.stride_tricks.sliding_window_view(a, (layer.size, layer.size), axis=(2, 3))[
-                :, :, ::layer.step, ::layer.step].max(axis=(4, 5))
-        elif isinstance(layer, GlobalAvgPool):
-            a = a.mean(axis=(2, 3))
-        elif isinstance(layer, Flatten):
-            a = a.reshape(len(a), -1)
-        elif isinstance(layer, Keep):
-            kept.append(a)
-        elif isinstance(layer, Swap):
-            a, kept[-1] = kept[-1], a
-        elif isinstance(layer, AddKept):
-            a = a + kept.pop()
-        elif isinstance(layer, Dense):
+            return np.lib.stride_tricks.sliding_window_view(
+                a, (layer.size, layer.size), axis=(2, 3))[:, :, ::layer.step, ::layer.step].max(
+                axis=(4, 5))
+        if isinstance(layer, GlobalAvgPool):
+            return a.mean(axis=(2, 3))
+        if isinstance(layer, Flatten):
+            return a.reshape(len(a), -1)
+        if isinstance(layer, Dense):
             logits = a @ arrays[f"{layer.name}.weight"].T + arrays[f"{layer.name}.bias"]
             if layer.name == last:
-                return LOGIT_STD / float(logits.std(axis=1).mean())
-            a = logits
+                scale.append(LOGIT_STD / float(logits.std(axis=1).mean()))
+            return logits
+        return a  # softmax: the scale is already known
+
+    run_layers(spec.layers, a, apply)
+    if scale:
+        return scale[0]
     raise ValueError(f"model '{spec.name}' has no classifier '{last}'")
 
 

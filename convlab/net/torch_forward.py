@@ -31,8 +31,8 @@ import numpy as np
 from ..errors import ConvlabError
 from ..gpu import timer
 from ..gpu.isolate import gpu_wait, run_isolated
-from ..models import (LRN, AddKept, BatchNorm, Conv, Dense, Flatten, GlobalAvgPool, Keep,
-                      MaxPool, ReLU, Softmax, Swap, Tanh, Weights, get_model)
+from ..models import (LRN, BatchNorm, Conv, Dense, Flatten, GlobalAvgPool, MaxPool, ReLU,
+                      Softmax, Tanh, Weights, get_model, run_layers)
 
 LAYOUTS = ("nchw", "nhwc")
 MODES = ("eager", "graph", "compile", "max-autotune")
@@ -157,40 +157,34 @@ def network_function(weights: Weights, precision: str = "fp32", layout: str = "n
         t[k] = tensor.contiguous(memory_format=memory) if tensor.dim() == 4 else tensor
     layers = weights.spec.layers
 
+    def apply(layer, a):
+        if isinstance(layer, BatchNorm):
+            return F.batch_norm(a, t[f"{layer.name}.running_mean"], t[f"{layer.name}.running_var"],
+                                t[f"{layer.name}.weight"], t[f"{layer.name}.bias"],
+                                training=False, eps=layer.eps)
+        if isinstance(layer, GlobalAvgPool):
+            return F.adaptive_avg_pool2d(a, 1).flatten(1)
+        if isinstance(layer, Conv):
+            return F.conv2d(a, t[f"{layer.name}.weight"], t.get(f"{layer.name}.bias"),
+                            stride=layer.stride, padding=layer.pad, groups=layer.groups)
+        if isinstance(layer, ReLU):
+            return F.relu(a)
+        if isinstance(layer, Tanh):
+            return torch.tanh(a)
+        if isinstance(layer, LRN):
+            return F.local_response_norm(a, layer.size, layer.alpha, layer.beta, layer.k)
+        if isinstance(layer, MaxPool):
+            return F.max_pool2d(a, layer.size, layer.step, layer.pad)
+        if isinstance(layer, Flatten):
+            return a.flatten(1)  # logical (C, H, W) order in either layout, as the weights expect
+        if isinstance(layer, Dense):
+            return F.linear(a, t[f"{layer.name}.weight"], t[f"{layer.name}.bias"])
+        if isinstance(layer, Softmax):
+            return F.softmax(a, dim=1)
+        raise TypeError(f"no PyTorch definition for layer {layer!r}")
+
     def forward(xt):
-        a = xt
-        kept = []
-        for layer in layers:
-            if isinstance(layer, Keep):
-                kept.append(a)
-            elif isinstance(layer, Swap):
-                a, kept[-1] = kept[-1], a
-            elif isinstance(layer, AddKept):
-                a = a + kept.pop()
-            elif isinstance(layer, BatchNorm):
-                a = F.batch_norm(a, t[f"{layer.name}.running_mean"],
-                                 t[f"{layer.name}.running_var"], t[f"{layer.name}.weight"],
-                                 t[f"{layer.name}.bias"], training=False, eps=layer.eps)
-            elif isinstance(layer, GlobalAvgPool):
-                a = F.adaptive_avg_pool2d(a, 1).flatten(1)
-            elif isinstance(layer, Conv):
-                a = F.conv2d(a, t[f"{layer.name}.weight"], t.get(f"{layer.name}.bias"),
-                             stride=layer.stride, padding=layer.pad, groups=layer.groups)
-            elif isinstance(layer, ReLU):
-                a = F.relu(a)
-            elif isinstance(layer, Tanh):
-                a = torch.tanh(a)
-            elif isinstance(layer, LRN):
-                a = F.local_response_norm(a, layer.size, layer.alpha, layer.beta, layer.k)
-            elif isinstance(layer, MaxPool):
-                a = F.max_pool2d(a, layer.size, layer.step, layer.pad)
-            elif isinstance(layer, Flatten):
-                a = a.flatten(1)  # logical (C, H, W) order in either layout, as the weights expect
-            elif isinstance(layer, Dense):
-                a = F.linear(a, t[f"{layer.name}.weight"], t[f"{layer.name}.bias"])
-            elif isinstance(layer, Softmax):
-                a = F.softmax(a, dim=1)
-        return a
+        return run_layers(layers, xt, apply)
 
     def stage(x):
         return torch.from_dlpack(x).to(dtype).contiguous(memory_format=memory)

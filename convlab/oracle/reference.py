@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models import (LRN, AddKept, BatchNorm, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool,
-                      ReLU, Softmax, Swap, Tanh, Weights)
+from ..models import (LRN, BatchNorm, Conv, Dense, Flatten, GlobalAvgPool, MaxPool, ReLU,
+                      Softmax, Tanh, Weights, run_layers)
 
 # Bound the patch matrix of one chunk (elements), so 10,000 images never need gigabytes at once.
 _PATCH_BUDGET = 32 * 1024 * 1024
@@ -191,18 +191,8 @@ def forward(weights: Weights, x: np.ndarray, conv=None, dtype=np.float32) -> np.
     `conv(layer, x, w, b)` computes each conv layer; by default this module's conv2d does.
     Every other layer is the NumPy definition the GPU network's kernels are verified against.
     """
-    a = np.asarray(x, dtype=dtype)
-    kept: list[np.ndarray] = []
-    for layer in weights.spec.layers:
-        if isinstance(layer, Keep):
-            kept.append(a)
-        elif isinstance(layer, Swap):
-            a, kept[-1] = kept[-1], a
-        elif isinstance(layer, AddKept):
-            a = a + kept.pop()
-        else:
-            a = apply_layer(layer, a, weights.arrays, conv)
-    return a
+    return run_layers(weights.spec.layers, np.asarray(x, dtype=dtype),
+                      lambda layer, a: apply_layer(layer, a, weights.arrays, conv))
 
 
 def predict(weights: Weights, x: np.ndarray, chunk: int = 1000) -> np.ndarray:
