@@ -328,6 +328,20 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
     return compare(host(step.result()), ref, "fp32")
 
 
+def _check_layer_steps(network: Network) -> dict[str, Check]:
+    """Every non-conv step verified (_verify_layer_step) in one pass, each as its launch ends:
+    its input and kept activation are still there then, before a later step reuses their
+    buffers."""
+    checks: dict[str, Check] = {}
+
+    def check(step: Step, when: str) -> None:
+        if when == "end" and not step.is_conv:
+            checks[step.label] = _verify_layer_step(step, network)
+
+    network.forward(on_step=check)
+    return checks
+
+
 def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
         on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
         compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> RunResult:
@@ -355,11 +369,22 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
 
     _load(network, x)
     emit("working", "the warm-up pass")
-    network.forward()  # warm-up, and every step's input for the timings below
+    network.forward()  # warm-up: cuDNN's searches, first launches, every conv's staging
     peak_bytes = device_bytes(variant.on_gpu) - held if variant.on_gpu else None
     layers = []
-    for step in network.conv_steps:
+
+    def time_conv(step: Step, when: str) -> None:
+        """Each conv step timed as the pass reaches it, its input fresh (buffers are shared:
+        after the pass a later step may have written over it); the pass's own launch then
+        computes its output from that input again."""
+        if when != "begin" or not isinstance(step, ConvStep):
+            return
         emit("working", f"timing {step.label}")
+        if network.on_gpu:  # the pass's launches so far, done before this step's timing
+            with gpu_wait():
+                import cupy
+
+                cupy.cuda.get_current_stream().synchronize()
         step_variant = plan.variant_for(step.layer)
         timing, check = time_and_verify(step, step_variant, policy, verify)
         config, choice = step_variant.resolve(step.shape, step.epilogue)
@@ -370,13 +395,15 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
         layers.append(layer)
         emit("layer", layer)
 
+    network.forward(on_step=time_conv)
+
     # Whole passes again, timed step by step: they also recompute every step's input and
     # output after the conv timings poisoned outputs.
     emit("working", "timing whole passes step by step")
     times = _time_steps(network, BREAKDOWN_PASSES, policy.budget_s)
+    checks = _check_layer_steps(network)
     steps = [StepTime(s.label, s.category, s.kernel_label, float(np.median(times[s.label])),
-                      None if s.is_conv else _verify_layer_step(s, network))
-             for s in network.steps]
+                      checks.get(s.label)) for s in network.steps]
     result = RunResult(model=spec.name, kernel=variant.name, precision=variant.precision,
                        batch=batch, layers=layers, accuracy=None, expected_accuracy=None,
                        predictions_differ=0, compile_s=network.compile_seconds,

@@ -276,13 +276,52 @@ class Network:
             step.stack, stack = tuple(stack), []
             view = (self.batch, layer.out_features) if dense else None
             flattened = None
-            if step.output is None:
-                step.output = self.xp.empty(step.op.output_shape, dtype=step.op.output_dtype)
             step.label = _unique(step.label, labels)
             self.steps.append(step)
             layout = step.op.layout if step.op.layout in LAYOUTS else NCHW
             dtype = step.op.output_dtype
             i += used
+        self._allocate()
+
+    def _last_reads(self) -> list[int]:
+        """For each step, the last step that reads its output (as its input, or as the kept
+        activation a residual add adds); the result is read after the pass."""
+        last = list(range(len(self.steps)))
+        current: int | None = None  # whose output the activation is (None: the network input)
+        kept: list[int | None] = []
+        for j, step in enumerate(self.steps):
+            for action in step.stack:
+                if action == "keep":
+                    kept.append(current)
+                else:
+                    current, kept[-1] = kept[-1], current
+            for read in (current, kept.pop() if step.adds_kept else None):
+                if read is not None:
+                    last[read] = max(last[read], j)
+            current = j
+        last[-1] = len(self.steps)
+        return last
+
+    def _allocate(self) -> None:
+        """Every step's output buffer, a step's reused by a later one once nothing reads it any
+        more (the smallest free one that fits): a forward holds the largest set of activations
+        alive at once, not all of them. Each step's input therefore holds what it read only
+        until a later step overwrites it: forward(until=step) computes it again."""
+        xp = self.xp
+        last = self._last_reads()
+        free: list = []
+        released: dict[int, list] = {}
+        for j, step in enumerate(self.steps):
+            dtype = np.dtype(step.op.output_dtype)
+            nbytes = int(np.prod(step.op.output_shape)) * dtype.itemsize
+            fits = [k for k, raw in enumerate(free) if raw.nbytes >= nbytes]
+            if fits:
+                raw = free.pop(min(fits, key=lambda k: free[k].nbytes))
+            else:
+                raw = xp.empty(nbytes, dtype=np.uint8)
+            step.output = raw[:nbytes].view(dtype).reshape(step.op.output_shape)
+            released.setdefault(last[j], []).append(raw)
+            free += released.pop(j, [])
 
     def _add_step(self, layers, i, in_shape, tag, layout, dtype, kept) -> tuple[Step, int]:
         """A residual add, with the ReLU after it where there is one: on the GPU one kernel
@@ -455,10 +494,13 @@ class Network:
         """The annotation context for `label` (an NVTX range, a profiler's correlation id)."""
         return self.annotate(label) if self.annotate is not None else contextlib.nullcontext()
 
-    def forward(self, x=None, on_step: Callable[[Step, str], None] | None = None):
+    def forward(self, x=None, on_step: Callable[[Step, str], None] | None = None,
+                until: Step | None = None):
         """Class probabilities for the batch in `x` (default: the network's own input buffer).
         `on_step(step, "begin"|"end")` is called around each step's launch (the lab records CUDA
-        events there)."""
+        events there). With `until`, the pass stops before that step's launch, its input (and a
+        conv's staged input) in place: buffers are shared, so a step's input is only there
+        until a later step writes over it."""
         a = self.input if x is None else x
         kept = []
         for step in self.steps:
@@ -474,6 +516,10 @@ class Network:
             elif step.convert_to is not None:
                 a = convert(self.xp, a, step.convert_to)
             step.input = a
+            if step is until:
+                if step.is_conv:
+                    step.staged = step.op.stage(a, reuse=True)
+                return None
             with self.scope(step.label):
                 if on_step:
                     on_step(step, "begin")
