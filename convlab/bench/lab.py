@@ -328,17 +328,20 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
     return compare(host(step.result()), ref, "fp32")
 
 
-def _check_layer_steps(network: Network) -> dict[str, Check]:
-    """Every non-conv step verified (_verify_layer_step) in one pass, each as its launch ends:
-    its input and kept activation are still there then, before a later step reuses their
-    buffers."""
+def _check_layer_steps(network: Network,
+                       time_conv: Callable[[ConvStep], None] | None = None) -> dict[str, Check]:
+    """One pass: every non-conv step verified (_verify_layer_step) as its launch ends, and
+    `time_conv(step)` called on each conv step before its launch: a step's input and kept
+    activation are there then, before a later step reuses their buffers."""
     checks: dict[str, Check] = {}
 
-    def check(step: Step, when: str) -> None:
-        if when == "end" and not step.is_conv:
+    def each(step: Step, when: str) -> None:
+        if when == "begin" and isinstance(step, ConvStep) and time_conv is not None:
+            time_conv(step)
+        elif when == "end" and not step.is_conv:
             checks[step.label] = _verify_layer_step(step, network)
 
-    network.forward(on_step=check)
+    network.forward(on_step=each)
     return checks
 
 
@@ -373,12 +376,10 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     peak_bytes = device_bytes(variant.on_gpu) - held if variant.on_gpu else None
     layers = []
 
-    def time_conv(step: Step, when: str) -> None:
+    def time_conv(step: ConvStep) -> None:
         """Each conv step timed as the pass reaches it, its input fresh (buffers are shared:
         after the pass a later step may have written over it); the pass's own launch then
         computes its output from that input again."""
-        if when != "begin" or not isinstance(step, ConvStep):
-            return
         emit("working", f"timing {step.label}")
         if network.on_gpu:  # the pass's launches so far, done before this step's timing
             with gpu_wait():
@@ -395,13 +396,10 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
         layers.append(layer)
         emit("layer", layer)
 
-    network.forward(on_step=time_conv)
+    checks = _check_layer_steps(network, time_conv)
 
-    # Whole passes again, timed step by step: they also recompute every step's input and
-    # output after the conv timings poisoned outputs.
     emit("working", "timing whole passes step by step")
     times = _time_steps(network, BREAKDOWN_PASSES, policy.budget_s)
-    checks = _check_layer_steps(network)
     steps = [StepTime(s.label, s.category, s.kernel_label, float(np.median(times[s.label])),
                       checks.get(s.label)) for s in network.steps]
     result = RunResult(model=spec.name, kernel=variant.name, precision=variant.precision,
