@@ -371,9 +371,11 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     emit("loaded-model")
 
     _load(network, x)
-    emit("working", "the warm-up pass")
-    network.forward()  # warm-up: cuDNN's searches, first launches, every conv's staging
-    peak_bytes = device_bytes(variant.on_gpu) - held if variant.on_gpu else None
+    peak_bytes = None
+    if network.on_gpu:  # NumPy's steps need no warm-up: the timing pass below is the first
+        emit("working", "the warm-up pass")
+        network.forward()  # cuDNN's searches, first launches, every conv's staging buffer
+        peak_bytes = device_bytes(variant.on_gpu) - held
     layers = []
 
     def time_conv(step: ConvStep) -> None:
