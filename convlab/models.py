@@ -176,6 +176,10 @@ STACK_LAYERS = (Keep, Swap, AddKept)
 
 FASHION_MNIST = "fashion-mnist"
 IMAGENET = "imagenet"
+# How an ImageNet model's input is made from an image: Caffe's (BGR, the mean pixel subtracted,
+# 0-255) or torchvision's (RGB scaled to [0, 1], then each channel's mean and std).
+CAFFE = "caffe"
+TORCHVISION = "torchvision"
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,7 @@ class ModelSpec:
     course_accuracy: float | None = None
     input_channels: int = 1
     task: str = FASHION_MNIST  # fashion-mnist: trained weights shipped; imagenet: see weights.py
+    preprocessing: str = CAFFE  # an ImageNet model's: CAFFE or TORCHVISION
 
     @property
     def conv_layers(self) -> list[Conv]:
@@ -379,6 +384,7 @@ MODELS: dict[str, ModelSpec] = {
             input_channels=3,
             task=IMAGENET,
             layers=resnet50_layers(),
+            preprocessing=TORCHVISION,
             origin="ResNet-50 (He et al. 2015) as torchvision builds it (v1.5: stride on the "
                    "3x3 conv), its parameter names; batch norm folded into the convs",
         ),
@@ -388,6 +394,7 @@ MODELS: dict[str, ModelSpec] = {
             input_channels=3,
             task=IMAGENET,
             layers=vgg16_layers(),
+            preprocessing=TORCHVISION,
             origin="VGG-16 (Simonyan and Zisserman 2014, configuration D) as torchvision "
                    "builds it, its parameter names",
         ),

@@ -247,7 +247,8 @@ def sweep_table(results: list[RunResult], width=None, wide=False) -> RenderableT
     cols = [Col("batch"), Col("conv ms", part=True), Col("pool", key=False, priority=3, part=True),
             Col("LRN", key=False, priority=4, part=True),
             Col("FC", key=False, priority=2, part=True),
-            Col("other", rest=True, note="other: softmax, top-1 and activations not fused"),
+            Col("other", rest=True, note="other: softmax, top-1, activations not fused and "
+                                         "residual adds"),
             Col("HtoD", key=False, priority=5), Col("DtoH", key=False, priority=7),
             Col("forward", note="forward: the whole pass; the parts are its steps timed one by "
                                 "one inside passes, so they add up to about it"),
@@ -255,7 +256,7 @@ def sweep_table(results: list[RunResult], width=None, wide=False) -> RenderableT
             Col("check", "left")]
     rows = []
     for r in results:
-        other = r.time_in("softmax") + r.time_in("activation")
+        other = r.time_in("softmax") + r.time_in("activation") + r.time_in("add")
         ratio = (r.torch_ms / r.forward_ms) if r.torch_ms and r.forward_ms else None
         rows.append([str(r.batch), r.time_in("conv"), r.time_in("pool"), r.time_in("lrn"),
                      r.time_in("fc"), other, fmt_num(r.htod_ms, ".3f"), fmt_num(r.dtoh_ms, ".3f"),

@@ -192,7 +192,8 @@ def test_fp16_passes_keep_but_not_a_swap_or_an_add():
 
 # --- PyTorch state dicts, read without PyTorch ------------------------------------------------
 
-def _pickled_state_dict(arrays: dict, extra_global: str | None = None) -> tuple[bytes, dict]:
+def _pickled_state_dict(arrays: dict, extra_global: str | None = None,
+                        sizes: dict | None = None) -> tuple[bytes, dict]:
     """data.pkl as torch.save writes it (protocol 2: an OrderedDict of _rebuild_tensor_v2 calls
     on persistent storages), and the storages' bytes by key, written opcode by opcode."""
     out = io.BytesIO()
@@ -228,8 +229,9 @@ def _pickled_state_dict(arrays: dict, extra_global: str | None = None) -> tuple[
         integer(value.size)
         w(b"tQ")
         integer(0)
-        ints(value.shape)
-        ints([int(np.prod(value.shape[k + 1:])) for k in range(value.ndim)])
+        size = (sizes or {}).get(key, value.shape)
+        ints(size)
+        ints([int(np.prod(size[k + 1:])) for k in range(len(size))])
         w(b"\x89")
         w(b"ccollections\nOrderedDict\n)R")
         w(b"tR")
@@ -241,8 +243,8 @@ def _pickled_state_dict(arrays: dict, extra_global: str | None = None) -> tuple[
     return out.getvalue(), storages
 
 
-def write_state_dict(path, arrays: dict, extra_global: str | None = None):
-    pickled, storages = _pickled_state_dict(arrays, extra_global)
+def write_state_dict(path, arrays: dict, extra_global: str | None = None, sizes=None):
+    pickled, storages = _pickled_state_dict(arrays, extra_global, sizes)
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("archive/data.pkl", pickled)
         z.writestr("archive/version", "3\n")
@@ -264,6 +266,20 @@ def test_a_state_dict_that_asks_for_other_code_is_refused(tmp_path, rng):
     write_state_dict(tmp_path / "s.pth", {"a": np.zeros(2, np.float32)}, "os.system")
     with pytest.raises(DataError, match="asks for os.system"):
         state_dict.read_state_dict(tmp_path / "s.pth")
+
+
+def test_a_tensor_reaching_past_its_storage_is_refused_unread(tmp_path):
+    """A file's sizes and strides are only numbers: as_strided read whatever memory lay past
+    the storage (4 MiB of it for a 4-float storage sized 2^20; a segfault at 2^28)."""
+    write_state_dict(tmp_path / "s.pth", {"a": np.zeros(4, np.float32)}, sizes={"a": (2 ** 20,)})
+    with pytest.raises(DataError, match="reaches past its storage of 4"):
+        state_dict.read_state_dict(tmp_path / "s.pth")
+
+
+def test_a_legacy_state_dict_is_told_how_to_save_it_again(tmp_path):
+    (tmp_path / "old.pth").write_bytes(b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.")
+    with pytest.raises(DataError, match=r"legacy format .* torch.save\(torch.load\(OLD\), NEW\)"):
+        state_dict.read_state_dict(tmp_path / "old.pth")
 
 
 def resnet_state(tmp_path, change=None) -> "object":
@@ -296,6 +312,8 @@ def test_import_weights_takes_a_resnet50_state_dict(tmp_path):
      "'fc.weight' has shape \\(10, 2048\\), expected \\(1000, 2048\\)"),
     (lambda a: a.__setitem__("head.weight", np.zeros(3, np.float32)),
      "unexpected key 'head.weight'"),
+    (lambda a: a["layer1.0.bn1.running_var"].__setitem__(0, -1.0),
+     "'layer1.0.bn1.running_var' holds negative variances"),
     (lambda a: [a.__setitem__(k.replace("layer", "stage"), a.pop(k)) for k in list(a)
                 if k.startswith("layer")],
      "not a resnet50 state dict: 260 of its 267 keys missing"),
@@ -375,3 +393,28 @@ def test_an_fp16_output_below_the_normal_range_is_allowed_its_rounding():
     stored = (x + kept).astype(np.float16)
     assert compare(stored, ref, "fp32").passed
     assert not compare((2 * (x + kept)).astype(np.float16), ref, "fp32").passed
+
+
+def test_resnet_and_vgg_images_are_preprocessed_as_torchvision_does():
+    """classify and the stream fed ResNet-50 and VGG-16 Caffe's input (BGR, 0-255, the mean
+    pixel off): torchvision's weights expect RGB in [0, 1], normalised by its mean and std."""
+    from convlab.net import imagenet
+    from convlab.ops.ingest import normalize
+
+    assert get_model("resnet50").preprocessing == get_model("vgg16").preprocessing == "torchvision"
+    assert get_model("alexnet").preprocessing == "caffe"
+    pixels = np.array([[[255, 0, 128], [10, 200, 30]], [[0, 0, 0], [255, 255, 255]]], np.uint8)
+    got = normalize(pixels[None], imagenet.imagenet_transform(2, "torchvision"))[0]
+    mean = np.array(imagenet.TORCHVISION_MEAN).reshape(3, 1, 1)
+    std = np.array(imagenet.TORCHVISION_STD).reshape(3, 1, 1)
+    want = (pixels.transpose(2, 0, 1) / 255.0 - mean) / std
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_skip_rows_of_a_batch_norm_model_join_their_layers_relu_table():
+    from convlab.bench.compare import _natural_epilogues
+    from convlab.kernels import RELU
+
+    natural = _natural_epilogues(get_model("resnet50"))
+    assert natural["layer1.0.conv1"] == RELU and natural["conv1"] == RELU
+    assert "layer1.0.conv3" not in natural  # an add comes before its ReLU

@@ -219,7 +219,7 @@ def random_trials(variant, shapes: dict[str, ConvShape], epilogues: dict[str, st
 def _natural_epilogues(spec: ModelSpec) -> dict[str, str]:
     """Conv layers followed by a ReLU: where a variant cannot run, its SKIP row joins the table
     of the layer with its ReLU fused, as the variants that run it have."""
-    layers = spec.layers
+    layers = spec.inference().layers  # batch norm folded: a conv's ReLU follows it directly
     return {layer.name: RELU for layer, nxt in zip(layers, layers[1:])
             if isinstance(layer, Conv) and isinstance(nxt, ReLU)}
 

@@ -109,8 +109,9 @@ class RunResult:
     fallback_layers: list[str] = field(default_factory=list)
     kernel_file: dict | None = None  # a kernel file's record (userkernel.KernelFile.record())
     step_passes: int = 0  # whole forward passes the per-step times are the median of
-    # Device bytes the network holds while it runs a forward pass (weights, input, every
-    # buffer and workspace, as CuPy's pool counts them; a pass allocates nothing more)
+    # Device bytes the network holds from CuPy's pool once built and run (weights, input,
+    # every shared buffer and workspace). Not counted: what a pass allocates and frees again
+    # (a layout conversion between variants, the arrays cuDNN's rows return through PyTorch).
     peak_bytes: int | None = None
 
     @property

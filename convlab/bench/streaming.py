@@ -143,7 +143,7 @@ def _pool(spec: ModelSpec, transform, count: int, workers: int) -> ImagePool:
 def transform_for(spec: ModelSpec):
     if spec.task == FASHION_MNIST:
         return data.fashion_transform(spec.input_size)
-    return imagenet_transform(spec.input_size)
+    return imagenet_transform(spec.input_size, spec.preprocessing)
 
 
 STREAM_ONLY = ("--image-dir", "--upload", "--plot", "--workers")

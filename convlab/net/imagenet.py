@@ -1,10 +1,12 @@
-"""ImageNet input and output for the alexnet model: the 1000 class names, image preprocessing
-as the Caffe weights expect it, and the top-5 classes of a forward pass.
+"""ImageNet input and output for the ImageNet models: the 1000 class names, image preprocessing
+as each model's weights expect it (Caffe's for alexnet, torchvision's for resnet50 and vgg16),
+and the top-5 classes of a forward pass.
 
-Preprocessing (bvlc_alexnet was trained on Caffe's pipeline): RGB image, short side resized to
-256 (bilinear), centre crop 227x227, channels reordered to BGR, the ILSVRC-2012 mean pixel
-subtracted, float32 NCHW in the 0-255 scale. A .npy of shape (N, 3, 227, 227) float32 is taken
-as input already preprocessed that way.
+Preprocessing: RGB image, short side resized to 256 (bilinear), centre crop to the model's
+input size, then for alexnet (bvlc_alexnet was trained on Caffe's pipeline) channels reordered
+to BGR and the ILSVRC-2012 mean pixel subtracted, in the 0-255 scale; for resnet50 and vgg16
+(torchvision's) RGB scaled to [0, 1] and normalised by torchvision's mean and std. A .npy of
+shape (N, 3, size, size) float32 is taken as input already preprocessed that way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from rich.console import RenderableType
 
 from ..errors import ConvlabError, DataError
-from ..models import ModelSpec
+from ..models import CAFFE, TORCHVISION, ModelSpec
 from ..ops.ingest import InputTransform, normalize
 from ..tables import Col, fitted_table
 
@@ -26,6 +28,8 @@ CLASSES = 1000
 RESIZE_SHORT_SIDE = 256
 # Caffe's ilsvrc_2012_mean.npy averaged over its pixels, per channel in B, G, R order.
 MEAN_BGR = np.array([104.00698793, 116.66876762, 122.67891434], dtype=np.float32)
+TORCHVISION_MEAN = (0.485, 0.456, 0.406)  # RGB, of pixels scaled to [0, 1]
+TORCHVISION_STD = (0.229, 0.224, 0.225)
 TOP = 5
 PILLOW_HINT = 'reading images needs Pillow: pip install -e ".[image]"'
 
@@ -57,9 +61,15 @@ def _pillow():
     return Image, ImageOps
 
 
-def imagenet_transform(size: int = 227):
-    """How alexnet's input is made from RGB bytes (rows, columns, 3): channels reordered to BGR
-    and the mean pixel subtracted (ops.ingest does the same on the device)."""
+def imagenet_transform(size: int = 227, preprocessing: str = CAFFE):
+    """How a model's input is made from RGB bytes (rows, columns, 3), as its weights expect it
+    (ops.ingest does the same on the device): Caffe's (alexnet) reorders the channels to BGR and
+    subtracts the mean pixel; torchvision's (resnet50, vgg16) keeps RGB and maps each byte p to
+    (p / 255 - mean) / std."""
+    if preprocessing == TORCHVISION:
+        return InputTransform((size, size, 3), size, (0, 1, 2),
+                              tuple(255.0 * m for m in TORCHVISION_MEAN),
+                              tuple(255.0 * s for s in TORCHVISION_STD))
     return InputTransform((size, size, 3), size, (2, 1, 0),
                           tuple(float(m) for m in MEAN_BGR), (1.0, 1.0, 1.0))
 
@@ -77,14 +87,14 @@ def crop_bytes(image, size: int = 227) -> np.ndarray:
     return np.asarray(image.crop((left, top, left + size, top + size)), dtype=np.uint8)
 
 
-def preprocess(image, size: int = 227) -> np.ndarray:
+def preprocess(image, size: int = 227, preprocessing: str = CAFFE) -> np.ndarray:
     """A Pillow image -> float32 (3, size, size): short side to 256 (bilinear), centre crop,
-    BGR, mean pixel subtracted."""
-    return normalize(crop_bytes(image, size)[None], imagenet_transform(size))[0]
+    then imagenet_transform's channels and scale."""
+    return normalize(crop_bytes(image, size)[None], imagenet_transform(size, preprocessing))[0]
 
 
-def load_image(path: Path, size: int = 227) -> np.ndarray:
-    return normalize(load_bytes(path, size)[None], imagenet_transform(size))[0]
+def load_image(path: Path, size: int = 227, preprocessing: str = CAFFE) -> np.ndarray:
+    return normalize(load_bytes(path, size)[None], imagenet_transform(size, preprocessing))[0]
 
 
 CLASSIFY_HINT = "give a JPEG or PNG, or a .npy of preprocessed input"
@@ -144,7 +154,7 @@ def load_inputs(paths: list[Path], spec: ModelSpec) -> tuple[np.ndarray, list[st
             x = load_array(path, spec.input_shape)
             labels += [f"{path}[{i}]" for i in range(len(x))]
         else:
-            x = load_image(path, spec.input_size)[None]
+            x = load_image(path, spec.input_size, spec.preprocessing)[None]
             labels.append(str(path))
         batches.append(x)
     return np.concatenate(batches), labels

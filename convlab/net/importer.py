@@ -222,6 +222,8 @@ def state_dict_arrays(path: Path, contents: dict[str, np.ndarray],
             raise DataError(f"{path}: '{key}' is {value.dtype}, expected floating point")
         if not np.isfinite(value).all():
             raise DataError(f"{path}: '{key}' holds non-finite values (NaN or inf)")
+        if key.endswith(".running_var") and (value < 0).any():
+            raise DataError(f"{path}: '{key}' holds negative variances")
         arrays[key] = np.ascontiguousarray(value, dtype=np.float32)
     return arrays
 

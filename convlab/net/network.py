@@ -9,8 +9,11 @@ into a CUDA graph whole. Where two layers fuse, they are one step: conv + ReLU o
 LRN + max-pool, FC + activation. Activations are float32, except where the next thing done with
 them is a variant reading fp16 channels-last: then the step before writes them as fp16 and the
 variant reads them as they are (what its own conversion would have given, bit for bit: only
-max-pools, ReLUs and flattens may stand between, which commute with rounding). The cpu variant
-runs the same plan with NumPy.
+max-pools, ReLUs and flattens may stand between, which commute with rounding). A residual
+block's input kept for its shortcut is the one exception: the add reads it as the block's first
+conv does, fp16, where a float32 network would add it unrounded (the fp16 class's bound covers
+it). Buffers are shared: a step writes into a buffer no later step reads any more. The cpu
+variant runs the same plan with NumPy.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from ..gpu.elements import FLOAT16, FLOAT32
 from ..kernels import RELU, TANH_POOL, Variant
 from ..models import (LRN, AddKept, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool, ReLU,
                       Softmax, Swap, Tanh, Weights)
-from ..errors import ConvlabError
 from ..oracle import reference
 from ..shapes import LAYOUTS, NCHW, NHWC, ConvShape, channels_last, memory_view
 from .plan import LayerDecision, NetworkPlan
@@ -74,6 +76,7 @@ class Step:
     stack: tuple[str, ...] = ()
     adds_kept: bool = False
     kept: object = None  # what it added in the last forward pass
+    convert_kept: str | None = None  # the layout the kept activation is converted to first
 
     @property
     def is_conv(self) -> bool:
@@ -89,7 +92,7 @@ class Step:
     def replayable(self) -> bool:
         """Whether a CUDA graph of the forward pass can hold this step (a layout conversion
         before it allocates)."""
-        return self.op.capturable and self.convert_to is None
+        return self.op.capturable and self.convert_to is None and self.convert_kept is None
 
 
 @dataclass
@@ -108,10 +111,6 @@ class ConvStep(Step):
 
     def result(self):
         return self.op.output(self.output)
-
-    def launch(self) -> None:
-        """Run the op again on the input of the last forward pass."""
-        self.op(self.input if self.staged is None else self.staged, self.output)
 
 
 @dataclass
@@ -339,15 +338,14 @@ class Network:
             op = HostOp(" + ".join(g.describe() for g in group), fn, tuple(in_shape))
             return Step(label=label, category="add", kernel_label=f"numpy {label}", op=op,
                         layers=group, adds_kept=True), len(group)
-        if kept_layout != layout and len(in_shape) == 4:
-            raise ConvlabError(f"{label}: the residual add would add activations in two memory "
-                               f"formats ({kept_layout} kept, {layout} arriving); run the "
-                               "block's convs with one variant")
+        # Kept in another memory format (the shortcut's conv ran with a variant of the other
+        # layout, a fallback): converted to this one, as float32, before the add, on every pass.
+        convert_kept = layout if kept_layout != layout and len(in_shape) == 4 else None
         half = self._fp16_next(layers, i + len(group), layout)
-        op = ops.prepare_add(in_shape, activation, layout, dtype, kept_dtype,
-                             FLOAT16 if half else FLOAT32)
+        op = ops.prepare_add(in_shape, activation, layout, dtype,
+                             FLOAT32 if convert_kept else kept_dtype, FLOAT16 if half else FLOAT32)
         return Step(label=label, category="add", kernel_label=f"{op.name} {label}", op=op,
-                    layers=group, adds_kept=True), len(group)
+                    layers=group, adds_kept=True, convert_kept=convert_kept), len(group)
 
     def _fp16_next(self, layers: tuple, j: int, layout: str) -> bool:
         return fp16_next(layers, j, layout, self.plan.variant_for)
@@ -510,7 +508,10 @@ class Network:
                 else:
                     a, kept[-1] = kept[-1], a
             if step.adds_kept:
-                step.kept = step.op.kept = kept.pop()
+                other = kept.pop()
+                if step.convert_kept is not None:
+                    other = convert(self.xp, other, step.convert_kept)
+                step.kept = step.op.kept = other
             if step.in_view is not None:
                 a = memory_view(a, step.in_layout).reshape(step.in_view)
             elif step.convert_to is not None:

@@ -28,10 +28,23 @@ BFLOAT16 = "BFloat16Storage"  # no NumPy type: widened to float32 from its bits
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_):
-    itemsize = storage.dtype.itemsize
+    """The tensor's elements copied out of its storage, every one of them checked to lie inside
+    it first (a file's sizes and strides are only numbers: as_strided would read anywhere)."""
+    size, stride = tuple(int(n) for n in size), tuple(int(n) for n in stride)
+    if (len(size) != len(stride) or offset < 0 or any(n < 0 for n in size)
+            or any(s < 0 for s in stride)):
+        raise pickle.UnpicklingError(f"a tensor of size {size}, stride {stride} at offset "
+                                     f"{offset}")
+    if 0 in size:
+        return np.zeros(size, storage.dtype)
+    end = offset + sum((n - 1) * s for n, s in zip(size, stride))
+    if end >= len(storage):
+        raise pickle.UnpicklingError(f"a tensor of size {size}, stride {stride} at offset "
+                                     f"{offset} reaches past its storage of {len(storage)}")
     if not size:
         return np.array(storage[offset])
-    return np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
+    itemsize = storage.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(storage[offset:], shape=size,
                                            strides=tuple(s * itemsize for s in stride)).copy()
 
 
@@ -75,6 +88,12 @@ def read_state_dict(path: Path) -> dict[str, np.ndarray]:
     if not path.exists():
         raise DataError(f"{path}: no such file")
     if not zipfile.is_zipfile(path):
+        with open(path, "rb") as f:
+            legacy = f.read(2) == b"\x80\x02"
+        if legacy:  # PyTorch before 1.6 wrote a bare pickle stream (old torchvision files)
+            raise DataError(f"{path}: a state dict in PyTorch's legacy format (before 1.6), which "
+                            "convlab does not read; save it again with PyTorch 1.6 or later: "
+                            "torch.save(torch.load(OLD), NEW)")
         raise DataError(f"{path}: not a PyTorch state dict (torch.save writes a zip archive; "
                         "this is not one, or it is cut short)")
     try:
@@ -84,12 +103,16 @@ def read_state_dict(path: Path) -> dict[str, np.ndarray]:
                 raise DataError(f"{path}: a zip archive without the data.pkl of a torch.save "
                                 "file")
             prefix = pickles[0][:-len("data.pkl")]
+            order = f"{prefix}byteorder"
+            if order in archive.namelist() and archive.read(order).strip() != b"little":
+                raise DataError(f"{path}: a big-endian state dict; save it again on a "
+                                "little-endian machine")
             with archive.open(pickles[0]) as f:
                 contents = _Unpickler(f, archive, prefix).load()
     except DataError:
         raise
     except (pickle.UnpicklingError, zipfile.BadZipFile, KeyError, EOFError, ValueError,
-            TypeError, OSError) as exc:
+            TypeError, IndexError, OSError) as exc:
         raise DataError(f"{path}: not a readable PyTorch state dict ({type(exc).__name__}: "
                         f"{' '.join(str(exc).split())})") from None
     if isinstance(contents, dict) and isinstance(contents.get("state_dict"), dict):
