@@ -223,6 +223,8 @@ def run_summary(result: RunResult, width=None) -> RenderableType:
         if result.graph and result.eager_forward_ms is not None:
             line += f"; {result.eager_forward_ms:.3f} ms launched step by step"
         rows.append(["forward", line])
+    if result.peak_bytes is not None:
+        rows.append(["device memory", memory_line(result)])
     if result.torch_ms is not None:
         ratio = result.torch_ms / result.forward_ms if result.forward_ms else float("nan")
         rows.append(["PyTorch best", f"{result.torch_ms:.3f} ms ({result.torch_note}); ours is "
@@ -285,6 +287,15 @@ def fmt_mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2 ** 20:,.0f}"
 
 
+def memory_line(result: RunResult) -> str:
+    """What our network holds, and the least PyTorch's eager forward peaked at (either
+    layout), where it ran."""
+    line = f"{fmt_mib(result.peak_bytes)} MiB held by our network (weights, input, buffers)"
+    eager = [d["peak_bytes"] for d in result.torch_rows
+             if d.get("mode") == "eager" and d.get("peak_bytes")]
+    return line + (f"; PyTorch eager's peak {fmt_mib(min(eager))} MiB" if eager else "")
+
+
 def _run_markdown(result: RunResult) -> list[str]:
     lines = [f"## {result.model}, kernel '{result.kernel}' ({result.precision}), "
              f"batch {result.batch}", ""]
@@ -315,8 +326,7 @@ def _run_markdown(result: RunResult) -> list[str]:
         summary.append(("forward", f"{result.forward_ms:.3f} ms ({how}, device-resident input), "
                                    f"{rate:,.0f} images/s"))
     if result.peak_bytes is not None:
-        summary.append(("device memory", f"{fmt_mib(result.peak_bytes)} MiB held by our network "
-                                         "(weights, input, buffers)"))
+        summary.append(("device memory", memory_line(result)))
     if result.torch_ms is not None and result.forward_ms:
         summary.append(("PyTorch best", f"{result.torch_ms:.3f} ms ({result.torch_note}); ours "
                                         f"is {result.torch_ms / result.forward_ms:.2f}x as fast"))

@@ -418,3 +418,19 @@ def test_skip_rows_of_a_batch_norm_model_join_their_layers_relu_table():
     natural = _natural_epilogues(get_model("resnet50"))
     assert natural["layer1.0.conv1"] == RELU and natural["conv1"] == RELU
     assert "layer1.0.conv3" not in natural  # an add comes before its ReLU
+
+
+def test_a_run_record_says_what_memory_both_sides_held():
+    """peak_bytes (ours) and each PyTorch candidate's, as an H100 run recorded them."""
+    from pathlib import Path
+
+    from convlab import report
+    from convlab.bench import saved_runs
+
+    path = (Path(__file__).parents[1] / "results" / "h100" / "resnet50-vgg16-20261128"
+            / "run-resnet50-wgmma-fp16-b1-20261128T082043.json")
+    (result,) = saved_runs.runs(saved_runs.load_record(path))
+    assert result.peak_bytes == 132_281_344
+    assert report.memory_line(result) == (
+        f"{result.peak_bytes / 2 ** 20:,.0f} MiB held by our network (weights, input, "
+        "buffers); PyTorch eager's peak 56 MiB")
