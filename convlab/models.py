@@ -119,6 +119,35 @@ class AddKept:
         return "add kept"
 
 
+def _described(layers) -> list[str]:
+    """Each layer's words, a Keep ... AddKept span (and the ReLU after it) as one block."""
+    items, i = [], 0
+    while i < len(layers):
+        if not isinstance(layers[i], Keep):
+            items.append(layers[i].describe())
+            i += 1
+            continue
+        depth, j = 0, i
+        while True:
+            depth += isinstance(layers[j], Keep) - isinstance(layers[j], AddKept)
+            if depth == 0:
+                break
+            j += 1
+        inner = layers[i + 1:j]
+        swap = next((k for k, layer in enumerate(inner) if isinstance(layer, Swap)), None)
+        body = inner if swap is None else inner[swap + 1:]
+        text = "residual block (" + ", ".join(_described(body))
+        if swap is not None:
+            text += "; shortcut " + ", ".join(_described(inner[:swap]))
+        text += ")"
+        i = j + 1
+        if i < len(layers) and isinstance(layers[i], (ReLU, Tanh)):
+            text += f" + {layers[i].describe()}"
+            i += 1
+        items.append(text)
+    return items
+
+
 def run_layers(layers, a, apply):
     """a through the layers: the residual stack's Keep, Swap and AddKept done here, every other
     layer by apply(layer, a) (NumPy, float64 or float32, or another array library's)."""
@@ -275,7 +304,16 @@ class ModelSpec:
         return replace(self, layers=tuple(layers))
 
     def describe(self) -> str:
-        return ", ".join(layer.describe() for layer in self.layers)
+        """The layers in words, a residual block as one item (its body, and its shortcut where
+        it has one) and a run of equal items as "Nx item"."""
+        items = _described(self.layers)
+        runs: list[list] = []
+        for item in items:
+            if runs and runs[-1][0] == item:
+                runs[-1][1] += 1
+            else:
+                runs.append([item, 1])
+        return ", ".join(item if n == 1 else f"{n}x {item}" for item, n in runs)
 
 
 def _conv_bn(name: str, bn: str, in_channels: int, out_channels: int, kernel: int,

@@ -434,3 +434,14 @@ def test_a_run_record_says_what_memory_both_sides_held():
     assert report.memory_line(result) == (
         f"{result.peak_bytes / 2 ** 20:,.0f} MiB held by our network (weights, input, "
         "buffers); PyTorch eager's peak 56 MiB")
+
+
+def test_resnet50_reads_as_its_blocks():
+    """`convlab models` printed ResNet-50's 195 layers one by one (over 30 lines at 80
+    columns): a residual block is one item now, and a run of equal ones is counted."""
+    words = get_model("resnet50").describe()
+    assert words.count("residual block") == 8
+    assert "5x residual block (conv 1024->256 1x1, batch-norm, ReLU" in words
+    assert ("; shortcut conv 256->512 1x1 stride 2, batch-norm) + ReLU, 3x residual block"
+            in words)
+    assert len(words) < 1500
