@@ -186,3 +186,12 @@ def test_no_variant_is_more_than_two_classes_below_variant():
     assert max(depth.values()) <= 2, {n: d for n, d in depth.items() if d > 2}
     assert [form.name for _, _, form in IGEMM_FORMS] == [
         name for name, v in VARIANTS.items() if getattr(v, "form", None) is not None]
+
+
+def test_a_family_member_class_that_sets_what_its_form_holds_is_refused():
+    """A subclass's `name = "mine"` was silently replaced by its Form's name."""
+    from convlab.kernels.wgmma import Wgmma
+
+    with pytest.raises(TypeError, match="takes them from its Form"):
+        type("Mine", (Wgmma,), {"name": "mine", "summary": "mine"})
+    type("Fine", (Wgmma,), {"source": "// mine"})  # anything else is the subclass's own

@@ -120,6 +120,20 @@ class Pipelined(Variant):
     epilogues = (RELU,)
     config_type = Tiling
     output_dtypes = (FLOAT32, FLOAT16)
+    # What each member takes from its Form and its activations, not from its class
+    FROM_FORM = ("name", "summary", "precision", "maths", "layout", "general", "runs_dense")
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass that sets one of FROM_FORM as a class attribute would see it silently
+        replaced by its Form's: refused when the class is made, with what to write instead."""
+        super().__init_subclass__(**kwargs)
+        clashing = [attr for attr in cls.FROM_FORM if attr in cls.__dict__]
+        if clashing:
+            raise TypeError(f"{cls.__name__} sets {', '.join(clashing)} as class attributes; a "
+                            f"{Pipelined.__name__} family member takes them from its Form and "
+                            "activations: pass dataclasses.replace(form, "
+                            f"{clashing[0]}=...) to its constructor instead (`convlab new` "
+                            "writes it that way)")
 
     def __init__(self, form: Form, activations=NCHW_ACTIVATIONS,
                  config: Tiling | dict | None = None, output_dtype=FLOAT32):
