@@ -553,7 +553,6 @@ def _draw_batch_norms(spec: ModelSpec, arrays: dict, rng, last: str) -> float:
     a = rng.random((CALIBRATION_IMAGES, *spec.input_shape), dtype=np.float32) * 256 - 128
     block_ends = {layer.name for layer, nxt in zip(spec.layers, spec.layers[1:])
                   if isinstance(layer, BatchNorm) and isinstance(nxt, AddKept)}
-    scale = []
 
     def apply(layer, a):
         if isinstance(layer, Conv):
@@ -584,16 +583,13 @@ def _draw_batch_norms(spec: ModelSpec, arrays: dict, rng, last: str) -> float:
         if isinstance(layer, Flatten):
             return a.reshape(len(a), -1)
         if isinstance(layer, Dense):
-            logits = a @ arrays[f"{layer.name}.weight"].T + arrays[f"{layer.name}.bias"]
-            if layer.name == last:
-                scale.append(LOGIT_STD / float(logits.std(axis=1).mean()))
-            return logits
-        return a  # softmax: the scale is already known
+            return a @ arrays[f"{layer.name}.weight"].T + arrays[f"{layer.name}.bias"]
+        raise TypeError(f"no statistics drawn through layer {layer!r}")
 
-    run_layers(spec.layers, a, apply)
-    if scale:
-        return scale[0]
-    raise ValueError(f"model '{spec.name}' has no classifier '{last}'")
+    classifier = next(i for i, layer in enumerate(spec.layers)
+                      if isinstance(layer, Dense) and layer.name == last)
+    logits = run_layers(spec.layers[:classifier + 1], a, apply)
+    return LOGIT_STD / float(logits.std(axis=1).mean())
 
 
 @lru_cache(maxsize=4)

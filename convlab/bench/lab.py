@@ -365,7 +365,7 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     emit("loaded-data")
     emit("loading-model")
     weights = weights or load_weights(spec.name)
-    held = device_bytes(variant.on_gpu)
+    held = device_bytes() if variant.on_gpu else 0
     network = Network(weights, plan)  # compiles every layer's kernel
     network.annotate = nvtx.annotate  # layer names on an Nsight Systems timeline
     emit("loaded-model")
@@ -375,7 +375,7 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     if network.on_gpu:  # NumPy's steps need no warm-up: the timing pass below is the first
         emit("working", "the warm-up pass")
         network.forward()  # cuDNN's searches, first launches, every conv's staging buffer
-        peak_bytes = device_bytes(variant.on_gpu) - held
+        peak_bytes = device_bytes() - held
     layers = []
 
     def time_conv(step: ConvStep) -> None:
@@ -442,12 +442,10 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     return result
 
 
-def device_bytes(on_gpu: bool) -> int:
+def device_bytes() -> int:
     """The bytes CuPy's memory pool has handed out and not taken back: before and after a
     network is built and has run, their difference is what the network holds (the pool is
     where every buffer, weight and workspace of ours comes from)."""
-    if not on_gpu:
-        return 0
     import cupy
 
     cupy.cuda.Device().synchronize()

@@ -26,6 +26,7 @@ from typing import Callable, Protocol, runtime_checkable
 import numpy as np
 
 from .. import ops, tuning
+from ..ops.base import apply_activation
 from ..gpu.elements import FLOAT16, FLOAT32
 from ..kernels import RELU, TANH_POOL, Variant
 from ..models import (LRN, AddKept, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool, ReLU,
@@ -332,8 +333,7 @@ class Network:
         label = tag("add") + (f"+{activation}" if activation else "")
         if not self.on_gpu:
             def fn(x, other, activation=activation):
-                return reference.relu(x + other) if activation == "relu" else (
-                    np.tanh(x + other) if activation == "tanh" else x + other)
+                return apply_activation(x + other, activation)
 
             op = HostOp(" + ".join(g.describe() for g in group), fn, tuple(in_shape))
             return Step(label=label, category="add", kernel_label=f"numpy {label}", op=op,
