@@ -147,3 +147,41 @@ def test_ceiling_kernels_compile():
 
     assert compile_cubin("ceiling:mma", MMA_PEAK_SOURCE, ("-std=c++17",))[:4] == b"\x7fELF"
     assert all(f'void {name}(' in MMA_PEAK_SOURCE for name, *_ in MMA_PEAKS.values())
+
+
+def _add_relu_cases():
+    """The add-relu epilogue in every store that has it: the grid schedule's staged one, the
+    persistent schedule's register one (its 16-byte path with fp16 output and fp16 kept), the
+    halo schedule's; output channels and pixels that end mid-tile."""
+    from convlab.gpu.elements import FLOAT16
+    from convlab.kernels import ADD_RELU, VARIANTS
+
+    cases = []
+    with mock.patch.object(base, "compute_capability", lambda: None):
+        for name in ("wgmma-fp16", "wgmma", "channels-last-fp16"):
+            for shape in (ConvShape(3, 64, 13, 11, 200, 1, bias=True),
+                          ConvShape(2, 64, 12, 20, 72, 3, pad=1, bias=True)):
+                for half in (False, True):
+                    v = VARIANTS[name]
+                    v = v.writing(FLOAT16).adding(FLOAT16) if half else v
+                    tilings = {t.schedule: t for t in reversed(v.configs(shape, ADD_RELU))}
+                    cases += [(v.configured(t), shape) for t in tilings.values()]
+    return cases
+
+
+ADD_RELU_CASES = _add_relu_cases()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant,shape", ADD_RELU_CASES,
+                         ids=[f"{v.name}-{v.output_dtype}-{v.kept_dtype}-{v.tiling.schedule}-"
+                              f"{s.brief()}" for v, s in ADD_RELU_CASES])
+def test_the_add_relu_epilogue_compiles_in_every_store(variant, shape):
+    options = variant.compile_options(shape, "add-relu")
+    assert "-DADD_KEPT=1" in options
+    cubin = compile_cubin(variant.name, variant.source, options, variant.arch or "sm_90")
+    assert cubin[:4] == b"\x7fELF"
+
+
+def test_every_schedule_compiles_the_add_relu_epilogue():
+    assert {v.tiling.schedule for v, _ in ADD_RELU_CASES} >= {"grid", "persistent", "halo"}

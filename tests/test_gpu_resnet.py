@@ -13,7 +13,7 @@ from convlab.models import MODELS
 from convlab.ops import (prepare_add, prepare_global_avg_pool, prepare_max_pool,
                          reference_add, reference_global_avg_pool, reference_max_pool)
 from convlab.oracle.verify import compare, poison
-from convlab.shapes import NHWC, channels_last
+from convlab.shapes import NHWC, ConvShape, channels_last
 
 pytestmark = pytest.mark.gpu
 F16 = np.float16
@@ -89,6 +89,63 @@ def test_residual_add_matches_float64(rng, layout, in_dtype, kept_dtype, out_dty
     check = compare(got, reference_add(x.astype(np.float64), kept.astype(np.float64), "relu"),
                     "fp32")
     assert check.passed, check.reason
+
+
+def _add_relu_variants():
+    """(variant, shape) for each store of the add-relu epilogue, in fp16 (fp16 output and kept:
+    the persistent schedule's 16-byte path) and fp32, on output channels and pixels that end
+    mid-tile."""
+    from convlab.kernels import ADD_RELU
+
+    cases = []
+    for name, out, kept in (("wgmma-fp16", F16, F16), ("wgmma-fp16", F16, np.float32),
+                            ("wgmma", np.float32, np.float32), ("channels-last-fp16", F16, F16)):
+        for shape in (ConvShape(3, 64, 13, 11, 200, 1, bias=True),
+                      ConvShape(2, 64, 12, 20, 72, 3, pad=1, bias=True)):
+            v = VARIANTS[name].writing(out).adding(kept)
+            tilings = {t.schedule: t for t in reversed(v.configs(shape, ADD_RELU))}
+            cases += [(v.configured(t), shape) for t in tilings.values()]
+    return cases
+
+
+ADD_RELU_CASES = _add_relu_variants()
+
+
+@pytest.mark.parametrize("variant,shape", ADD_RELU_CASES,
+                         ids=[f"{v.name}-{v.tiling.schedule}-kept{v.kept_dtype.itemsize * 8}-"
+                              f"{s.brief()}" for v, s in ADD_RELU_CASES])
+def test_conv_add_relu_epilogue_matches_float64(rng, variant, shape):
+    """A residual block's last conv with the block's add and ReLU in its stores: the kept
+    activation added before the ReLU, in every schedule's store."""
+    import cupy
+
+    from convlab.kernels import ADD_RELU
+    from convlab.oracle.verify import random_problem, reference_output
+
+    x, w, b = random_problem(shape, rng, signed=True)
+    kept = rng.standard_normal(shape.output_shape).astype(variant.kept_dtype)
+    op = variant.prepare(shape, w, ADD_RELU, b)
+    op.kept = _device(kept, NHWC)
+    got = _host(op.run_once(x, cupy)).astype(variant.output_dtype)
+    ref = reference_output(x, w, shape, ADD_RELU, b, kept.astype(np.float64))
+    check = compare(got, ref, variant.precision)
+    assert check.passed, check.reason
+    # the add is there: the same conv without it is far off
+    assert not compare(got, reference_output(x, w, shape, "relu", b), variant.precision).passed
+
+
+def test_a_shortcut_kept_in_the_other_layout_is_converted_for_the_add(tmp_path, monkeypatch):
+    """wgmma-split-bf16 leaves reductions under 1,024 terms to the NCHW `naive`: a shortcut
+    that wgmma ran (layer4's downsample) meets a block body naive ran, and is converted."""
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    plan = lab.network_plan(MODELS["resnet50"], "wgmma-split-bf16", 2, "naive")
+    assert plan.convs["layer4.0.downsample.0"].variant.name == "wgmma-split-bf16"
+    assert plan.convs["layer4.0.conv3"].variant.name == "naive"
+    result = lab.run(plan, timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3))
+    failures = [f"{x.label}: {x.check.reason}" for x in (*result.layers, *result.steps)
+                if x.check and not x.check.passed]
+    assert not failures, failures
+    assert result.predictions_differ == 0
 
 
 NETWORK_VARIANTS = ["wgmma-fp16", "wgmma", "wgmma-split-bf16", "wgmma-bf16",

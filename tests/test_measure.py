@@ -199,3 +199,7 @@ def test_a_fused_relu_writes_the_whole_output():
     shape = ConvShape(8, 64, 14, 14, 64, 3, pad=1, bias=True)
     assert roofline.traffic_bytes(shape, "relu") == roofline.traffic_bytes(shape)
     assert roofline.traffic_bytes(shape, "tanh-pool") < roofline.traffic_bytes(shape)
+    # a residual add fused into the conv reads the kept activation too: an output's worth
+    outputs = shape.B * shape.M * shape.Ho * shape.Wo
+    assert roofline.traffic_bytes(shape, "add-relu", 2) == roofline.traffic_bytes(shape, None, 2) \
+        + 2 * outputs

@@ -445,3 +445,117 @@ def test_resnet50_reads_as_its_blocks():
     assert ("; shortcut conv 256->512 1x1 stride 2, batch-norm) + ReLU, 3x residual block"
             in words)
     assert len(words) < 1500
+
+
+# --- a residual block's add and ReLU in the stores of its last conv ------------------------------
+
+def _hopper(monkeypatch):
+    from convlab.kernels import base
+
+    monkeypatch.setattr(base, "compute_capability", lambda: None)  # judged on the shape alone
+
+
+def test_a_blocks_last_conv_takes_its_add_and_relu_where_the_variant_has_them(monkeypatch):
+    """wgmma-fp16 fuses each block's add + ReLU into its last conv (the downsample conv adds
+    nothing); the others, and compare (each conv timed against cuDNN's own), keep the add a
+    step."""
+    from convlab.kernels import ADD_RELU, RELU, VARIANTS
+    from convlab.net.plan import plan_network
+
+    _hopper(monkeypatch)
+    spec = get_model("resnet50")
+    for name in ("wgmma-fp16",):
+        plan = plan_network(spec, VARIANTS[name], 2)
+        fused = {n for n, d in plan.convs.items() if d.epilogue == ADD_RELU}
+        assert fused == {f"layer{s}.{b}.conv3" for s, blocks in zip((1, 2, 3, 4), (3, 4, 6, 3))
+                         for b in range(blocks)}
+        d = plan.convs["layer1.0.conv3"]
+        assert d.absorbed == 2 and d.lone_epilogue is None
+        assert plan.convs["layer1.0.downsample.0"].epilogue is None
+        assert plan.convs["layer1.0.conv1"].lone_epilogue == RELU
+    # NCHW variants have no such epilogue; the other maths' element stores were slower fused
+    # than the conv and the add apart; compare times each conv against cuDNN's alone
+    for name, fuse in (("register-tiled", True), ("wgmma", True), ("channels-last-fp16", True),
+                       ("wgmma-fp16", False)):
+        assert not any(d.epilogue == ADD_RELU for d in plan_network(
+            spec, VARIANTS[name], 2, fuse_adds=fuse).convs.values()), name
+
+
+def test_the_add_relu_epilogue_compiles_its_switches(monkeypatch):
+    """The kept activation's type follows `adding`; the epilogue applies the ReLU after the add;
+    a variant's copies (configured, writing) keep what they add."""
+    from convlab.gpu.elements import FLOAT16
+    from convlab.kernels import ADD_RELU, VARIANTS
+    from convlab.shapes import ConvShape
+
+    _hopper(monkeypatch)
+    shape = ConvShape(2, 64, 14, 14, 256, 1, bias=True)
+    v = VARIANTS["wgmma-fp16"].writing(FLOAT16).adding(FLOAT16)
+    d = v.defines(shape, ADD_RELU)
+    assert (d["ADD_KEPT"], d["KEPT_HALF"], d["RELU"], d["OUT_HALF"]) == (1, 1, 1, 1)
+    assert v.configured(v.config_for(shape, ADD_RELU)).kept_dtype == FLOAT16
+    assert VARIANTS["wgmma-fp16"].adding(FLOAT16).writing(FLOAT16).kept_dtype == FLOAT16
+    plain = VARIANTS["wgmma"].defines(shape, None)
+    assert (plain["ADD_KEPT"], plain["KEPT_HALF"], plain["RELU"]) == (0, 0, 0)
+    assert not VARIANTS["pipelined"].supports_epilogue(shape, ADD_RELU)
+    with pytest.raises(ValueError, match="add-relu epilogue adds"):
+        VARIANTS["wgmma"].adding(np.float64)
+
+
+def test_an_add_relu_op_refuses_to_launch_without_what_it_adds():
+    from convlab.errors import ConvlabError
+    from convlab.kernels import ADD_RELU, RELU, Op
+
+    calls = []
+    op = Op(lambda x, y, kept=None: calls.append(kept), (1, 1, 1, 1), epilogue=ADD_RELU)
+    with pytest.raises(ConvlabError, match="set op.kept"):
+        op(None, None)
+    op.kept = "kept"
+    op(None, None)
+    Op(lambda x, y: calls.append("plain"), (1, 1, 1, 1), epilogue=RELU)(None, None)
+    assert calls == ["kept", "plain"]
+
+
+def test_a_residual_add_is_tuned_as_the_plain_conv_it_extends():
+    """What `tune --suite resnet50` stores for a block's last conv (no epilogue: the suites
+    list it plain) is what the fused network looks up."""
+    from convlab.bench.suites import get_suite
+    from convlab.kernels import ADD_RELU, RELU, TANH_POOL, tuned_epilogue
+
+    assert tuned_epilogue(ADD_RELU) is None
+    conv3 = [layer for layer in get_suite("resnet50") if layer.name.endswith("conv3")]
+    assert conv3 and all(layer.epilogue is None for layer in conv3)
+    assert [tuned_epilogue(e) for e in (None, RELU, TANH_POOL)] == [None, RELU, TANH_POOL]
+
+
+def _add_relu_layer(rng, kept_scale=1.0):
+    from convlab.bench import guard
+    from convlab.oracle.verify import random_problem
+    from convlab.shapes import ConvShape
+
+    shape = ConvShape(3, 8, 9, 7, 12, 3, pad=1, bias=True)
+    x, w, b = random_problem(shape, rng, signed=True)
+    kept = kept_scale * rng.standard_normal(shape.output_shape)
+    return guard.Layer(shape, w, b, "add-relu", "fp32", kept), x
+
+
+def test_an_add_relu_output_is_checked_with_what_it_added(rng):
+    """The reference adds the kept activation before the ReLU (its magnitude joins the bound),
+    on whole images and on the edge rows; an output that left the add out fails, and the
+    diagnosis says so."""
+    from convlab.bench import guard
+    from convlab.oracle.verify import reference_output
+
+    layer, x = _add_relu_layer(rng)
+    ref = reference_output(x, layer.weights, layer.shape, "add-relu", layer.bias, layer.kept)
+    conv = reference_output(x, layer.weights, layer.shape, None, layer.bias)
+    assert np.array_equal(ref.values, np.maximum(conv.values + layer.kept, 0))
+    assert np.array_equal(ref.magnitude, conv.magnitude + np.abs(layer.kept))
+    good = ref.values.astype(np.float32)
+    assert guard.verify_output(layer, x, good, "sample", rng).passed
+    assert guard.check_edge_rows(layer, x, good, rng).passed
+    without = np.maximum(conv.values, 0).astype(np.float32)
+    check = guard.verify_output(layer, x, without, "full", rng)
+    assert not check.passed and "without the kept activation" in check.reason
+    with pytest.raises(ValueError, match="kept activation of shape"):
+        reference_output(x, layer.weights, layer.shape, "add-relu", layer.bias)

@@ -261,7 +261,8 @@ def _rows_for_run(variant, batch, spec, policy, shapes, weights=None, verify="sa
     if spec is not None:
         # A reference row that applies to some layers only (cuBLAS's GEMM: the 1x1 ones) runs
         # the network with the others on the fallback, as a variant that refuses them does.
-        network = plan_network(spec, variant, batch, get_variant(FALLBACK))
+        # Each conv is timed against cuDNN's same conv: a residual add stays a step of its own.
+        network = plan_network(spec, variant, batch, get_variant(FALLBACK), fuse_adds=False)
         verdicts = {ln: network.convs[ln].support for ln in shapes}
         epilogues = {ln: d.epilogue for ln, d in network.convs.items() if d.variant is variant}
         natural = _natural_epilogues(spec)

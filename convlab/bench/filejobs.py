@@ -57,7 +57,7 @@ def _launch_alone(plan: NetworkPlan) -> None:
             continue
         shape = decision.shape
         x, w, b = random_problem(shape, rng, signed=True)
-        op = plan.variant.prepare(shape, w, decision.epilogue, b)
+        op = plan.variant.prepare(shape, w, decision.lone_epilogue, b)
         op.run_once(x, cupy)
         with gpu_wait():
             cupy.cuda.Device().synchronize()

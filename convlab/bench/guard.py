@@ -190,6 +190,12 @@ class Layer:
     bias: np.ndarray | None
     epilogue: str | None
     precision: str
+    # The activation an add-relu epilogue added (its residual block's kept one), device or
+    # host, the output's shape.
+    kept: object = None
+
+    def kept_of(self, images: Sequence[int]) -> np.ndarray | None:
+        return None if self.kept is None else host(self.kept[list(images)])
 
 
 def check_images(layer: Layer, x, out, images: Sequence[int], layer_mean: float | None = None,
@@ -200,10 +206,12 @@ def check_images(layer: Layer, x, out, images: Sequence[int], layer_mean: float 
     the same images and input may be kept."""
     x_h = host(x[list(images)])
     got = host(out[list(images)])
-    ref = _reference(sample, ("images", tuple(images), layer.epilogue), (x_h,),
+    kept = layer.kept_of(images)
+    ref = _reference(sample, ("images", tuple(images), layer.epilogue),
+                     (x_h,) if kept is None else (x_h, kept),
                      lambda: reference_output(x_h, layer.weights,
                                               layer.shape.with_batch(len(images)),
-                                              layer.epilogue, layer.bias))
+                                              layer.epilogue, layer.bias, kept))
     ref = replace(ref, layer_mean=layer_mean)
     check = compare(got, ref, layer.precision)
     return relabel(check, lambda i: (images[i[0]], *i[1:])), x_h, got, ref
@@ -217,10 +225,12 @@ def _conv_rows(epilogue: str | None, out_row: int) -> tuple[int, int]:
 
 
 def edge_row_reference(layer: Layer, x_rows: np.ndarray, first_input_row: int, conv_row: int,
-                       rows: int, pairs: np.ndarray, layer_mean: float | None = None) -> Reference:
+                       rows: int, pairs: np.ndarray, layer_mean: float | None = None,
+                       kept: np.ndarray | None = None) -> Reference:
     """float64 values and magnitudes of `rows` conv rows starting at `conv_row` (through the
     epilogue), for (image, channel) pairs; x_rows holds input rows from `first_input_row` on
-    (unpadded coordinates), enough for those rows. `layer_mean`: as in check_images."""
+    (unpadded coordinates), enough for those rows. `layer_mean`: as in check_images; `kept`:
+    an add-relu epilogue's kept activation at those rows and pairs, (pairs, rows, Wo)."""
     shape = layer.shape
     Kh, Kw, S, P = shape.Kh, shape.Kw, shape.stride, shape.pad_w
     top = conv_row * S - shape.pad_h  # first input row the window reads, maybe in the padding
@@ -255,7 +265,10 @@ def edge_row_reference(layer: Layer, x_rows: np.ndarray, first_input_row: int, c
         values += bias[:, None, None]
         magnitude += np.abs(bias)[:, None, None]
     absolute = 0.0
-    if layer.epilogue == "relu":
+    if kept is not None:
+        values += kept
+        magnitude += np.abs(kept)
+    if layer.epilogue in ("relu", "add-relu"):
         values = np.maximum(values, 0)
     elif layer.epilogue == "tanh-pool":
         values = max_pool(np.tanh(values)[:, None], 2)[:, 0]
@@ -285,9 +298,12 @@ def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator,
         lo = max(0, conv_row * shape.stride - shape.pad_h)
         hi = min(shape.H, (conv_row + count - 1) * shape.stride - shape.pad_h + shape.span_h)
         x_rows = np.array(host(x[:, :, lo:hi]))  # a copy: the input's buffer is refilled later
-        ref = _reference(sample, ("rows", out_row, layer.epilogue, layer_mean), (x_rows, pairs),
+        kept = None if layer.kept is None else \
+            host(layer.kept[:, :, conv_row:conv_row + count])[pairs[:, 0], pairs[:, 1]]
+        ref = _reference(sample, ("rows", out_row, layer.epilogue, layer_mean),
+                         (x_rows, pairs) if kept is None else (x_rows, pairs, kept),
                          lambda: edge_row_reference(layer, x_rows, lo, conv_row, count, pairs,
-                                                    layer_mean))
+                                                    layer_mean, kept))
         got_rows = host(out[:, :, out_row])  # (B, M, Wo')
         got = got_rows[pairs[:, 0], pairs[:, 1]][:, None, :]
         check = compare(got, ref, layer.precision)
@@ -330,7 +346,8 @@ def verify_output(layer: Layer, x, out, mode: str = "sample",
     if failed is not None:
         images, x_h, got, ref = failed
         found = diagnose(got, ref, x_h, layer.weights, layer.shape.with_batch(len(images)),
-                         layer.precision, layer.bias, layer.epilogue, images)
+                         layer.precision, layer.bias, layer.epilogue, images,
+                         layer.kept_of(images))
         check = replace(check, reason=f"{check.reason}. Diagnosis: {found.text()}")
     return check
 

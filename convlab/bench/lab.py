@@ -161,7 +161,7 @@ def verify_step(step: ConvStep, precision: str, verify: str = "sample", x=None,
     checked on the same problem), whole, and every image's first and last output rows; with
     "full", every output. `x` is the input the output was computed from (default: the step's
     input). A failing check's reason ends with a diagnosis of the wrong outputs' pattern."""
-    layer = guard.Layer(step.shape, step.weights, step.bias, step.epilogue, precision)
+    layer = guard.Layer(step.shape, step.weights, step.bias, step.epilogue, precision, step.kept)
     return guard.verify_output(layer, step.input if x is None else x, step.op.output(step.output),
                                verify, sample=sample)
 

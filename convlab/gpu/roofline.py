@@ -15,8 +15,10 @@ def traffic_bytes(shape: ConvShape, epilogue: str | None = None,
                   element: int = FLOAT_BYTES) -> int:
     """Fewest bytes through device memory: inputs, weights and the output written, once each,
     `element` bytes each (a fused 2x2 pool writes a quarter of the conv's output; a fused ReLU
-    writes all of it)."""
+    writes all of it; a fused residual add reads the kept activation, the output's size, too)."""
     elements = shape.min_bytes // FLOAT_BYTES
+    if epilogue == "add-relu":
+        elements += shape.B * shape.M * shape.Ho * shape.Wo
     if epilogue == "tanh-pool":
         elements -= shape.B * shape.M * shape.Ho * shape.Wo - shape.B * shape.M * (
             shape.Ho // 2) * (shape.Wo // 2)

@@ -23,6 +23,16 @@ from ..shapes import FEATURES, NCHW, NHWC, ConvShape, channels_last
 
 TANH_POOL = "tanh-pool"  # conv, then tanh, then 2x2/2 max-pool: the ECE408 block
 RELU = "relu"  # conv (+ bias), then ReLU: every AlexNet conv layer
+# conv (+ bias), plus the activation a residual block kept for its shortcut, then ReLU: the
+# last conv of a ResNet block with the block's add (Op.kept holds what it adds).
+ADD_RELU = "add-relu"
+
+
+def tuned_epilogue(epilogue: str | None) -> str | None:
+    """The epilogue whose tunings a layer takes: a residual add's conv is tuned as the plain
+    conv it extends, which compare and the suites time and `tune --suite` tunes (a lone launch
+    has no kept activation to add; the tiling does the same work but for that read)."""
+    return None if epilogue == ADD_RELU else epilogue
 
 
 @dataclass(frozen=True)
@@ -133,12 +143,19 @@ class Op:
     note: str = ""  # what the op chose when prepared, for the record (cuDNN's fused ReLU)
     layout: str = NCHW
     output_dtype: np.dtype = FLOAT32  # what `launch` writes into y (Variant.writing)
+    kept: object = None  # what an add-relu op adds: set before each call, like ops.AddOp's
     # Variants that cannot write into a caller's buffer (cuDNN through PyTorch) return their own.
     _result: object = None
     _staging: object = None
 
     def __call__(self, x, y):
-        self._result = self.launch(x, y)
+        if self.epilogue != ADD_RELU:
+            self._result = self.launch(x, y)
+        elif self.kept is None:
+            raise ConvlabError("an add-relu conv adds the activation its residual block kept: "
+                               "set op.kept to it before the launch")
+        else:
+            self._result = self.launch(x, y, self.kept)
 
     def stage(self, x, reuse: bool = False):
         """x as `launch` reads it. With `reuse`, a conversion goes into a buffer the op keeps
@@ -174,6 +191,7 @@ class Variant:
     kernels: tuple[str, ...] = ("conv_forward",)
     epilogues: tuple[str, ...] = ()  # epilogues prepare() accepts besides a plain conv
     fuses_in_network: bool = False  # the network hands it conv+tanh+pool where the model has that
+    fuses_adds: bool = False  # the network hands it a residual block's add (ADD_RELU) where it can
     on_gpu: bool = True
     general: frozenset[str] = frozenset()  # which of shapes.FEATURES the source implements
     layout: str = NCHW  # the memory format its ops read and write (Op.layout)
@@ -285,7 +303,7 @@ class Variant:
         if not self.tunable_fields():
             return self.config_type(**fixed), ""
         chosen, origin = None, tuning.Choice.OWN
-        found = tuning.find(self, shape, epilogue)
+        found = tuning.find(self, shape, tuned_epilogue(epilogue))
         if found is not None:
             try:
                 candidate = self.config_type.from_dict(found[0])

@@ -26,7 +26,7 @@ SOURCE = (r"""
 // Compile-time: as pipelined, plus NHWC 1 and VEC (elements per copy).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + mainloop.KERNEL_BEGIN + gather_nhwc.LOADER_LANE
+          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + mainloop.KERNEL_BEGIN + gather_nhwc.LOADER_LANE
           + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B + mainloop.COMPUTE
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC)
 
@@ -35,6 +35,7 @@ from dataclasses import replace  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..shapes import FEATURES, NHWC, ConvShape, is_channels_last  # noqa: E402
+from .base import ADD_RELU, RELU  # noqa: E402
 from .igemm.packing import stage_channels_last  # noqa: E402
 from .igemm.tiling import Tiling, channel_vector, padded_group_channels  # noqa: E402
 
@@ -52,6 +53,9 @@ class NhwcActivations:
     # activations lays out as this kernel reads it: the same GEMM on tensor cores, in the
     # variant's precision (as PyTorch's TF32 and fp16 networks run their FC layers).
     runs_dense = True
+    # A residual block's add and ReLU in the stores of the conv that ends it (igemm.epilogue's
+    # KEPT_SOURCE): the kept activation is channels-last, as the output.
+    epilogues = (RELU, ADD_RELU)
 
     def kernel_shape(self, shape: ConvShape, maths: str) -> ConvShape:
         cg = padded_group_channels(shape.Cg, maths)

@@ -35,7 +35,7 @@ SOURCE = (r"""
 // `writing`).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + mainloop.KERNEL_BEGIN
+          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + mainloop.KERNEL_BEGIN
           + gather.COLUMN_ORIGINS + mainloop.LOAD_A + gather.GATHER_B + mainloop.COMPUTE
           + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW)
 
@@ -46,8 +46,8 @@ import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
 from ..gpu.elements import FLOAT16, FLOAT32, element_defines  # noqa: E402
-from ..shapes import NCHW, SQUARE_FEATURES, ConvShape  # noqa: E402
-from .base import (RELU, Arithmetic, Op, Support, Variant, check_inputs,  # noqa: E402
+from ..shapes import NCHW, SQUARE_FEATURES, ConvShape, memory_view  # noqa: E402
+from .base import (ADD_RELU, RELU, Arithmetic, Op, Support, Variant, check_inputs,  # noqa: E402
                    check_supported, device_weights, direct_arithmetic, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
@@ -89,6 +89,7 @@ class NchwActivations:
     source = SOURCE
     general = SQUARE_FEATURES
     runs_dense = False
+    epilogues = (RELU,)
 
     def kernel_shape(self, shape: ConvShape, maths: str) -> ConvShape:
         return shape
@@ -117,11 +118,11 @@ class Pipelined(Variant):
     (name, precision, maths) and the activations it reads (NCHW here, channels-last in
     `channels_last`, which change the gather, the epilogue and the staging)."""
 
-    epilogues = (RELU,)
     config_type = Tiling
     output_dtypes = (FLOAT32, FLOAT16)
     # What each member takes from its Form and its activations, not from its class
-    FROM_FORM = ("name", "summary", "precision", "maths", "layout", "general", "runs_dense")
+    FROM_FORM = ("name", "summary", "precision", "maths", "layout", "general", "runs_dense",
+                 "epilogues")
 
     def __init_subclass__(cls, **kwargs):
         """A subclass that sets one of FROM_FORM as a class attribute would see it silently
@@ -136,15 +137,22 @@ class Pipelined(Variant):
                             "writes it that way)")
 
     def __init__(self, form: Form, activations=NCHW_ACTIVATIONS,
-                 config: Tiling | dict | None = None, output_dtype=FLOAT32):
+                 config: Tiling | dict | None = None, output_dtype=FLOAT32,
+                 kept_dtype=FLOAT32):
         """Without a config, each shape gets the cost model's first choice (`estimate`);
-        `output_dtype`: float32, or float16 for an fp16 conv after it (`writing`)."""
+        `output_dtype`: float32, or float16 for an fp16 conv after it (`writing`);
+        `kept_dtype`: what an add-relu epilogue's kept activation holds (`adding`)."""
         self.form, self.activations = form, activations
         self.name, self.summary = form.name, form.summary
         self.precision, self.maths = form.precision, form.maths
         self.layout, self.general = activations.layout, activations.general
-        self.runs_dense = activations.runs_dense
+        self.runs_dense, self.epilogues = activations.runs_dense, activations.epilogues
         self.output_dtype = np.dtype(output_dtype)
+        self.kept_dtype = np.dtype(kept_dtype)
+        if self.kept_dtype not in self.output_dtypes:
+            raise ValueError("an add-relu epilogue adds "
+                             f"{' or '.join(map(str, self.output_dtypes))} activations, "
+                             f"not {self.kept_dtype}")
         self.tiling = None
         if config is not None:
             tiling = Tiling.of(config)
@@ -217,10 +225,18 @@ class Pipelined(Variant):
         return diverse(self.ranked(shape), MAX_CONFIGS)
 
     def configured(self, config):
-        return type(self)(self.form, self.activations, config, self.output_dtype)
+        return type(self)(self.form, self.activations, config, self.output_dtype, self.kept_dtype)
 
     def _writing(self, dtype):
-        return type(self)(self.form, self.activations, self.tiling, dtype)
+        return type(self)(self.form, self.activations, self.tiling, dtype, self.kept_dtype)
+
+    def adding(self, dtype) -> "Pipelined":
+        """This variant with its add-relu epilogue reading a kept activation of `dtype` (float32,
+        or fp16 where the block's input was written for an fp16 conv)."""
+        dtype = np.dtype(dtype)
+        if dtype == self.kept_dtype:
+            return self
+        return type(self)(self.form, self.activations, self.tiling, self.output_dtype, dtype)
 
     def defines(self, shape, epilogue=None):
         t = self.config_for(shape, epilogue)
@@ -230,7 +246,9 @@ class Pipelined(Variant):
         return {**self.layout_defines(k), "C": k.C, "H": k.H, "W": k.W, "M": k.M,
                 "KH": k.Kh, "KW": k.Kw, "STRIDE": k.stride, "PAD_H": k.pad_h,
                 "PAD_W": k.pad_w, "DIL": k.dilation, "G": k.groups,
-                "HAS_BIAS": int(k.bias), "RELU": int(epilogue == RELU),
+                "HAS_BIAS": int(k.bias), "RELU": int(epilogue in (RELU, ADD_RELU)),
+                "ADD_KEPT": int(epilogue == ADD_RELU),
+                "KEPT_HALF": int(epilogue == ADD_RELU and self.kept_dtype == FLOAT16),
                 "MODE": MODES[self.maths], "BM": t.bm, "BN": t.bn, "BK": t.bk,
                 "WARPS_M": t.warps_m, "WARPS_N": t.warps_n, "STAGES": t.stages,
                 "SPLIT_K": t.split_k, "GATHER_TAP": int(t.tap_order),
@@ -256,6 +274,18 @@ class Pipelined(Variant):
         """x -> a last kernel argument that depends on the input, for tilings that take one
         (None: none do here)."""
         return None
+
+    def kept_problem(self, kept, shape: ConvShape) -> str:
+        """Why the add-relu kernel cannot add the array `kept`, or "": it reads the output's
+        shape, in the variant's memory format, as kept_dtype."""
+        if kept.dtype != self.kept_dtype:
+            return (f"'{self.name}' was compiled to add {self.kept_dtype} kept activations, got "
+                    f"{kept.dtype}: prepare it with variant.adding({kept.dtype})")
+        dense = memory_view(kept, self.layout).flags.c_contiguous
+        if tuple(kept.shape) != shape.output_shape or not dense:
+            return (f"'{self.name}' adds a kept activation of shape {shape.output_shape} laid out "
+                    f"{self.layout}, got shape {tuple(kept.shape)}, strides {tuple(kept.strides)}")
+        return ""
 
     def input_problem(self, x, k: ConvShape) -> str:
         """Why the kernel compiled for `k` cannot read the array x, or "" (a launch checks)."""
@@ -291,14 +321,19 @@ class Pipelined(Variant):
         batch = np.int32(shape.B)
         problem = self.input_problem
         input_argument = self.input_argument(k, t)
+        kept_problem = self.kept_problem
+        unused = cupy.zeros(1, dtype=self.kept_dtype)  # what a launch without a kept one passes
 
-        def launch(x, y):
-            message = problem(x, k)
+        def launch(x, y, kept=None):
+            message = problem(x, k) or (kept_problem(kept, shape) if kept is not None else "")
             if message:
                 raise ConvlabError(message)
             args = (x, wpack, table, bias_d, y, ws, counters, batch)
             if input_argument is not None:
                 args += (input_argument(x),)
+            # last: a kernel file written before the add-relu epilogue declares no such
+            # parameter, and a launch's arguments past a kernel's own are not read
+            args += (unused if kept is None else kept,)
             kernel(grid, block, args, shared_mem=smem)
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stager(shape),

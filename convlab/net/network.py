@@ -4,16 +4,17 @@ Every layer becomes a step that launches one prepared kernel: conv layers the ch
 Op, the others the lab's own kernels (convlab/ops). A variant that runs FC layers (`runs_dense`)
 gets those too, as 1x1 convolutions. Buffers are allocated when the network is planned, never
 in a forward pass, so a pass only launches kernels: it can be timed step by step and captured
-into a CUDA graph whole. Where two layers fuse, they are one step: conv + ReLU or conv + tanh +
-2x2 pool when the variant has that epilogue, an activation into the max-pool that follows it,
-LRN + max-pool, FC + activation. Activations are float32, except where the next thing done with
-them is a variant reading fp16 channels-last: then the step before writes them as fp16 and the
-variant reads them as they are (what its own conversion would have given, bit for bit: only
-max-pools, ReLUs and flattens may stand between, which commute with rounding). A residual
-block's input kept for its shortcut is the one exception: the add reads it as the block's first
-conv does, fp16, where a float32 network would add it unrounded (the fp16 class's bound covers
-it). Buffers are shared: a step writes into a buffer no later step reads any more. The cpu
-variant runs the same plan with NumPy.
+into a CUDA graph whole. Where two layers fuse, they are one step: conv + ReLU, conv + tanh +
+2x2 pool, or a residual block's last conv + its add + ReLU when the variant has that epilogue,
+an activation into the max-pool that follows it, LRN + max-pool, FC + activation. Activations
+are float32, except where the next thing done with them is a variant reading fp16 channels-last:
+then the step before writes them as fp16 and the variant reads them as they are (what its own
+conversion would have given, bit for bit: only max-pools, ReLUs and flattens may stand between,
+which commute with rounding). A residual block's input kept for its shortcut is the one
+exception: the add (or the conv that adds it) reads it as the block's first conv does, fp16,
+where a float32 network would add it unrounded (the fp16 class's bound covers it). Buffers are
+shared: a step writes into a buffer no later step reads any more. The cpu variant runs the same
+plan with NumPy.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from .. import ops, tuning
 from ..ops.base import apply_activation
 from ..gpu.elements import FLOAT16, FLOAT32
-from ..kernels import RELU, TANH_POOL, Variant
+from ..kernels import ADD_RELU, RELU, TANH_POOL, Variant, tuned_epilogue
 from ..models import (LRN, AddKept, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool, ReLU,
                       Softmax, Swap, Tanh, Weights)
 from ..oracle import reference
@@ -257,7 +258,9 @@ class Network:
                 tag = _tagger(layer.name)
             dense = isinstance(layer, Dense) and self.plan.variant_for(layer) is not None
             if isinstance(layer, Conv):
-                step, used = self._conv_step(layers, self.plan.convs[layer.name])
+                decision = self.plan.convs[layer.name]
+                adds = kept.pop() if decision.epilogue == ADD_RELU else None
+                step, used = self._conv_step(layers, decision, adds)
                 # A conv that stages its input converts any format itself.
                 if step.op.stage_input is None and step.op.layout != layout:
                     step.convert_to = step.op.layout
@@ -350,11 +353,13 @@ class Network:
     def _fp16_next(self, layers: tuple, j: int, layout: str) -> bool:
         return fp16_next(layers, j, layout, self.plan.variant_for)
 
-    def _conv_step(self, layers, decision: LayerDecision) -> tuple[ConvStep, int]:
+    def _conv_step(self, layers, decision: LayerDecision,
+                   kept: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
+        """`kept`: the layout and dtype of the kept activation an add-relu epilogue adds."""
         layer = layers[decision.index]
         w = self.weights.arrays[f"{layer.name}.weight"]
         b = self.weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
-        return self._gemm_step(layers, decision, w, b, CATEGORY_CONV)
+        return self._gemm_step(layers, decision, w, b, CATEGORY_CONV, kept)
 
     def _dense_step(self, layers, decision: LayerDecision, layout,
                     flattened) -> tuple[ConvStep, int]:
@@ -368,23 +373,33 @@ class Network:
         b = self.weights.arrays[f"{layer.name}.bias"]
         return self._gemm_step(layers, decision, w, b, "fc")
 
-    def _gemm_step(self, layers, decision: LayerDecision, w, b,
-                   category) -> tuple[ConvStep, int]:
+    def _gemm_step(self, layers, decision: LayerDecision, w, b, category,
+                   kept: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
         i, shape, variant = decision.index, decision.shape, decision.variant
         layer, epilogue, absorbed = layers[i], decision.epilogue, decision.absorbed
         if FLOAT16 in variant.output_dtypes and self._fp16_next(layers, i + 1 + absorbed,
                                                                  variant.layout):
             variant = variant.writing(FLOAT16)
-        tuning.first_use(variant, shape, epilogue)
+        convert_kept = None
+        if epilogue == ADD_RELU:
+            # Kept in the other memory format (a fallback of that layout ran the shortcut's
+            # conv): converted to this one, as float32, before the launch, on every pass.
+            kept_layout, kept_dtype = kept
+            convert_kept = variant.layout if kept_layout != variant.layout else None
+            variant = variant.adding(FLOAT32 if convert_kept else kept_dtype)
+        tuning.first_use(variant, shape, tuned_epilogue(epilogue))
         op = variant.prepare(shape, w, epilogue, b)
         label = layer.name
         if epilogue == RELU:
             label += f"+relu{_suffix(layer.name)}"
         elif epilogue == TANH_POOL:
             label += "+tanh+pool"
+        elif epilogue == ADD_RELU:
+            label += f"+add{_suffix(layer.name)}+relu"
         return ConvStep(label=label, category=category, kernel_label=f"{variant.name} {label}",
                         op=op, layers=tuple(layers[i:i + 1 + absorbed]), shape=shape, weights=w,
-                        bias=b, epilogue=epilogue, layer=layer), 1 + absorbed
+                        bias=b, epilogue=epilogue, layer=layer, adds_kept=epilogue == ADD_RELU,
+                        convert_kept=convert_kept), 1 + absorbed
 
     def _layer_step(self, layers, i, in_shape, tag, layout=NCHW, flattened=None,
                     dtype=FLOAT32) -> tuple[Step, int]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConvlabError
-from ..kernels import RELU, TANH_POOL, Support, Variant
-from ..models import Conv, Dense, MaxPool, ModelSpec, ReLU, Tanh
+from ..kernels import ADD_RELU, RELU, TANH_POOL, Support, Variant
+from ..models import AddKept, Conv, Dense, MaxPool, ModelSpec, ReLU, Tanh
 from ..shapes import ConvShape
 
 
@@ -23,11 +23,16 @@ def fusable(layers: tuple, i: int) -> bool:
             and rest[1].size == 2 and rest[1].step == 2 and not rest[1].pad)
 
 
-def conv_epilogue(variant: Variant, layers: tuple, i: int, shape: ConvShape) -> tuple[str | None, int]:
-    """The epilogue the network hands this conv layer's variant, and how many layers it absorbs."""
-    nxt = layers[i + 1] if i + 1 < len(layers) else None
+def conv_epilogue(variant: Variant, layers: tuple, i: int, shape: ConvShape,
+                  fuse_adds: bool = True) -> tuple[str | None, int]:
+    """The epilogue the network hands this conv layer's variant, and how many layers it absorbs
+    (a residual add and its ReLU only with `fuse_adds`)."""
+    nxt, after = (tuple(layers[i + 1:i + 3]) + (None, None))[:2]
     if isinstance(nxt, ReLU) and variant.supports_epilogue(shape, RELU):
         return RELU, 1
+    if (fuse_adds and variant.fuses_adds and isinstance(nxt, AddKept) and isinstance(after, ReLU)
+            and variant.supports_epilogue(shape, ADD_RELU)):
+        return ADD_RELU, 2
     if variant.fuses_in_network and fusable(layers, i) and variant.supports_epilogue(shape, TANH_POOL):
         return TANH_POOL, 2
     return None, 0
@@ -48,8 +53,15 @@ class LayerDecision:
     support: Support  # the asked variant's verdict (its reason where it refuses)
     variant: Variant | None  # the asked variant, the fallback, or None: refused, or for an
     # FC layer, run by the lab's own FC kernels
-    epilogue: str | None = None  # what the running variant fuses: RELU, TANH_POOL or None
+    epilogue: str | None = None  # what the running variant fuses: RELU, TANH_POOL, ADD_RELU
     absorbed: int = 0  # the layers after it that the epilogue takes in
+
+    @property
+    def lone_epilogue(self) -> str | None:
+        """The epilogue the layer runs with alone (a kernel file's lone launches, the
+        sanitizer): the network's, but for a residual add, which needs the block's kept
+        activation: that conv runs plain."""
+        return None if self.epilogue == ADD_RELU else self.epilogue
 
 
 @dataclass(frozen=True)
@@ -91,10 +103,11 @@ class NetworkPlan:
 
 
 def plan_network(spec: ModelSpec, variant: Variant, batch: int,
-                 fallback: Variant | None = None) -> NetworkPlan:
+                 fallback: Variant | None = None, fuse_adds: bool = True) -> NetworkPlan:
     """Decide every conv layer (the variant where it supports the layer, else the fallback,
     else refused) and every FC layer the variant runs as a 1x1 convolution, in the model's
-    inference form (batch norm folded: the plan's spec)."""
+    inference form (batch norm folded: the plan's spec). `fuse_adds`: a residual block's add
+    and ReLU go into its last conv where the variant has that epilogue."""
     spec = spec.inference()
     shapes = spec.conv_shapes(batch)
     convs, dense = {}, {}
@@ -108,7 +121,7 @@ def plan_network(spec: ModelSpec, variant: Variant, batch: int,
         support = variant.supports(shape)
         runner = variant if support else instead
         epilogue, absorbed = (None, 0) if runner is None else conv_epilogue(
-            runner, spec.layers, i, shape)
+            runner, spec.layers, i, shape, fuse_adds)
         table[layer.name] = LayerDecision(layer.name, i, shape, support, runner, epilogue,
                                           absorbed)
     if all(d.support for d in convs.values()):

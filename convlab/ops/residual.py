@@ -9,7 +9,8 @@ SOURCE = r"""
 // Both are in the same memory format, so the add is elementwise whatever the format. The kept
 // activation may be fp16 where it was written for an fp16 conv (KEPT_HALF) while x is float32
 // (or the other way), so it has its own element type. Elementwise: two reads and one write per
-// element, the whole cost; a conv epilogue that adds the shortcut would save a read and a write.
+// element, the whole cost. The channels-last implicit GEMMs save a read and a write of that by
+// adding the shortcut in their stores (the add-relu epilogue); this op adds it for the others.
 // Compile-time: ACT, BLOCK, IN_HALF, OUT_HALF, KEPT_HALF.
 """ + ACTIVATION_SOURCE + ELEMENT_SOURCE + r"""
 #if KEPT_HALF

@@ -118,7 +118,10 @@ def tile_period(indices: np.ndarray, size: int) -> tuple[int, list[int]] | None:
     return None
 
 
-def _through_epilogue(values: np.ndarray, epilogue: str | None) -> np.ndarray:
+def _through_epilogue(values: np.ndarray, epilogue: str | None,
+                      kept: np.ndarray | None = None) -> np.ndarray:
+    if epilogue == "add-relu":
+        return relu(values + kept)
     if epilogue == "relu":
         return relu(values)
     if epilogue == "tanh-pool":
@@ -136,7 +139,8 @@ def _windows(x: np.ndarray, shape) -> np.ndarray:
 class _Problem:
     """The few images the known mistakes are tried on, and how to compare with the output."""
 
-    def __init__(self, got, ref: Reference, x, w, shape, precision, bias, epilogue, rows):
+    def __init__(self, got, ref: Reference, x, w, shape, precision, bias, epilogue, rows,
+                 kept=None):
         self.got = np.asarray(got, dtype=np.float64)[rows]
         self.ref = ref.values[rows]
         self.bound = ref.bound(precision)[rows]
@@ -145,6 +149,7 @@ class _Problem:
         self.bias = None if bias is None else np.asarray(bias, dtype=np.float64)
         self.shape = shape.with_batch(len(rows))
         self.epilogue = epilogue
+        self.kept = None if kept is None else np.asarray(kept, dtype=np.float64)[rows]
         self.conv, _ = conv2d_with_magnitude(self.x, self.w, **conv_shape_args(shape))
 
     def fits(self, candidate: np.ndarray, got=None, bound=None) -> float:
@@ -159,7 +164,7 @@ class _Problem:
     def finish(self, conv: np.ndarray, with_bias: bool = True) -> np.ndarray:
         if with_bias and self.bias is not None:
             conv = conv + self.bias[None, :, None, None]
-        return _through_epilogue(conv, self.epilogue)
+        return _through_epilogue(conv, self.epilogue, self.kept)
 
     def convolve(self, w: np.ndarray) -> np.ndarray:
         values, _ = conv2d_with_magnitude(self.x, w, **conv_shape_args(self.shape))
@@ -198,9 +203,14 @@ def _alternatives(p: _Problem) -> list[tuple[str, Callable[[], float]]]:
     if p.bias is not None:
         tries.append(("it matches the result without the bias: the bias was not added",
                       lambda: p.fits(p.finish(p.conv, with_bias=False))))
-    if p.epilogue == "relu":
+    if p.epilogue in ("relu", "add-relu"):
         tries.append(("it matches the result without the ReLU: negative outputs were not clamped",
-                      lambda: p.fits(p.conv + (0 if p.bias is None else p.bias[None, :, None, None]))))
+                      lambda: p.fits(p.conv + (0 if p.bias is None else p.bias[None, :, None, None])
+                                     + (0 if p.kept is None else p.kept))))
+    if p.kept is not None:
+        tries.append(("it matches the result without the kept activation: the residual add "
+                      "was not done", lambda: p.fits(relu(p.conv + (
+                          0 if p.bias is None else p.bias[None, :, None, None])))))
     return tries
 
 
@@ -343,9 +353,10 @@ def _precision_words(ratio: float, precision: str, u: float) -> str:
 
 def diagnose(got: np.ndarray, ref: Reference, x: np.ndarray, w: np.ndarray, shape,
              precision: str, bias: np.ndarray | None = None, epilogue: str | None = None,
-             images: Sequence[int] | None = None) -> Diagnosis:
+             images: Sequence[int] | None = None, kept: np.ndarray | None = None) -> Diagnosis:
     """Describe how `got` differs from `ref`. x holds the images `got` was computed from (the
-    same rows); `images` gives their indices in the batch, for the messages."""
+    same rows); `images` gives their indices in the batch, for the messages; `kept`, the
+    activation an add-relu epilogue added to them."""
     got64 = np.asarray(got, dtype=np.float64)
     total = got64.size
     if got64.shape != ref.values.shape:
@@ -389,7 +400,7 @@ def diagnose(got: np.ndarray, ref: Reference, x: np.ndarray, w: np.ndarray, shap
     explanation = None
     if wrong and not _rounding_sized(max_ratio, u):
         rows = _images_with_errors(wrong_mask | unwritten_mask)
-        problem = _Problem(got64, ref, x, w, shape, precision, bias, epilogue, rows)
+        problem = _Problem(got64, ref, x, w, shape, precision, bias, epilogue, rows, kept)
         explanation = _explain(problem)
         if explanation:
             findings.append(explanation[0].upper() + explanation[1:] + ".")

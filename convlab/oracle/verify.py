@@ -181,11 +181,18 @@ def compare(got: np.ndarray, ref: Reference, precision: str) -> Check:
 
 
 def reference_output(x: np.ndarray, w: np.ndarray, shape, epilogue: str | None,
-                     bias: np.ndarray | None = None) -> Reference:
+                     bias: np.ndarray | None = None, kept: np.ndarray | None = None) -> Reference:
     """The float64 result a variant should produce, with the epilogue applied if it has one,
-    and the magnitudes that bound its rounding error."""
+    and the magnitudes that bound its rounding error. "add-relu" adds `kept` (the residual
+    block's kept activation, the output's shape) before the ReLU."""
     values, magnitude = conv2d_with_magnitude(x, w, bias=bias, **conv_shape_args(shape))
-    if epilogue == "relu":
+    if epilogue == "add-relu":
+        if kept is None or np.shape(kept) != values.shape:
+            raise ValueError(f"an add-relu reference adds a kept activation of shape "
+                             f"{values.shape}, got {None if kept is None else np.shape(kept)}")
+        values = relu(values + kept)
+        magnitude = magnitude + np.abs(kept)
+    elif epilogue == "relu":
         values = relu(values)
     elif epilogue == "tanh-pool":
         values = max_pool(np.tanh(values), 2)

@@ -238,6 +238,6 @@ def sanitize_model(plan: NetworkPlan, kernel_file: str | Path | None = None,
             continue
         report = sanitize(decision.shape, kernel_file=kernel_file,
                           variant=None if kernel_file is not None else plan.variant.name,
-                          tool=tool, epilogue=decision.epilogue, timeout_s=timeout_s)
-        reports.append(LayerReport(decision.name, decision.shape, decision.epilogue, report))
+                          tool=tool, epilogue=decision.lone_epilogue, timeout_s=timeout_s)
+        reports.append(LayerReport(decision.name, decision.shape, decision.lone_epilogue, report))
     return reports

@@ -1,9 +1,62 @@
 """The epilogue: the accumulators through shared memory so stores are coalesced, then bias and
 ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE), stored as float32 or fp16
-(gpu.elements' `to_out`, OUT_HALF). NCHW stores: a warp per
+(gpu.elements' `to_out`, OUT_HALF); under ADD_KEPT (KEPT_SOURCE) a residual block's kept
+activation added before them. NCHW stores: a warp per
 output channel row, lanes along consecutive pixels; NHWC stores: a warp per pixel, lanes along
 consecutive output channels. The wgmma kernel's warp-specialised schedules store straight from
 the registers instead (STORE_REGISTERS_NHWC)."""
+
+# The add-relu epilogue (kernels.base.ADD_RELU): the activation a residual block kept for its
+# shortcut, which has the output's shape and layout, read where each output goes and added to
+# the accumulator before the bias and ReLU. The block's add and ReLU are then the last conv's
+# stores: its output is written once, where a separate add would read it back with the kept
+# one and write the sum again. float32 or fp16 bits (KEPT_HALF); with ADD_KEPT 0 the pointer
+# is never read.
+KEPT_SOURCE = r"""
+#if KEPT_HALF
+typedef unsigned short kept_t;  // IEEE fp16 bits
+#else
+typedef float kept_t;
+#endif
+
+__device__ __forceinline__ float kept_value(const kept_t* __restrict__ kept, long long i)
+{
+#if KEPT_HALF
+    float v;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(__ldg(kept + i)));
+    return v;
+#else
+    return __ldg(kept + i);
+#endif
+}
+
+// v, plus the kept element at output offset i where the epilogue adds one.
+__device__ __forceinline__ float plus_kept(float v, const kept_t* __restrict__ kept, long long i)
+{
+    return ADD_KEPT ? v + kept_value(kept, i) : v;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p)
+{
+    asm volatile("prefetch.global.L2 [%0];\n" :: "l"(p));
+}
+"""
+
+# The warp-specialised schedules' register stores read the kept elements of a whole tile at its
+# end. Read from memory one 16-byte vector at a time in the stores' loop, each waited for the
+# last, an H200 took 2.9x the plain conv's time on ResNet-50's 1x1 expansions (2026-11-28). So
+# each warp asks L2 for its 16 channels of every column of the tile when the tile starts
+# (persistent: before its K-tiles; halo: at its epilogue), and the loops below read ahead: the
+# 16-byte path KEPT_AHEAD vectors before it adds them, the element path every kept element
+# into the accumulators before its first store. Before the macro the kernel defines ytile and
+# pixel(q, at), as for STORE_REGISTERS_NHWC.
+PREFETCH_KEPT = r"""
+            if (ADD_KEPT && (MG % BM == 0 || mtile * BM + 16 * warp < MG))
+                for (int c = lane; c < BN; c += 32) {
+                    unsigned at;
+                    if (pixel(c, at)) prefetch_l2(kept + (ytile - y) + 16 * warp + at);
+                }
+"""
 
 STORE_NCHW = r"""
     // Accumulator (i, j) element e: row 16i + g + 8*(e/2), column 8j + 2t + e%2 of the warp tile.
@@ -69,7 +122,9 @@ STORE_NHWC = r"""
 #pragma unroll
         for (int m = lane; m < BM; m += 32) {
             const int mg = mtile * BM + m;
-            if (mg < MG) yrow[mg] = to_out(finish_output(cs[n * C_LD + m], bias, group * MG + mg));
+            if (mg < MG)
+                yrow[mg] = to_out(finish_output(plus_kept(cs[n * C_LD + m], kept, yrow + mg - y),
+                                                bias, group * MG + mg));
         }
     }
 }
@@ -109,8 +164,10 @@ STORE_REGISTERS_NHWC = r"""
             if (second) b1 = __ldg(bias + group * MG + m0 + 8);
 #endif
 #if VECTOR_STORE
-            // A caller's y may be a view that does not start on 16 bytes: element stores then.
-            const bool vector = (reinterpret_cast<unsigned long long>(y) & 15) == 0;
+            // A caller's y (or kept) may be a view that does not start on 16 bytes: element
+            // stores then.
+            const bool vector = (reinterpret_cast<unsigned long long>(y) & 15) == 0
+                && (!ADD_KEPT || (reinterpret_cast<unsigned long long>(kept) & 15) == 0);
             if (vector) {
                 // Matrix i (0-3) is n-block f + i/2, channels 8(i%2)..; lane L names row L%8 of
                 // matrix L/8, which lands as scratch column P = 8(L/16) + L%8, half (L/8)%2.
@@ -123,21 +180,43 @@ STORE_REGISTERS_NHWC = r"""
                 const unsigned mine = scratch + lp * 32 + ((lh ^ (lp >> 2)) & 1) * 16;
                 const bool live = MG % BM == 0 || mtile * BM + 16 * warp + 8 * lh < MG;
                 out_t* const yv = ytile + 16 * warp + 8 * lh;
+                // Pair q (n-blocks 2q, 2q + 1) adds the kept vector loaded KEPT_AHEAD pairs
+                // before.
+                kept8_t ahead[KEPT_AHEAD];
+                auto kept_of = [&](int q) {
+                    unsigned at;
+                    return live && pixel(16 * q + lp, at) ? load_kept8(kept + (yv + at - y))
+                                                          : kept8_t();
+                };
+                if (ADD_KEPT) {
+#pragma unroll
+                    for (int q = 0; q < KEPT_AHEAD && q < NF / 2; ++q) ahead[q] = kept_of(q);
+                }
 #pragma unroll
                 for (int f = 0; f + 1 < NF; f += 2) {
+                    const int q = f / 2;
+                    kept8_t k;
+                    if (ADD_KEPT) {
+                        k = ahead[q % KEPT_AHEAD];
+                        if (q + KEPT_AHEAD < NF / 2) ahead[q % KEPT_AHEAD] = kept_of(q + KEPT_AHEAD);
+                    }
                     unsigned v[4];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const float* a = acc[0][f + i / 2] + 2 * (i & 1);
                         const float b = i & 1 ? b1 : b0;
-                        v[i] = half_pair(finish_value(a[0], b), finish_value(a[1], b));
+                        // The kept activation is added to the vector read back (add_kept8):
+                        // the bias only, here, where the epilogue adds one.
+                        v[i] = ADD_KEPT ? half_pair(a[0] + b, a[1] + b)
+                                        : half_pair(finish_value(a[0], b), finish_value(a[1], b));
                     }
                     stmatrix_x4_trans(row, v);
                     __syncwarp();
                     const uint4 out = load_shared16(mine);
                     __syncwarp();  // read before the next pair's stmatrix
                     unsigned at;
-                    if (live && pixel(8 * f + lp, at)) store16(yv + at, out);
+                    if (live && pixel(8 * f + lp, at))
+                        store16(yv + at, ADD_KEPT ? add_kept8(out, k) : out);
                 }
             }
 #else
@@ -145,7 +224,22 @@ STORE_REGISTERS_NHWC = r"""
 #endif
             out_t* const yc = ytile + 16 * warp + g8;
             // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (after the
-            // vector stores, an odd last n-block).
+            // vector stores, an odd last n-block). The kept elements are all added first: loads
+            // with no store between them, in flight together.
+            if (ADD_KEPT) {
+#pragma unroll
+                for (int f = 0; f < NF; ++f)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        if (vector && f < NF - NF % 2) continue;
+                        unsigned at;
+                        if (pixel(8 * f + 2 * t4 + h, at)) {
+                            const long long i = yc + at - y;
+                            if (first) acc[0][f][h] += kept_value(kept, i);
+                            if (second) acc[0][f][2 + h] += kept_value(kept, i + 8);
+                        }
+                    }
+            }
 #pragma unroll
             for (int f = 0; f < NF; ++f)
 #pragma unroll

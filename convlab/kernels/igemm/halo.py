@@ -208,7 +208,7 @@ KERNEL = r"""
                 at = (i * WO + col) * M;
                 return col < WO && i < HALO_ROWS && h0 + i < HO;
             };
-""" + epilogue.STORE_REGISTERS_NHWC + r"""
+""" + epilogue.PREFETCH_KEPT + epilogue.STORE_REGISTERS_NHWC + r"""
         }
     }
 }

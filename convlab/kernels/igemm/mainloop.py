@@ -208,7 +208,7 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 #if GATHER_TMA
              , const __grid_constant__ TensorMap im2col_map
 #endif
-             )
+             , const kept_t* __restrict__ kept)
 {
     extern __shared__ __align__(16) float smem_raw[];
     float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;"""
@@ -217,11 +217,13 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 KERNEL_BEGIN = r"""
 // wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
 // (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
-// ws, counters: split-K partial tiles and arrival counts (all counts zero between launches).
+// ws, counters: split-K partial tiles and arrival counts (all counts zero between launches);
+// kept: the residual block's kept activation the add-relu epilogue adds (igemm.epilogue).
 extern "C" __global__ void __launch_bounds__(THREADS)
 conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const int4* __restrict__ table, const float* __restrict__ bias,
-             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch)
+             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch,
+             const kept_t* __restrict__ kept)
 {
     extern __shared__ __align__(16) float smem_raw[];
 #if SWIZZLE

@@ -92,6 +92,57 @@ __device__ __forceinline__ unsigned half_pair(float lo, float hi)
     return (unsigned)to_out(lo) | ((unsigned)to_out(hi) << 16);
 }
 
+__device__ __forceinline__ void unpack_halves(unsigned pair, float& lo, float& hi)
+{
+    asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
+        : "=f"(lo), "=f"(hi) : "r"(pair));
+}
+
+// The kept activation's eight elements a lane adds to its 16-byte output vector, as loaded;
+// the stores' loop keeps KEPT_AHEAD of them in flight (igemm.epilogue).
+#if KEPT_HALF
+#define KEPT_AHEAD 8
+typedef uint4 kept8_t;
+#else
+#define KEPT_AHEAD 4
+struct kept8_t { float4 lo, hi; };
+#endif
+
+__device__ __forceinline__ kept8_t load_kept8(const kept_t* __restrict__ kept)
+{
+#if KEPT_HALF
+    return __ldg(reinterpret_cast<const uint4*>(kept));
+#else
+    return {__ldg(reinterpret_cast<const float4*>(kept)),
+            __ldg(reinterpret_cast<const float4*>(kept) + 1)};
+#endif
+}
+
+// The eight fp16 outputs of a 16-byte vector (the bias added, the ReLU not yet applied) plus the
+// kept activation's eight elements there, through the ReLU: the add-relu epilogue's 16-byte
+// path. The conv's sum is rounded to fp16 before the add, an error within u of its terms'
+// sum |x*w|, which the check's bound (8 sqrt(n) u of it) already allows.
+__device__ __forceinline__ uint4 add_kept8(uint4 v, const kept8_t& kv)
+{
+    float k[8];
+#if KEPT_HALF
+    const unsigned kw[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) unpack_halves(kw[i], k[2 * i], k[2 * i + 1]);
+#else
+    k[0] = kv.lo.x; k[1] = kv.lo.y; k[2] = kv.lo.z; k[3] = kv.lo.w;
+    k[4] = kv.hi.x; k[5] = kv.hi.y; k[6] = kv.hi.z; k[7] = kv.hi.w;
+#endif
+    unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float lo, hi;
+        unpack_halves(w[i], lo, hi);
+        w[i] = half_pair(finish_value(lo + k[2 * i], 0.0f), finish_value(hi + k[2 * i + 1], 0.0f));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Four 8x8 fp16 matrices from the warp's fragments to shared memory, each transposed: lanes
 // 8i..8i+7 name the rows of matrix i.
 __device__ __forceinline__ void stmatrix_x4_trans(unsigned row, const unsigned (&v)[4])
@@ -283,6 +334,13 @@ CONSUMER = r"""
         int j = 0;
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
             UNIT_COORDS(u)
+            out_t* const ytile = y + (long long)ntile * BN * M + group * MG + mtile * BM;
+            const int tile_pixels = npix - ntile * BN;
+            auto pixel = [&](int q, unsigned& at) {
+                at = q * M;
+                return q < tile_pixels;
+            };
+""" + epilogue.PREFETCH_KEPT + r"""
 #pragma unroll
             for (int f = 0; f < NF; ++f)
 #pragma unroll
@@ -319,12 +377,6 @@ CONSUMER = r"""
                               consumers_sync, &split_arrivals))
                 continue;
 #endif
-            out_t* const ytile = y + (long long)ntile * BN * M + group * MG + mtile * BM;
-            const int tile_pixels = npix - ntile * BN;
-            auto pixel = [&](int q, unsigned& at) {
-                at = q * M;
-                return q < tile_pixels;
-            };
 """ + epilogue.STORE_REGISTERS_NHWC + r"""
         }
     }
