@@ -13,6 +13,10 @@ class DataError(ConvlabError):
     """A data or weights file is missing, truncated or corrupt."""
 
 
+class DeviceMemoryError(ConvlabError):
+    """The GPU ran out of memory for what was asked (a batch too large for it)."""
+
+
 class GPUUnavailable(ConvlabError):
     """A GPU variant was asked for where CuPy or a usable GPU is missing."""
 

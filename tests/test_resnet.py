@@ -559,3 +559,46 @@ def test_an_add_relu_output_is_checked_with_what_it_added(rng):
     assert not check.passed and "without the kept activation" in check.reason
     with pytest.raises(ValueError, match="kept activation of shape"):
         reference_output(x, layer.weights, layer.shape, "add-relu", layer.bias)
+
+
+def test_a_batch_too_large_for_the_gpu_is_one_line_with_the_memory(monkeypatch, tiny):
+    """CuPy running out of device memory while a network is built is one line naming the run,
+    the allocation that failed, what convlab held and what the GPU has; the host running out
+    stays Python's own MemoryError."""
+    import sys
+    import types
+
+    from convlab.errors import DeviceMemoryError
+
+    class OutOfMemoryError(MemoryError):  # as CuPy's reads
+        pass
+
+    OutOfMemoryError.__module__ = "cupy.cuda.memory"
+    gib = 2 ** 30
+    pool = types.SimpleNamespace(total_bytes=lambda: 70 * gib)
+    cupy = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+            memGetInfo=lambda: (gib // 2, 80 * gib))),
+        get_default_memory_pool=lambda: pool)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    plan = lab.network_plan(tiny.spec, "cpu", 2)
+
+    def out_of_memory(*args, **kwargs):
+        raise OutOfMemoryError("Out of memory allocating 12,884,901,888 bytes (allocated so "
+                               "far: 75,161,927,680 bytes).")
+
+    monkeypatch.setattr(lab, "Network", out_of_memory)
+    with pytest.raises(DeviceMemoryError) as info:
+        lab.run(plan, weights=tiny)
+    line = str(info.value)
+    assert "\n" not in line and f"{tiny.spec.name} at batch 2 with 'cpu'" in line
+    assert "allocating 12,884,901,888 bytes" in line and "convlab held 70.0 GiB" in line
+    assert "80.0 GiB (0.5 GiB free now)" in line and "smaller --batch" in line
+
+    def host_out_of_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(lab, "Network", host_out_of_memory)
+    with pytest.raises(MemoryError) as info:
+        lab.run(plan, weights=tiny)
+    assert not isinstance(info.value, DeviceMemoryError)

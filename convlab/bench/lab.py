@@ -3,6 +3,7 @@ layer, run it end to end from host images to host predictions, and return a resu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -13,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from .. import tuning
-from ..errors import ConvlabError
+from ..errors import ConvlabError, DeviceMemoryError
 from ..gpu import (cache_dir, gpu_available, hardware, nvtx, require_cupy, timer,
                   unavailable_reason)
 from ..gpu.elements import FLOAT16
@@ -235,16 +236,18 @@ def infer(weights: Weights, kernel: str, x: np.ndarray, chunk: int = 256) -> np.
                            f" got {x.shape}")
     out = []
     networks: dict[int, Network] = {}
-    for i in range(0, len(x), chunk):
-        part = np.ascontiguousarray(x[i:i + chunk], dtype=np.float32)
-        net = networks.get(len(part)) or networks.setdefault(
-            len(part), build_network(spec, kernel, len(part), weights))
-        if net.on_gpu:
-            net.input.set(part)
-            out.append(net.xp.asnumpy(net.forward()))
-        else:
-            net.input[...] = part
-            out.append(np.array(net.forward()))
+    with within_device_memory(f"{spec.name} on {min(chunk, len(x))} images at once with "
+                              f"'{kernel}'"):
+        for i in range(0, len(x), chunk):
+            part = np.ascontiguousarray(x[i:i + chunk], dtype=np.float32)
+            net = networks.get(len(part)) or networks.setdefault(
+                len(part), build_network(spec, kernel, len(part), weights))
+            if net.on_gpu:
+                net.input.set(part)
+                out.append(net.xp.asnumpy(net.forward()))
+            else:
+                net.input[...] = part
+                out.append(np.array(net.forward()))
     return np.concatenate(out).astype(np.float32)
 
 
@@ -348,6 +351,16 @@ def _check_layer_steps(network: Network,
 def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
         on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
         compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> RunResult:
+    """Run the planned network (network_plan) on its batch of images: _run, with the device
+    running out of memory told in one line."""
+    with within_device_memory(f"{plan.spec.name} at batch {plan.batch} with "
+                              f"'{plan.variant.name}'"):
+        return _run(plan, policy, on_event, weights, compare_torch, graph, verify)
+
+
+def _run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
+         on_event: Callable[[str, object], None] | None = None, weights: Weights | None = None,
+         compare_torch: bool = False, graph: bool = True, verify: str = "sample") -> RunResult:
     """Run the planned network (network_plan) on its batch of images; `verify` is
     time_and_verify's ("sample" or "full"). `on_event(name, payload)` hears loading-data,
     loaded-data, loading-model, loaded-model, "working" (what a long step does now: the
@@ -440,6 +453,27 @@ def run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     result.wall_s = time.perf_counter() - start
     emit("done", result)
     return result
+
+
+@contextlib.contextmanager
+def within_device_memory(what: str):
+    """CuPy running out of device memory inside the block, as one line naming `what` needed it,
+    the allocation that failed, what convlab held, the GPU's memory and what to try (a
+    DeviceMemoryError), not a traceback from inside a kernel's preparation."""
+    try:
+        yield
+    except MemoryError as exc:
+        if not type(exc).__module__.startswith("cupy"):
+            raise  # the host's memory: its own message says so
+        import cupy
+
+        free, total = cupy.cuda.runtime.memGetInfo()
+        held = cupy.get_default_memory_pool().total_bytes()
+        gib = 2 ** 30
+        raise DeviceMemoryError(
+            f"{what} does not fit in this GPU's memory: {str(exc).rstrip('.')}; convlab held "
+            f"{held / gib:.1f} GiB, the GPU has {total / gib:.1f} GiB ({free / gib:.1f} GiB "
+            "free now). Try a smaller --batch.") from None
 
 
 def device_bytes() -> int:
