@@ -528,14 +528,14 @@ def test_a_residual_add_is_tuned_as_the_plain_conv_it_extends():
     assert [tuned_epilogue(e) for e in (None, RELU, TANH_POOL)] == [None, RELU, TANH_POOL]
 
 
-def _add_relu_layer(rng, kept_scale=1.0):
+def _add_relu_layer(rng):
     from convlab.bench import guard
     from convlab.oracle.verify import random_problem
     from convlab.shapes import ConvShape
 
     shape = ConvShape(3, 8, 9, 7, 12, 3, pad=1, bias=True)
     x, w, b = random_problem(shape, rng, signed=True)
-    kept = kept_scale * rng.standard_normal(shape.output_shape)
+    kept = rng.standard_normal(shape.output_shape)
     return guard.Layer(shape, w, b, "add-relu", "fp32", kept), x
 
 
