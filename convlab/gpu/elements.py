@@ -24,12 +24,18 @@ typedef unsigned short out_t;
 typedef float out_t;
 #endif
 
+// fp16 bits as float32: the input's, and any other fp16 operand's (a residual add's kept one).
+__device__ __forceinline__ float half_bits_to_float(unsigned short h)
+{
+    float v;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
+    return v;
+}
+
 __device__ __forceinline__ float to_float(in_t e)
 {
 #if IN_HALF
-    float v;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(e));
-    return v;
+    return half_bits_to_float(e);
 #else
     return e;
 #endif

@@ -15,12 +15,7 @@ SOURCE = r"""
 """ + ACTIVATION_SOURCE + ELEMENT_SOURCE + r"""
 #if KEPT_HALF
 typedef unsigned short kept_t;
-__device__ __forceinline__ float kept_float(kept_t e)
-{
-    float v;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(e));
-    return v;
-}
+__device__ __forceinline__ float kept_float(kept_t e) { return half_bits_to_float(e); }
 #else
 typedef float kept_t;
 __device__ __forceinline__ float kept_float(kept_t e) { return e; }

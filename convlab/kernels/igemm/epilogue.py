@@ -22,9 +22,7 @@ typedef float kept_t;
 __device__ __forceinline__ float kept_value(const kept_t* __restrict__ kept, long long i)
 {
 #if KEPT_HALF
-    float v;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(__ldg(kept + i)));
-    return v;
+    return half_bits_to_float(__ldg(kept + i));
 #else
     return __ldg(kept + i);
 #endif
