@@ -190,3 +190,32 @@ def test_pytorch_runs_resnet50_with_batch_norm_in_eval_mode(tmp_path, monkeypatc
     assert eager["ms"] is not None and eager["differ"] == 0, eager
     assert eager["peak_bytes"] > 100 * 2**20  # ResNet-50's weights alone are ~100 MB
     assert result.torch_ms is not None
+
+
+def test_an_fp16_network_holds_its_projection_shortcuts_as_fp16(tmp_path, monkeypatch):
+    """wgmma-fp16 writes each downsample conv's output as fp16 (the block's input was kept
+    fp16); the steps' outputs are views of one arena; at batch 1 the split-K convs share one
+    workspace, and the network still computes the float64 forward's classes."""
+    from convlab.net.network import Network
+
+    monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
+    plan = lab.network_plan(MODELS["resnet50"], "wgmma-fp16", 1)
+    net = Network(lab.load_weights("resnet50"), plan)
+    shortcuts = [s for s in net.steps if ".downsample." in s.label]
+    assert len(shortcuts) == 4
+    assert all(s.output.dtype == F16 for s in shortcuts), [s.output.dtype for s in shortcuts]
+    assert len({s.output.data.mem.ptr for s in net.steps}) == 1
+    split = [s.label for s in net.conv_steps
+             if s.variant.config_for(s.shape, s.epilogue).split_k > 1]
+    assert split and net.split_k.floats > 0, split
+    result = lab.run(plan, timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3))
+    failures = [f"{x.label}: {x.check.reason}" for x in (*result.layers, *result.steps)
+                if x.check and not x.check.passed]
+    assert not failures, failures
+    assert result.predictions_differ == 0
+    # each layer records the tiling its step ran: an add-relu conv's, adding fp16, is its own
+    recorded = {layer.label: layer.config for layer in result.layers}
+    fused = [s for s in net.conv_steps if s.adds_kept]
+    assert fused and all(s.variant.kept_dtype == F16 for s in fused)
+    for s in net.conv_steps:
+        assert recorded[s.label] == s.variant.config_for(s.shape, s.epilogue).as_dict(), s.label

@@ -19,7 +19,8 @@ from convlab.errors import DataError
 from convlab.models import (IMAGENET, AddKept, BatchNorm, Conv, Dense, GlobalAvgPool, Keep,
                             MaxPool, ModelSpec, ReLU, Softmax, Swap, get_model, random_weights)
 from convlab.net import importer, state_dict
-from convlab.net.network import Network, fp16_next
+from convlab.net.network import (ARENA_ALIGNMENT, Network, arena_offsets, fp16_next,
+                                  shortcut_as_fp16)
 from convlab.oracle import reference
 
 # torchvision's counts: resnet50 25,557,032 parameters (+ 53,120 batch-norm running means and
@@ -145,23 +146,47 @@ def test_every_step_of_a_block_is_checked_against_float64(tiny):
     assert not ran["check"].passed
 
 
+def _largest_live_set(sizes, lives) -> int:
+    return max(sum(n for n, (first, last) in zip(sizes, lives) if first <= j <= last)
+               for j in range(max(last for _, last in lives) + 1))
+
+
 def test_buffers_are_shared_once_nothing_reads_them(tiny):
-    """A step's output reuses a buffer no later step reads: the pass holds the largest live
-    set, not every activation, and still computes the unfolded float64 forward."""
+    """Steps' outputs share one arena, a step's bytes reused once nothing reads them: the
+    pass holds about the largest live set, not every activation, and no step writes over an
+    output a later step still reads."""
     for name in ("resnet50", "vgg16"):
         w = random_weights(name)
         net = Network(w, lab.network_plan(w.spec, "cpu", 1))
-        largest = max(s.output.nbytes for s in net.steps)
-        held = sum(b.nbytes for b in {id(s.output.base): s.output.base
-                                      for s in net.steps}.values())
-        # alive at once: a step's input and output and, in a projection block, the block's
-        # input and its shortcut's output
-        assert held <= 4 * largest and held < sum(s.output.nbytes for s in net.steps) / 2, name
+        last = net._last_reads()
+        sizes = [s.output.nbytes for s in net.steps]
+        live = _largest_live_set(sizes, [(j, last[j]) for j in range(len(sizes))])
+        arena = net.steps[0].output.base
+        assert all(s.output.base is arena for s in net.steps), name
+        assert arena.nbytes <= 1.05 * live and arena.nbytes < sum(sizes) / 2, name
     net = Network(tiny, lab.network_plan(tiny.spec, "cpu", 2))
     last = net._last_reads()
     for j, step in enumerate(net.steps):  # nobody's buffer is written while it is still read
         for k in range(j + 1, min(last[j], len(net.steps) - 1) + 1):
             assert not np.shares_memory(net.steps[k].output, step.output), (step.label, k)
+
+
+def test_the_arena_places_no_two_live_buffers_on_the_same_bytes():
+    """arena_offsets where handing whole buffers from step to step wastes memory: there, the
+    last step's 1000 bytes fit in none of the freed 400-byte buffers and the pass held 1500.
+    Every placement is aligned and overlaps no buffer alive with it, and the arena is the
+    largest live set (the last step's 1000 beside the 100 it reads), aligned."""
+    sizes = [400, 100, 400, 100, 400, 100, 1000]
+    lives = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 6)]
+    offsets, total = arena_offsets(sizes, lives)
+    for a in range(len(sizes)):
+        assert offsets[a] % ARENA_ALIGNMENT == 0
+        for b in range(a):
+            alive_together = lives[a][0] <= lives[b][1] and lives[b][0] <= lives[a][1]
+            apart = (offsets[a] + sizes[a] <= offsets[b] or offsets[b] + sizes[b] <= offsets[a])
+            assert apart or not alive_together, (a, b)
+    assert total == 2 * ARENA_ALIGNMENT + 100
+    assert arena_offsets([], []) == ([], 1)
 
 
 @pytest.mark.parametrize("name", ["resnet50", "vgg16"])
@@ -182,12 +207,23 @@ class Half:
 
 def test_fp16_passes_keep_but_not_a_swap_or_an_add():
     """An activation kept for a shortcut may be written fp16 for the fp16 conv that reads it
-    next (the add reads fp16 as it is); what a Swap keeps goes to the add, which is no reason
-    to round it."""
+    next (the add reads fp16 as it is). What a Swap keeps goes to the add: whether that is
+    fp16 is not fp16_next's to say but shortcut_as_fp16's."""
     conv = Conv("c", 4, 4, 1)
     assert fp16_next((Keep(), conv), 0, "nhwc", lambda layer: Half)
     assert not fp16_next((Swap(), conv), 0, "nhwc", lambda layer: Half)
     assert not fp16_next((AddKept(), ReLU(), conv), 0, "nhwc", lambda layer: Half)
+
+
+def test_a_shortcut_conv_writes_fp16_where_the_block_input_was_kept_fp16():
+    """The conv whose output a Swap puts in the block input's place holds it as that input is
+    held: fp16 channels-last in an fp16 network (half the bytes the add reads), float32 where
+    the block input is float32 or the conv writes NCHW."""
+    assert shortcut_as_fp16(("nhwc", np.dtype(np.float16)), "nhwc")
+    assert not shortcut_as_fp16(("nhwc", np.dtype(np.float32)), "nhwc")
+    assert not shortcut_as_fp16(("nchw", np.dtype(np.float16)), "nhwc")
+    assert not shortcut_as_fp16(("nhwc", np.dtype(np.float16)), "nchw")
+    assert not shortcut_as_fp16(None, "nhwc")
 
 
 # --- PyTorch state dicts, read without PyTorch ------------------------------------------------
@@ -516,16 +552,40 @@ def test_an_add_relu_op_refuses_to_launch_without_what_it_adds():
     assert calls == ["kept", "plain"]
 
 
-def test_a_residual_add_is_tuned_as_the_plain_conv_it_extends():
-    """What `tune --suite resnet50` stores for a block's last conv (no epilogue: the suites
-    list it plain) is what the fused network looks up."""
-    from convlab.bench.suites import get_suite
-    from convlab.kernels import ADD_RELU, RELU, TANH_POOL, tuned_epilogue
+def test_a_residual_adds_conv_takes_no_tunings_and_ranks_with_its_kept_read(monkeypatch):
+    """A block's last conv with the add in its stores does not take the plain conv's tuning
+    (on an H200 the plain conv's best, 128x256, ran 1.23-1.34x slower fused than 128x128) and
+    is not autotuned (a lone launch has no kept activation): its own choice ranks the tilings
+    with the kept read, which favours a store whose kept loads fit the read-ahead ring."""
+    from dataclasses import replace
+    from unittest import mock
 
-    assert tuned_epilogue(ADD_RELU) is None
-    conv3 = [layer for layer in get_suite("resnet50") if layer.name.endswith("conv3")]
-    assert conv3 and all(layer.epilogue is None for layer in conv3)
-    assert [tuned_epilogue(e) for e in (None, RELU, TANH_POOL)] == [None, RELU, TANH_POOL]
+    from convlab import tuning
+    from convlab.gpu.elements import FLOAT16
+    from convlab.kernels import ADD_RELU, RELU, VARIANTS, base, takes_tunings
+    from convlab.kernels.igemm import wgmma as model
+    from convlab.kernels.igemm.tiling import Tiling
+    from convlab.shapes import ConvShape
+
+    assert not takes_tunings(ADD_RELU)
+    assert all(takes_tunings(e) for e in (None, RELU, "tanh-pool"))
+    expansion = ConvShape(128, 64, 56, 56, 256, 1, bias=True)
+    with mock.patch.object(base, "compute_capability", lambda: None):
+        variant = VARIANTS["wgmma-fp16"].writing(FLOAT16).adding(FLOAT16)
+        plain = variant.configs(expansion)[0]
+        tuned = dict(plain.as_dict(), stages=3)
+        monkeypatch.setattr(tuning, "find", lambda v, s, e=None: (tuned, tuning.Choice.SHIPPED))
+        assert variant.resolve(expansion, RELU) == (Tiling.of(tuned), tuning.Choice.SHIPPED)
+        fused, choice = variant.resolve(expansion, ADD_RELU)
+    assert choice == tuning.Choice.OWN and fused == variant.configs(expansion, ADD_RELU)[0]
+    assert plain.bn == 256 and fused.bn <= 128
+    assert model.kept_rounds(plain, 2) == 2 and model.kept_rounds(fused, 2) == 1
+    assert model.kept_rounds(fused, 4) == 2  # float32 kept: four vectors in the ring
+    assert model.kept_rounds(replace(fused, schedule="grid"), 2) == 2
+    # a float32 output stores elements, whose kept read was not measured: ranked as plain
+    with mock.patch.object(base, "compute_capability", lambda: None):
+        elements = VARIANTS["wgmma-fp16"].adding(FLOAT16)
+        assert elements.configs(expansion, ADD_RELU) == elements.configs(expansion)
 
 
 def _add_relu_layer(rng):
@@ -602,3 +662,65 @@ def test_a_batch_too_large_for_the_gpu_is_one_line_with_the_memory(monkeypatch, 
     with pytest.raises(MemoryError) as info:
         lab.run(plan, weights=tiny)
     assert not isinstance(info.value, DeviceMemoryError)
+
+
+def test_split_k_convs_share_the_largest_workspace(monkeypatch):
+    """Ops reserving split-K space under one SplitKScratch get one workspace the size of the
+    largest, not the sum; one reserved after the first launch that needs more gets a larger
+    one while the first stays alive (a captured graph may still point at it)."""
+    import sys
+    import types
+
+    from convlab.kernels.igemm.splitk import SplitKScratch, installed_scratch, shared_split_k
+
+    fake = types.SimpleNamespace(float32=np.float32, int32=np.int32,
+                                 empty=lambda n, dtype: np.empty(n, dtype),
+                                 zeros=lambda n, dtype: np.zeros(n, dtype))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    scratch = SplitKScratch()
+    assert installed_scratch() is None
+    with shared_split_k(scratch):
+        assert installed_scratch() is scratch
+        for floats, tiles in ((4096, 8), (1024, 32), (2048, 4)):
+            installed_scratch().reserve(floats, tiles)
+    assert installed_scratch() is None
+    ws, counters = scratch.arrays()
+    assert (ws.size, counters.size) == (4096, 32) and not counters.any()
+    assert scratch.arrays()[0] is ws
+    scratch.reserve(8192, 4)
+    bigger, _ = scratch.arrays()
+    assert bigger.size == 8192 and scratch._retired == [(ws, counters)]
+
+
+def test_a_run_records_the_tiling_of_the_variant_that_prepared_each_step(tiny, monkeypatch):
+    """A step's op may come from the plan's variant made to write fp16 or to add an fp16 kept
+    activation, which can choose another tiling (ResNet-50's fused expansions at batch 128:
+    128x128, where the plan's variant, adding float32, chooses 128x64): the run records the
+    tiling of the variant that prepared the step."""
+    import types
+
+    from convlab.gpu import timer
+    from convlab.net import network as network_module
+
+    prepare_step = network_module.Network._gemm_step
+
+    class Prepared:
+        def __init__(self, base):
+            self.base = base
+
+        def __getattr__(self, name):
+            return getattr(self.base, name)
+
+        def resolve(self, shape, epilogue=None):
+            return types.SimpleNamespace(as_dict=lambda: {"prepared": shape.M}), "own"
+
+    def gemm_step(self, *args, **kwargs):
+        step, used = prepare_step(self, *args, **kwargs)
+        step.variant = Prepared(step.variant)
+        return step, used
+
+    monkeypatch.setattr(network_module.Network, "_gemm_step", gemm_step)
+    result = lab.run(lab.network_plan(tiny.spec, "cpu", 2), weights=tiny,
+                     policy=timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3))
+    assert result.layers and all(layer.config == {"prepared": layer.shape.M}
+                                 for layer in result.layers)

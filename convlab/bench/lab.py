@@ -401,7 +401,7 @@ def _run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
                 import cupy
 
                 cupy.cuda.get_current_stream().synchronize()
-        step_variant = plan.variant_for(step.layer)
+        step_variant = step.variant
         timing, check = time_and_verify(step, step_variant, policy, verify)
         config, choice = step_variant.resolve(step.shape, step.epilogue)
         layer = LayerResult(step.layer.name, step.label, step.shape, step.epilogue, timing, check,

@@ -1,7 +1,7 @@
 """The registry of convolution variants, in ladder order."""
 
 from ..errors import ConvlabError
-from .base import ADD_RELU, RELU, TANH_POOL, Op, Support, Variant, tuned_epilogue
+from .base import ADD_RELU, RELU, TANH_POOL, Op, Support, Variant, takes_tunings
 from .channels_last import NHWC_ACTIVATIONS
 from .constant import Constant
 from .cpu import Cpu
@@ -91,6 +91,6 @@ def kernel_variants() -> list[Variant]:
     return [v for v in VARIANTS.values() if v.source]
 
 
-__all__ = ["ADD_RELU", "RELU", "TANH_POOL", "tuned_epilogue", "Op", "Support", "Variant",
+__all__ = ["ADD_RELU", "RELU", "TANH_POOL", "takes_tunings", "Op", "Support", "Variant",
            "VARIANTS", "REFERENCE_VARIANTS", "CUDNN_ROWS", "IGEMM_FORMS", "get_variant",
            "kernel_variants"]

@@ -52,6 +52,7 @@ from .base import (ADD_RELU, RELU, Arithmetic, Op, Support, Variant, check_input
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
 from .igemm.packing import pack_weights, stage_dtype, stage_nchw  # noqa: E402
+from .igemm.splitk import installed_scratch  # noqa: E402
 from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,  # noqa: E402
                            output_tiles, shape_problem, smem_bytes, tiling_problem)
 
@@ -310,7 +311,11 @@ class Pipelined(Variant):
                              else np.zeros((1, 4), dtype=np.int32))
         bias_d = device_weights(bias) if bias is not None else cupy.zeros(1, dtype=cupy.float32)
         tiles = output_tiles(k, t)
-        if t.split_k > 1:
+        shared = installed_scratch() if t.split_k > 1 else None
+        if shared is not None:
+            shared.reserve(tiles * t.split_k * t.bm * t.bn, tiles)
+            ws = counters = None
+        elif t.split_k > 1:
             ws = cupy.empty(tiles * t.split_k * t.bm * t.bn, dtype=cupy.float32)
             counters = cupy.zeros(tiles, dtype=cupy.int32)
         else:
@@ -328,7 +333,8 @@ class Pipelined(Variant):
             message = problem(x, k) or (kept_problem(kept, shape) if kept is not None else "")
             if message:
                 raise ConvlabError(message)
-            args = (x, wpack, table, bias_d, y, ws, counters, batch)
+            partials, arrivals = shared.arrays() if shared is not None else (ws, counters)
+            args = (x, wpack, table, bias_d, y, partials, arrivals, batch)
             if input_argument is not None:
                 args += (input_argument(x),)
             # last: a kernel file written before the add-relu epilogue declares no such

@@ -10,11 +10,12 @@ an activation into the max-pool that follows it, LRN + max-pool, FC + activation
 are float32, except where the next thing done with them is a variant reading fp16 channels-last:
 then the step before writes them as fp16 and the variant reads them as they are (what its own
 conversion would have given, bit for bit: only max-pools, ReLUs and flattens may stand between,
-which commute with rounding). A residual block's input kept for its shortcut is the one
-exception: the add (or the conv that adds it) reads it as the block's first conv does, fp16,
-where a float32 network would add it unrounded (the fp16 class's bound covers it). Buffers are
-shared: a step writes into a buffer no later step reads any more. The cpu variant runs the same
-plan with NumPy.
+which commute with rounding). A residual block's shortcut is the one exception: the add (or
+the conv that adds it) reads the block's input as the block's first conv does, fp16, and a
+projection shortcut's conv writes fp16 where that input was (shortcut_as_fp16), where a float32
+network would add them unrounded (the fp16 class's bound covers it). Buffers share one arena: a
+step writes over bytes no later step reads any more. The cpu variant runs the same plan with
+NumPy.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import numpy as np
 from .. import ops, tuning
 from ..ops.base import apply_activation
 from ..gpu.elements import FLOAT16, FLOAT32
-from ..kernels import ADD_RELU, RELU, TANH_POOL, Variant, tuned_epilogue
+from ..kernels import ADD_RELU, RELU, TANH_POOL, Variant, takes_tunings
+from ..kernels.igemm.splitk import SplitKScratch, shared_split_k
 from ..models import (LRN, AddKept, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool, ReLU,
                       Softmax, Swap, Tanh, Weights)
 from ..oracle import reference
@@ -105,6 +107,9 @@ class ConvStep(Step):
     epilogue: str | None = None
     layer: Conv | Dense | None = None
     staged: object = None  # the input as the op reads it (Op.stage: fp16 variants convert it)
+    # the variant that prepared the op, as the step needs it (writing fp16, adding a kept
+    # activation): its tiling is the one that runs
+    variant: Variant | None = None
 
     @property
     def is_conv(self) -> bool:
@@ -172,6 +177,43 @@ def _tagger(name: str) -> Callable[[str], str]:
     return lambda kind: f"{prefix}.{kind}{number}" if prefix else f"{kind}{number}"
 
 
+# Where arena_offsets may place a buffer: CuPy's own allocations start at multiples of 512
+# bytes, which the kernels' 16-byte vector and TMA accesses rely on.
+ARENA_ALIGNMENT = 512
+
+
+def arena_offsets(sizes: list[int], lives: list[tuple[int, int]]) -> tuple[list[int], int]:
+    """Byte offsets in one arena for buffers of `sizes` alive over the inclusive step ranges
+    `lives`, and the arena's size: the largest first, each at the lowest aligned offset where
+    it overlaps no placed buffer alive at the same time (the greedy-by-size planner of
+    TensorFlow Lite's arena). Unlike whole buffers handed from step to step, a small buffer
+    never keeps a large one's bytes from a later large one."""
+    offsets = [0] * len(sizes)
+    placed: list[int] = []
+    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
+        first, last = lives[k]
+        taken = sorted((offsets[p], offsets[p] + sizes[p]) for p in placed
+                       if lives[p][0] <= last and first <= lives[p][1])
+        offset = 0
+        for lo, hi in taken:
+            if offset + sizes[k] <= lo:
+                break
+            offset = max(offset, -(-hi // ARENA_ALIGNMENT) * ARENA_ALIGNMENT)
+        offsets[k] = offset
+        placed.append(k)
+    total = max((o + n for o, n in zip(offsets, sizes)), default=0)
+    return offsets, max(total, 1)
+
+
+def shortcut_as_fp16(block_input: tuple[str, np.dtype] | None, layout: str) -> bool:
+    """Whether a residual block's shortcut conv, writing `layout`, writes fp16: where the
+    block's input, whose place in the kept stack its output takes, was kept as fp16
+    channels-last (`block_input`: that one's layout and dtype; None: no Swap follows the conv).
+    The add then reads both of its kept operands as an fp16 network holds them, as PyTorch's
+    fp16 forward does, at half the bytes; the fp16 class's bound covers the rounding."""
+    return block_input == (NHWC, FLOAT16) and layout == NHWC
+
+
 # Layers that give the same bits on fp16-rounded input as on float32 input rounded after them
 # (max and ReLU are monotonic and pick one of their inputs; a flatten is a view; Keep passes
 # the activation on, and whatever adds it later reads fp16 as it is): an fp16 activation may
@@ -219,7 +261,13 @@ class Network:
         self.fallback_layers = plan.fallback_layers
         spec = plan.spec
         self.input = xp.empty((self.batch, *spec.input_shape), dtype=xp.float32)
-        self._plan(plan.spec.layers)
+        # the steps launch one at a time: their split-K convs share one workspace, allocated
+        # here with the buffers, not at a launch a CUDA graph may be capturing
+        self.split_k = SplitKScratch()
+        with shared_split_k(self.split_k):
+            self._plan(plan.spec.layers)
+        if self.split_k.floats:
+            self.split_k.arrays()
 
     # --- planning ---------------------------------------------------------------------------
     def _plan(self, layers: tuple) -> None:
@@ -260,7 +308,10 @@ class Network:
             if isinstance(layer, Conv):
                 decision = self.plan.convs[layer.name]
                 adds = kept.pop() if decision.epilogue == ADD_RELU else None
-                step, used = self._conv_step(layers, decision, adds)
+                after = decision.index + 1 + decision.absorbed
+                swapped = after < len(layers) and isinstance(layers[after], Swap)
+                step, used = self._conv_step(layers, decision, adds,
+                                             kept[-1] if swapped else None)
                 # A conv that stages its input converts any format itself.
                 if step.op.stage_input is None and step.op.layout != layout:
                     step.convert_to = step.op.layout
@@ -306,25 +357,19 @@ class Network:
         return last
 
     def _allocate(self) -> None:
-        """Every step's output buffer, a step's reused by a later one once nothing reads it any
-        more (the smallest free one that fits): a forward holds the largest set of activations
-        alive at once, not all of them. Each step's input therefore holds what it read only
-        until a later step overwrites it: forward(until=step) computes it again."""
-        xp = self.xp
+        """Every step's output buffer as a view of one arena, placed by arena_offsets: a step's
+        bytes are reused by a later one once nothing reads them any more, so a forward holds
+        about the largest set of activations alive at once, not all of them. Each step's input
+        therefore holds what it read only until a later step overwrites it: forward(until=step)
+        computes it again."""
         last = self._last_reads()
-        free: list = []
-        released: dict[int, list] = {}
-        for j, step in enumerate(self.steps):
+        sizes = [int(np.prod(s.op.output_shape)) * np.dtype(s.op.output_dtype).itemsize
+                 for s in self.steps]
+        offsets, total = arena_offsets(sizes, [(j, last[j]) for j in range(len(sizes))])
+        arena = self.xp.empty(total, dtype=np.uint8)
+        for step, offset, nbytes in zip(self.steps, offsets, sizes):
             dtype = np.dtype(step.op.output_dtype)
-            nbytes = int(np.prod(step.op.output_shape)) * dtype.itemsize
-            fits = [k for k, raw in enumerate(free) if raw.nbytes >= nbytes]
-            if fits:
-                raw = free.pop(min(fits, key=lambda k: free[k].nbytes))
-            else:
-                raw = xp.empty(nbytes, dtype=np.uint8)
-            step.output = raw[:nbytes].view(dtype).reshape(step.op.output_shape)
-            released.setdefault(last[j], []).append(raw)
-            free += released.pop(j, [])
+            step.output = arena[offset:offset + nbytes].view(dtype).reshape(step.op.output_shape)
 
     def _add_step(self, layers, i, in_shape, tag, layout, dtype, kept) -> tuple[Step, int]:
         """A residual add, with the ReLU after it where there is one: on the GPU one kernel
@@ -354,12 +399,15 @@ class Network:
         return fp16_next(layers, j, layout, self.plan.variant_for)
 
     def _conv_step(self, layers, decision: LayerDecision,
-                   kept: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
-        """`kept`: the layout and dtype of the kept activation an add-relu epilogue adds."""
+                   kept: tuple[str, np.dtype] | None = None,
+                   shortcut: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
+        """`kept`: the layout and dtype of the kept activation an add-relu epilogue adds;
+        `shortcut`: those of the block input whose place this conv's output takes (a Swap
+        follows it), which it is then written as where it can be."""
         layer = layers[decision.index]
         w = self.weights.arrays[f"{layer.name}.weight"]
         b = self.weights.arrays.get(f"{layer.name}.bias") if layer.bias else None
-        return self._gemm_step(layers, decision, w, b, CATEGORY_CONV, kept)
+        return self._gemm_step(layers, decision, w, b, CATEGORY_CONV, kept, shortcut)
 
     def _dense_step(self, layers, decision: LayerDecision, layout,
                     flattened) -> tuple[ConvStep, int]:
@@ -374,11 +422,13 @@ class Network:
         return self._gemm_step(layers, decision, w, b, "fc")
 
     def _gemm_step(self, layers, decision: LayerDecision, w, b, category,
-                   kept: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
+                   kept: tuple[str, np.dtype] | None = None,
+                   shortcut: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
         i, shape, variant = decision.index, decision.shape, decision.variant
         layer, epilogue, absorbed = layers[i], decision.epilogue, decision.absorbed
-        if FLOAT16 in variant.output_dtypes and self._fp16_next(layers, i + 1 + absorbed,
-                                                                 variant.layout):
+        if FLOAT16 in variant.output_dtypes and (
+                self._fp16_next(layers, i + 1 + absorbed, variant.layout)
+                or shortcut_as_fp16(shortcut, variant.layout)):
             variant = variant.writing(FLOAT16)
         convert_kept = None
         if epilogue == ADD_RELU:
@@ -387,7 +437,8 @@ class Network:
             kept_layout, kept_dtype = kept
             convert_kept = variant.layout if kept_layout != variant.layout else None
             variant = variant.adding(FLOAT32 if convert_kept else kept_dtype)
-        tuning.first_use(variant, shape, tuned_epilogue(epilogue))
+        if takes_tunings(epilogue):
+            tuning.first_use(variant, shape, epilogue)
         op = variant.prepare(shape, w, epilogue, b)
         label = layer.name
         if epilogue == RELU:
@@ -399,7 +450,7 @@ class Network:
         return ConvStep(label=label, category=category, kernel_label=f"{variant.name} {label}",
                         op=op, layers=tuple(layers[i:i + 1 + absorbed]), shape=shape, weights=w,
                         bias=b, epilogue=epilogue, layer=layer, adds_kept=epilogue == ADD_RELU,
-                        convert_kept=convert_kept), 1 + absorbed
+                        convert_kept=convert_kept, variant=variant), 1 + absorbed
 
     def _layer_step(self, layers, i, in_shape, tag, layout=NCHW, flattened=None,
                     dtype=FLOAT32) -> tuple[Step, int]:

@@ -575,14 +575,49 @@ def mma_registers(t: Tiling, maths: str) -> int:
     return a_parts(maths) * t.bn // 2 + schedule_of(t).mma_overhead
 
 
-def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
+# The add-relu epilogue's kept read (igemm.epilogue) is not hidden behind the K-loop: the
+# consumers wait for it in their stores. Measured against the same tilings without the add,
+# ResNet-50's four 1x1 expansions at batch 128 with fp16 kept (H200, 2026-11-28,
+# results/h200/resnet50-fp16-shortcuts-20261128/fused-tilings.log): where a thread's kept
+# vectors fit the store loop's read-ahead ring (bn <= 128), the add cost 1.4-1.6 times its
+# bytes' time at the model's DRAM rate; where they took two turns of the ring (bn 192-256),
+# 2.1-2.3 times; in the grid schedule's staged store, which has no ring, 2.4-5.6 times (counted
+# as two turns). Fused, 128x128 beat the plain conv's best tiling, 128x256, by 1.23-1.34x on
+# layers 1-3, and 128x96 its 64x192 by 1.11x on layer 4.
+KEPT_EXPOSURE = 1.4
+KEPT_EXTRA_ROUND = 0.6
+# Kept vectors of 16 bytes a thread of the register store has in flight (persistent.KEPT_AHEAD).
+KEPT_RING_BYTES = 8 * 16
+
+
+def stores_vectors(shape: ConvShape, maths: str, output_dtype) -> bool:
+    """Whether the persistent schedule's register store takes its 16-byte path (persistent's
+    VECTOR_STORE): fp16 output of fp16 maths, a group's channels on 16 bytes."""
+    return (np.dtype(output_dtype) == np.float16 and maths == "fp16" and shape.M % 8 == 0
+            and (shape.M // shape.groups) % 8 == 0)
+
+
+def kept_rounds(t: Tiling, kept_bytes: int) -> int:
+    """How many times a thread of the tiling's store waits for kept vectors: once per turn of
+    the persistent schedule's 16-byte store's read-ahead ring (a pair of 8-column n-blocks a
+    vector); the grid and halo schedules' stores, without a ring, count as two."""
+    if t.schedule != "persistent":
+        return 2
+    vectors = -(-t.bn // 16)
+    ring = KEPT_RING_BYTES // (8 * kept_bytes)
+    return -(-vectors // ring)
+
+
+def estimate(shape: ConvShape, t: Tiling, maths: str, kept_bytes: int = 0) -> float:
     """Modelled microseconds, for ranking: the busiest SM's waves of blocks, each K-tile the
     larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient; a
     tail wgmma is charged as 32 columns; fewer than WARPGROUPS_FOR_PEAK warpgroups on the SM
     issue at a fraction of the rate) and its loads (Schedule.busy: the grid schedule waits for
     the loads' latency over the STAGES-2 tiles in flight, once per tile; the persistent one
     over STAGES-1, once per block; the halo one brings a K*K-th of its chunk's patch from L2
-    per K-tile); at least the DRAM floor."""
+    per K-tile); at least the DRAM floor. With `kept_bytes` (an add-relu epilogue reading a kept
+    activation of that element size), the kept read's exposed time on top (KEPT_EXPOSURE,
+    kept_rounds)."""
     schedule = schedule_of(t)
     resident = schedule.resident(t, maths, blocks_per_sm(t, maths, shape))
     tiles = output_tiles(shape, t) * t.split_k
@@ -596,6 +631,9 @@ def estimate(shape: ConvShape, t: Tiling, maths: str) -> float:
     total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
     if t.split_k > 1:
         total += tiles * t.bm * t.bn * 8 / cost.DRAM_BYTES_PER_CYCLE
+    if kept_bytes:
+        kept = shape.B * shape.M * shape.Ho * shape.Wo * kept_bytes / cost.DRAM_BYTES_PER_CYCLE
+        total += kept * KEPT_EXPOSURE * (1 + KEPT_EXTRA_ROUND * (kept_rounds(t, kept_bytes) - 1))
     return total / cost.CLOCK_MHZ
 
 
@@ -619,8 +657,9 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
 
 
 @lru_cache(maxsize=256)
-def ranked(shape: ConvShape, maths: str) -> tuple[Tiling, ...]:
-    """Candidates by modelled time; ties to the wider N (fewer A re-reads), then more stages."""
+def ranked(shape: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...]:
+    """Candidates by modelled time (estimate's, `kept_bytes` as there); ties to the wider N
+    (fewer A re-reads), then more stages."""
     def key(t):
-        return (round(estimate(shape, t, maths), 2), -t.bn, -t.stages, t.brief())
+        return (round(estimate(shape, t, maths, kept_bytes), 2), -t.bn, -t.stages, t.brief())
     return tuple(sorted(candidates(shape, maths), key=key))
