@@ -138,9 +138,14 @@ def test_every_step_of_a_block_is_checked_against_float64(tiny):
     ran = {}
 
     def drop_the_shortcut(step, when):
-        if step is adds[0] and when == "end":
-            step.output[...] = np.maximum(step.input, 0)
-            ran["check"] = lab._verify_layer_step(step, net)
+        if step is not adds[0]:
+            return
+        if when == "begin":  # the add writes over its input: its operands are taken first
+            ran["operands"] = lab._layer_step_operands(step, net)
+            ran["input"] = step.input.copy()
+        else:
+            step.output[...] = np.maximum(ran["input"], 0)
+            ran["check"] = lab._verify_layer_step(step, net, ran["operands"])
 
     net.forward(on_step=drop_the_shortcut)
     assert not ran["check"].passed
@@ -168,7 +173,30 @@ def test_buffers_are_shared_once_nothing_reads_them(tiny):
     last = net._last_reads()
     for j, step in enumerate(net.steps):  # nobody's buffer is written while it is still read
         for k in range(j + 1, min(last[j], len(net.steps) - 1) + 1):
-            assert not np.shares_memory(net.steps[k].output, step.output), (step.label, k)
+            # but by its last reader, where that writes element by element over its input
+            in_place = k == last[j] and net.steps[k].elementwise
+            assert in_place or not np.shares_memory(net.steps[k].output, step.output), \
+                (step.label, k)
+
+
+def test_a_residual_add_writes_over_the_conv_output_only_it_reads():
+    """ResNet-50's float32 plan: each add (with its ReLU) writes its sum over the block's last
+    conv output, which nothing reads after it, so an add holds two activations of its block
+    (the conv's output and the shortcut), not three. At layer1.0's add those are the largest:
+    the arena is 2.25 of them (three before), the rest the block's 1x1 and 3x3 outputs."""
+    w = random_weights("resnet50")
+    net = Network(w, lab.network_plan(w.spec, "cpu", 1))
+    adds = [j for j, s in enumerate(net.steps) if s.adds_kept]
+    assert len(adds) == 16
+    for j in adds:
+        conv = net.steps[j - 1]
+        assert conv.label.endswith("conv3") and net.steps[j].elementwise
+        assert np.shares_memory(net.steps[j].output, conv.output), conv.label
+    largest = max(s.output.nbytes for s in net.steps)
+    assert net.steps[0].output.base.nbytes <= 2.25 * largest
+    x = lab.load_input(w.spec, 1)
+    want = reference.forward(w.folded, x, dtype=np.float64)
+    np.testing.assert_allclose(net.forward(x), want, rtol=1e-3, atol=1e-5)
 
 
 def test_the_arena_places_no_two_live_buffers_on_the_same_bytes():

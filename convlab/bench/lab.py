@@ -315,9 +315,8 @@ def _time_steps(network: Network, passes: int,
     return samples
 
 
-def _verify_layer_step(step: Step, network: Network) -> Check:
-    """A non-conv step's output on the sampled images against its float64 reference (our
-    layer kernels all compute in float32)."""
+def _sampler(network: Network) -> Callable:
+    """a -> its sampled images on the host: the first VERIFY_IMAGES and the last."""
     B = network.batch
     idx = sorted(set(range(min(B, VERIFY_IMAGES))) | {B - 1})
 
@@ -325,24 +324,43 @@ def _verify_layer_step(step: Step, network: Network) -> Check:
         a = a[idx]
         return network.xp.asnumpy(a) if network.on_gpu else np.asarray(a)
 
-    arrays = step.arrays if step.arrays is not None else network.weights.arrays
+    return host
+
+
+def _layer_step_operands(step: Step, network: Network) -> tuple:
+    """A non-conv step's input and kept activation on the sampled images, in float64, taken
+    before its launch: an elementwise step may write its output over its input."""
+    host = _sampler(network)
     kept = None if step.kept is None else host(step.kept).astype(np.float64)
-    ref = reference_for(step.layers, host(step.input).astype(np.float64), arrays, kept)
-    return compare(host(step.result()), ref, "fp32")
+    return host(step.input).astype(np.float64), kept
+
+
+def _verify_layer_step(step: Step, network: Network, operands: tuple) -> Check:
+    """A non-conv step's output on the sampled images against its float64 reference from
+    `operands` (_layer_step_operands; our layer kernels all compute in float32)."""
+    x, kept = operands
+    arrays = step.arrays if step.arrays is not None else network.weights.arrays
+    ref = reference_for(step.layers, x, arrays, kept)
+    return compare(_sampler(network)(step.result()), ref, "fp32")
 
 
 def _check_layer_steps(network: Network,
                        time_conv: Callable[[ConvStep], None] | None = None) -> dict[str, Check]:
-    """One pass: every non-conv step verified (_verify_layer_step) as its launch ends, and
-    `time_conv(step)` called on each conv step before its launch: a step's input and kept
-    activation are there then, before a later step reuses their buffers."""
+    """One pass: every non-conv step verified (_verify_layer_step) as its launch ends, on its
+    operands as they were when it began, and `time_conv(step)` called on each conv step before
+    its launch: a step's input and kept activation are there then, before a later step (or
+    the step itself, writing in place) reuses their buffers."""
     checks: dict[str, Check] = {}
+    operands: dict[str, tuple] = {}
 
     def each(step: Step, when: str) -> None:
-        if when == "begin" and isinstance(step, ConvStep) and time_conv is not None:
-            time_conv(step)
-        elif when == "end" and not step.is_conv:
-            checks[step.label] = _verify_layer_step(step, network)
+        if step.is_conv:
+            if when == "begin" and time_conv is not None:
+                time_conv(step)
+        elif when == "begin":
+            operands[step.label] = _layer_step_operands(step, network)
+        else:
+            checks[step.label] = _verify_layer_step(step, network, operands.pop(step.label))
 
     network.forward(on_step=each)
     return checks

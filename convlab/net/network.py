@@ -14,8 +14,8 @@ which commute with rounding). A residual block's shortcut is the one exception: 
 the conv that adds it) reads the block's input as the block's first conv does, fp16, and a
 projection shortcut's conv writes fp16 where that input was (shortcut_as_fp16), where a float32
 network would add them unrounded (the fp16 class's bound covers it). Buffers share one arena: a
-step writes over bytes no later step reads any more. The cpu variant runs the same plan with
-NumPy.
+step writes over bytes no later step reads any more, and a residual add or an activation over
+its own input where nothing reads that after it. The cpu variant runs the same plan with NumPy.
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ class Step:
     adds_kept: bool = False
     kept: object = None  # what it added in the last forward pass
     convert_kept: str | None = None  # the layout the kept activation is converted to first
+    # Computes each output element from the input's element there (and the kept one's) only:
+    # it may write over its input (a residual add, an activation).
+    elementwise: bool = False
 
     @property
     def is_conv(self) -> bool:
@@ -340,7 +343,13 @@ class Network:
     def _last_reads(self) -> list[int]:
         """For each step, the last step that reads its output (as its input, or as the kept
         activation a residual add adds); the result is read after the pass."""
+        return self._reads()[0]
+
+    def _reads(self) -> tuple[list[int], list[int | None]]:
+        """_last_reads, and for each step whose output it reads as its input (None: the
+        network's input)."""
         last = list(range(len(self.steps)))
+        source: list[int | None] = []
         current: int | None = None  # whose output the activation is (None: the network input)
         kept: list[int | None] = []
         for j, step in enumerate(self.steps):
@@ -349,27 +358,48 @@ class Network:
                     kept.append(current)
                 else:
                     current, kept[-1] = kept[-1], current
+            source.append(current)
             for read in (current, kept.pop() if step.adds_kept else None):
                 if read is not None:
                     last[read] = max(last[read], j)
             current = j
         last[-1] = len(self.steps)
-        return last
+        return last, source
+
+    def _writes_over_input(self, j: int, last: list[int], source: list[int | None],
+                           sizes: list[int]) -> bool:
+        """Whether step j may write its output over its input: it is elementwise, reads the
+        output of an earlier step as it is (no view, no conversion) and is the last to read it,
+        and writes as many bytes of the same element type."""
+        step, k = self.steps[j], source[j]
+        return (step.elementwise and k is not None and last[k] == j and sizes[k] == sizes[j]
+                and step.in_view is None and step.convert_to is None
+                and np.dtype(self.steps[k].op.output_dtype) == np.dtype(step.op.output_dtype))
 
     def _allocate(self) -> None:
         """Every step's output buffer as a view of one arena, placed by arena_offsets: a step's
         bytes are reused by a later one once nothing reads them any more, so a forward holds
-        about the largest set of activations alive at once, not all of them. Each step's input
-        therefore holds what it read only until a later step overwrites it: forward(until=step)
-        computes it again."""
-        last = self._last_reads()
+        about the largest set of activations alive at once, not all of them. An elementwise
+        step that is the last to read its input writes over it (_writes_over_input): a
+        residual add then holds two activations, not three. Each step's input therefore holds
+        what it read only until a later step, or the step itself, overwrites it:
+        forward(until=step) computes it again."""
+        last, source = self._reads()
         sizes = [int(np.prod(s.op.output_shape)) * np.dtype(s.op.output_dtype).itemsize
                  for s in self.steps]
-        offsets, total = arena_offsets(sizes, [(j, last[j]) for j in range(len(sizes))])
+        owner = list(range(len(sizes)))  # the step whose buffer each step writes into
+        for j in range(len(sizes)):
+            if self._writes_over_input(j, last, source, sizes):
+                owner[j] = owner[source[j]]
+        buffers = sorted(set(owner))
+        lives = [(b, max(last[j] for j in range(len(sizes)) if owner[j] == b)) for b in buffers]
+        offsets, total = arena_offsets([sizes[b] for b in buffers], lives)
+        at = dict(zip(buffers, offsets))
         arena = self.xp.empty(total, dtype=np.uint8)
-        for step, offset, nbytes in zip(self.steps, offsets, sizes):
-            dtype = np.dtype(step.op.output_dtype)
-            step.output = arena[offset:offset + nbytes].view(dtype).reshape(step.op.output_shape)
+        for j, step in enumerate(self.steps):
+            offset, dtype = at[owner[j]], np.dtype(step.op.output_dtype)
+            step.output = arena[offset:offset + sizes[j]].view(dtype).reshape(
+                step.op.output_shape)
 
     def _add_step(self, layers, i, in_shape, tag, layout, dtype, kept) -> tuple[Step, int]:
         """A residual add, with the ReLU after it where there is one: on the GPU one kernel
@@ -385,7 +415,7 @@ class Network:
 
             op = HostOp(" + ".join(g.describe() for g in group), fn, tuple(in_shape))
             return Step(label=label, category="add", kernel_label=f"numpy {label}", op=op,
-                        layers=group, adds_kept=True), len(group)
+                        layers=group, adds_kept=True, elementwise=True), len(group)
         # Kept in another memory format (the shortcut's conv ran with a variant of the other
         # layout, a fallback): converted to this one, as float32, before the add, on every pass.
         convert_kept = layout if kept_layout != layout and len(in_shape) == 4 else None
@@ -393,7 +423,8 @@ class Network:
         op = ops.prepare_add(in_shape, activation, layout, dtype,
                              FLOAT32 if convert_kept else kept_dtype, FLOAT16 if half else FLOAT32)
         return Step(label=label, category="add", kernel_label=f"{op.name} {label}", op=op,
-                    layers=group, adds_kept=True, convert_kept=convert_kept), len(group)
+                    layers=group, adds_kept=True, convert_kept=convert_kept,
+                    elementwise=True), len(group)
 
     def _fp16_next(self, layers: tuple, j: int, layout: str) -> bool:
         return fp16_next(layers, j, layout, self.plan.variant_for)
@@ -479,7 +510,9 @@ class Network:
             MaxPool: ("pool", tag("pool")), LRN: ("lrn", tag("norm")),
             GlobalAvgPool: ("pool", "avgpool"), Softmax: ("softmax", "prob"),
         }[type(layer)]
-        return make(category, label, (layer,), in_shape), 1
+        step = make(category, label, (layer,), in_shape)
+        step.elementwise = category == "activation"
+        return step, 1
 
     def _device_op(self, category: str, label: str, group: tuple, in_shape: tuple,
                    layout: str = NCHW, flattened: tuple | None = None, in_dtype=FLOAT32,

@@ -11,6 +11,8 @@ SOURCE = r"""
 // (or the other way), so it has its own element type. Elementwise: two reads and one write per
 // element, the whole cost. The channels-last implicit GEMMs save a read and a write of that by
 // adding the shortcut in their stores (the add-relu epilogue); this op adds it for the others.
+// A thread reads x[i] before it writes y[i] and touches no other, so x and y are deliberately
+// not __restrict__: a network writes the sum over x where nothing reads x after it.
 // Compile-time: ACT, BLOCK, IN_HALF, OUT_HALF, KEPT_HALF.
 """ + ACTIVATION_SOURCE + ELEMENT_SOURCE + r"""
 #if KEPT_HALF
@@ -22,8 +24,7 @@ __device__ __forceinline__ float kept_float(kept_t e) { return e; }
 #endif
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
-add_kept(const in_t* __restrict__ x, const kept_t* __restrict__ kept, out_t* __restrict__ y,
-         long long total)
+add_kept(const in_t* x, const kept_t* __restrict__ kept, out_t* y, long long total)
 {
     const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
     if (i < total) y[i] = to_out(activate(to_float(x[i]) + kept_float(kept[i])));
@@ -68,7 +69,7 @@ class AddOp(LayerOp):
 def prepare_add(shape, activation: str | None = None, layout: str = NCHW, in_dtype=FLOAT32,
                 kept_dtype=FLOAT32, out_dtype=FLOAT32) -> AddOp:
     """y = activation(x + kept), elementwise over `shape`, all three in `layout`; each of its
-    own element type (float32 or float16)."""
+    own element type (float32 or float16); x and y may be the same array."""
     kernel_spec = add_kernel(shape, activation, in_dtype, kept_dtype, out_dtype)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
