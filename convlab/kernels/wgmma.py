@@ -138,10 +138,11 @@ class Wgmma(Pipelined):
     def fuses_adds(self) -> bool:
         """Whether a network hands it its residual blocks' adds (every NHWC variant computes
         them; this is where it pays): fp16 maths, whose 16-byte stores add the kept vectors.
-        ResNet-50 at batch 128 on an H200 (2026-11-28, results/h200/resnet50-fused-adds-20261128/): fp16
-        3.99 ms with them, 1.18x PyTorch's best; tf32, whose stores go an element at a time,
-        8.79 ms with them, 0.95x PyTorch's best, its first 1x1 expansion taking 0.73 ms fused
-        where the same-sized downsample conv alone took 0.15 ms."""
+        ResNet-50 at batch 128 on an H200 (2026-11-28,
+        results/h200/resnet50-fused-adds-20261128/): fp16 3.99 ms with them, 1.18x PyTorch's
+        best; tf32, whose stores go an element at a time, 8.79 ms with them, 0.95x PyTorch's
+        best, its first 1x1 expansion taking 0.73 ms fused where the same-sized downsample conv
+        alone took 0.15 ms."""
         return self.maths == "fp16"
 
     def supports(self, shape):

@@ -80,11 +80,12 @@ class SplitKScratch:
         self.floats, self.tiles = max(self.floats, floats), max(self.tiles, tiles)
 
     def arrays(self) -> tuple:
-        """(ws, counters) on the device, large enough for every op reserved so far."""
-        import cupy
-
+        """(ws, counters) on the device, large enough for every op reserved so far (asked at
+        every launch: allocated only when they are not)."""
         found = self._arrays
         if found is None or found[0].size < self.floats or found[1].size < self.tiles:
+            import cupy
+
             if found is not None:
                 self._retired.append(found)
             found = self._arrays = (cupy.empty(max(self.floats, 1), dtype=cupy.float32),
