@@ -520,15 +520,15 @@ def _hopper(monkeypatch):
 
 
 def test_a_blocks_last_conv_takes_its_add_and_relu_where_the_variant_has_them(monkeypatch):
-    """wgmma-fp16 fuses each block's add + ReLU into its last conv (the downsample conv adds
-    nothing); the others, and compare (each conv timed against cuDNN's own), keep the add a
-    step."""
+    """wgmma in fp16, tf32 and bf16 fuses each block's add + ReLU into its last conv (the
+    downsample conv adds nothing); the others, and compare (each conv timed against cuDNN's
+    own), keep the add a step."""
     from convlab.kernels import ADD_RELU, RELU, VARIANTS
     from convlab.net.plan import plan_network
 
     _hopper(monkeypatch)
     spec = get_model("resnet50")
-    for name in ("wgmma-fp16",):
+    for name in ("wgmma-fp16", "wgmma", "wgmma-bf16"):
         plan = plan_network(spec, VARIANTS[name], 2)
         fused = {n for n, d in plan.convs.items() if d.epilogue == ADD_RELU}
         assert fused == {f"layer{s}.{b}.conv3" for s, blocks in zip((1, 2, 3, 4), (3, 4, 6, 3))
@@ -537,9 +537,11 @@ def test_a_blocks_last_conv_takes_its_add_and_relu_where_the_variant_has_them(mo
         assert d.absorbed == 2 and d.lone_epilogue is None
         assert plan.convs["layer1.0.downsample.0"].epilogue is None
         assert plan.convs["layer1.0.conv1"].lone_epilogue == RELU
-    # NCHW variants have no such epilogue; the other maths' element stores were slower fused
-    # than the conv and the add apart; compare times each conv against cuDNN's alone
-    for name, fuse in (("register-tiled", True), ("wgmma", True), ("channels-last-fp16", True),
+    # NCHW variants have no such epilogue; 3xTF32's stores go an element at a time, and the
+    # grid schedule's staged store (channels-last) has no read-ahead: the add is cheaper apart;
+    # compare times each conv against cuDNN's alone
+    for name, fuse in (("register-tiled", True), ("wgmma-3xtf32", True),
+                       ("wgmma-split-bf16", True), ("channels-last-fp16", True),
                        ("wgmma-fp16", False)):
         assert not any(d.epilogue == ADD_RELU for d in plan_network(
             spec, VARIANTS[name], 2, fuse_adds=fuse).convs.values()), name
@@ -607,13 +609,77 @@ def test_a_residual_adds_conv_takes_no_tunings_and_ranks_with_its_kept_read(monk
         fused, choice = variant.resolve(expansion, ADD_RELU)
     assert choice == tuning.Choice.OWN and fused == variant.configs(expansion, ADD_RELU)[0]
     assert plain.bn == 256 and fused.bn <= 128
-    assert model.kept_rounds(plain, 2) == 2 and model.kept_rounds(fused, 2) == 1
-    assert model.kept_rounds(fused, 4) == 2  # float32 kept: four vectors in the ring
-    assert model.kept_rounds(replace(fused, schedule="grid"), 2) == 2
-    # a float32 output stores elements, whose kept read was not measured: ranked as plain
+    assert model.kept_rounds(plain) == 2 and model.kept_rounds(fused) == 1
+    assert model.kept_rounds(replace(fused, schedule="grid")) == 2
     with mock.patch.object(base, "compute_capability", lambda: None):
-        elements = VARIANTS["wgmma-fp16"].adding(FLOAT16)
+        # float32 output goes 16 bytes at a time too: ranked with its kept read (on an H200
+        # tf32's 128x256 took 1.82x 128x128's time fused, 0.97x alone)
+        floats = VARIANTS["wgmma"].configs(expansion, ADD_RELU)[0]
+        assert VARIANTS["wgmma"].configs(expansion)[0].bn == 256 and floats.bn <= 128
+        # 3xTF32 stores elements, whose kept read was not measured: ranked as plain
+        elements = VARIANTS["wgmma-3xtf32"]
         assert elements.configs(expansion, ADD_RELU) == elements.configs(expansion)
+
+
+def test_only_tf32_rounds_its_output_for_the_next_convs_wgmma(monkeypatch):
+    """tf32's output is stored rounded to TF32 (OUT_TF32): the next tf32 wgmma would drop the
+    low bits of a float32 operand, toward zero. 3xTF32 and the 16-bit maths keep float32."""
+    from convlab.kernels import VARIANTS
+    from convlab.shapes import ConvShape
+
+    _hopper(monkeypatch)
+    shape = ConvShape(2, 64, 14, 14, 256, 1, bias=True)
+    assert VARIANTS["wgmma"].defines(shape, "relu")["OUT_TF32"] == 1
+    for name in ("wgmma-3xtf32", "wgmma-split-bf16", "wgmma-fp16", "wgmma-bf16", "channels-last"):
+        assert "OUT_TF32" not in VARIANTS[name].defines(shape, "relu"), name
+
+
+def test_the_16_byte_store_takes_float32_adds_of_every_maths_but_3xtf32():
+    """fp16 output needs fp16 maths and 8 channels on 16 bytes; float32 output 4, and any maths
+    but 3xTF32's, whose two accumulator sets leave no registers for the kept read-ahead."""
+    from convlab.kernels.igemm.wgmma import stores_vectors
+    from convlab.shapes import ConvShape
+
+    def shape(m, groups=1):
+        return ConvShape(2, 8 * groups, 7, 7, m, 1, groups=groups)
+
+    f16, f32 = np.float16, np.float32
+    assert stores_vectors(shape(64), "fp16", f16) and not stores_vectors(shape(64), "tf32", f16)
+    assert all(stores_vectors(shape(36), maths, f32) for maths in ("tf32", "fp16", "bf16"))
+    assert not stores_vectors(shape(36), "fp16", f16)  # 36 fp16 channels: 72 bytes
+    assert not stores_vectors(shape(64), "3xtf32", f32)
+    assert not stores_vectors(shape(66), "tf32", f32)
+    assert not stores_vectors(shape(24, groups=4), "tf32", f32)  # 6 channels a group
+    assert stores_vectors(shape(32, groups=4), "tf32", f32)
+
+
+@pytest.mark.slow
+def test_the_float32_add_relu_store_builds_its_16_byte_path_without_spills(monkeypatch):
+    """The float32 add-relu store's 16-byte path (persistent's VECTOR_STORE) is what the
+    kernel compiles for tf32 maths and for fp16 maths writing float32, at the widest tiling,
+    with float32 and fp16 kept, and no register spills beside the accumulators; 3xTF32 keeps
+    the element stores."""
+    from convlab.gpu import jit
+    from convlab.kernels import ADD_RELU, VARIANTS
+    from convlab.kernels.igemm import wgmma
+    from convlab.kernels.igemm.tiling import Tiling
+    from convlab.shapes import ConvShape
+
+    _hopper(monkeypatch)
+    shape = ConvShape(4, 64, 14, 14, 256, 1, bias=True)
+    probe = '\nstatic_assert(!(VECTOR_STORE && !OUT_HALF), "float32 16-byte store");\n'
+    for name, kept, vector in (("wgmma", np.float32, True), ("wgmma-fp16", np.float16, True),
+                               ("wgmma-3xtf32", np.float32, False)):
+        v = VARIANTS[name].adding(kept)
+        bn = 128 if name == "wgmma-3xtf32" else 256
+        t = Tiling(128, bn, wgmma.k_elements(v.maths), 8, 1, 3, 1, "tap", schedule="persistent")
+        options = v.configured(t).compile_options(shape, ADD_RELU)
+        built = jit.nvrtc_compile("wgmma.cu", v.source, options + ("-Xptxas=-v",), "sm_90a")
+        assert built.cubin is not None, built.log
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", built.log)]
+        assert spills and not any(spills), built.log
+        probed = jit.nvrtc_compile("wgmma.cu", v.source + probe, options, "sm_90a")
+        assert ("float32 16-byte store" in probed.log) == vector, name
 
 
 def _add_relu_layer(rng):

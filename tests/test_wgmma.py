@@ -366,10 +366,12 @@ def test_the_persistent_schedule_keeps_no_c_tile_and_fills_the_gpu_once(monkeypa
     monkeypatch.setattr(hardware, "current", lambda: hardware.H100)  # 132 SMs, any host
     fp16 = get_variant("wgmma-fp16")
     t = persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap"))
-    stages = 4 * (64 + 128) * 128 + 16 * 4  # and for fp16 the store's scratch, 4 warps'
+    stages = 4 * (64 + 128) * 128 + 16 * 4  # and the store's scratch, 4 warps', but in 3xTF32
     assert fp16.smem_bytes(t) == stages + 4 * wgmma.STORE_SCRATCH + wgmma.SWIZZLE_ALIGN
-    assert get_variant("wgmma").smem_bytes(dataclasses.replace(t, bk=32)) == (
-        4 * (64 + 128) * 128 + 16 * 4 + wgmma.SWIZZLE_ALIGN)
+    tf32 = dataclasses.replace(t, bk=32)
+    assert get_variant("wgmma").smem_bytes(tf32) == fp16.smem_bytes(t)
+    assert get_variant("wgmma-3xtf32").smem_bytes(tf32) == (
+        4 * (64 + 128) * 2 * 128 + 16 * 4 + wgmma.SWIZZLE_ALIGN)
     assert wgmma.blocks_per_sm(t, "fp16") == 2
     big = ConvShape(64, 64, 56, 56, 64, 3, pad=1)
     assert fp16.launch_grid(big, t) == (2 * 132, 1, 1)

@@ -137,13 +137,16 @@ class Wgmma(Pipelined):
     @property
     def fuses_adds(self) -> bool:
         """Whether a network hands it its residual blocks' adds (every NHWC variant computes
-        them; this is where it pays): fp16 maths, whose 16-byte stores add the kept vectors.
-        ResNet-50 at batch 128 on an H200 (2026-11-28,
-        results/h200/resnet50-fused-adds-20261128/): fp16 3.99 ms with them, 1.18x PyTorch's
-        best; tf32, whose stores go an element at a time, 8.79 ms with them, 0.95x PyTorch's
-        best, its first 1x1 expansion taking 0.73 ms fused where the same-sized downsample conv
-        alone took 0.15 ms."""
-        return self.maths == "fp16"
+        them; this is where it pays): the maths whose register store adds the kept vectors 16
+        bytes at a time (igemm.wgmma.VECTOR_STORE_MATHS). ResNet-50 at batch 128 on an H200
+        (2026-11-28, results/h200/resnet50-fused-adds-20261128/): fp16 3.99 ms with them,
+        1.18x PyTorch's best; tf32, whose float32 stores then went an element at a time, 8.79
+        ms with them, 0.95x PyTorch's best, its first 1x1 expansion taking 0.73 ms fused where
+        the same-sized downsample conv alone took 0.15 ms. With 16-byte float32 stores, tf32
+        took 5.94 ms, 1.39x, and that expansion 0.28 ms
+        (results/h200/resnet50-tf32-fused-adds-20261128/). bf16 takes the same float32 path,
+        not yet timed fused. 3xTF32 keeps its adds apart."""
+        return self.maths in wgmma.VECTOR_STORE_MATHS
 
     def supports(self, shape):
         if self.form.cross_bf16 and shape.reduction < MIN_REDUCTION:
@@ -155,10 +158,14 @@ class Wgmma(Pipelined):
         return {**super().layout_defines(k), "SWIZZLE": 1}
 
     def defines(self, shape, epilogue=None):
+        """The schedule's, and OUT_TF32 in tf32: every tf32 output is stored rounded to TF32
+        (gpu.elements' to_out), since a next tf32 conv reads it exact so; a pool or a layer
+        compared alone gets the same rounding, within the tf32 bound."""
         t = self.config_for(shape, epilogue)
         return {**super().defines(shape, epilogue),
                 **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths),
-                **({"CROSS_BF16": 1} if self.form.cross_bf16 else {})}
+                **({"CROSS_BF16": 1} if self.form.cross_bf16 else {}),
+                **({"OUT_TF32": 1} if self.maths == "tf32" else {})}
 
     def input_argument(self, k: ConvShape, t: Tiling):
         """The "tma" gather's im2col tensor map of the input, by value (gpu.tensormap)."""
@@ -193,9 +200,11 @@ class Wgmma(Pipelined):
         below the others); ordered by the fitted correction (igemm.learned), so the first is
         the variant's own choice and autotune's first few are its best guesses. An add-relu
         conv that stores 16-byte vectors is ranked with its kept read
-        (igemm.wgmma.KEPT_EXPOSURE); the element stores' read is unmeasured, and ranked as the
-        plain conv's (ResNet-50's last expansion, whose float32 output feeds the average pool:
-        0.044 ms so, 0.065 ms with the vector stores' ranking, on an H200)."""
+        (igemm.wgmma.KEPT_EXPOSURE); one whose stores go an element at a time (3xTF32, or a
+        group's channels off 16 bytes) is ranked as the plain conv: its read is unmeasured, and
+        the vector stores' charge misranked it (ResNet-50's last expansion on an H200, whose
+        float32 output went an element at a time: 0.044 ms ranked as the plain conv, 0.065 ms
+        with the charge; with float32 16-byte stores, 0.046 ms with it)."""
         k = self.kernel_shape(shape)
         adds = epilogue == ADD_RELU and wgmma.stores_vectors(k, self.maths, self.output_dtype)
         return list(_offered(k, self.maths, self.kept_dtype.itemsize if adds else 0))

@@ -45,8 +45,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p)
 # last, an H200 took 2.9x the plain conv's time on ResNet-50's 1x1 expansions (2026-11-28). So
 # each warp asks L2 for its 16 channels of every column of the tile when the tile starts
 # (persistent: before its K-tiles; halo: at its epilogue), and the loops below read ahead: the
-# 16-byte path KEPT_AHEAD vectors before it adds them, the element path every kept element
-# into the accumulators before its first store. Before the macro the kernel defines ytile and
+# 16-byte paths KEPT_AHEAD (fp16 output) or KEPT_AHEAD4 (float32) vectors before they add
+# them, the element path every kept element into the accumulators before its first store (but
+# beside the float32 16-byte path, where it adds each as it stores it). Before the macro the kernel defines ytile and
 # pixel(q, at), as for STORE_REGISTERS_NHWC.
 PREFETCH_KEPT = r"""
             if (ADD_KEPT && (MG % BM == 0 || mtile * BM + 16 * warp < MG))
@@ -144,7 +145,7 @@ STORE_NHWC = r"""
 # changed nothing, so it is not the traffic). Turning the fragments around in registers
 # (movmatrix and a 4x4 shuffle within each quad) cost more than it saved. So under VECTOR_STORE
 # (fp16 output of the persistent schedule, each group's channels on 16 bytes, y itself on 16
-# bytes) a warp writes each pair of n-blocks, 16 channels x 16 columns, to STORE_SCRATCH bytes
+# bytes; float32 output of an add-relu epilogue has its own path below) a warp writes each pair of n-blocks, 16 channels x 16 columns, to STORE_SCRATCH bytes
 # of shared memory with one transposing stmatrix, reads it back 8 channels of one column a
 # lane, and stores those as one 16-byte vector. Column P's two 16-byte halves swap places when P & 4: the eight rows of each
 # matrix then fill distinct bank quads. On an H100 run back to back, where the 700 W cap held
@@ -165,8 +166,10 @@ STORE_REGISTERS_NHWC = r"""
             // A caller's y (or kept) may be a view that does not start on 16 bytes: element
             // stores then.
             const bool vector = (reinterpret_cast<unsigned long long>(y) & 15) == 0
-                && (!ADD_KEPT || (reinterpret_cast<unsigned long long>(kept) & 15) == 0);
+                && (!ADD_KEPT || (reinterpret_cast<unsigned long long>(kept)
+                                  & (OUT_HALF ? 15 : 4 * sizeof(kept_t) - 1)) == 0);
             if (vector) {
+#if OUT_HALF
                 // Matrix i (0-3) is n-block f + i/2, channels 8(i%2)..; lane L names row L%8 of
                 // matrix L/8, which lands as scratch column P = 8(L/16) + L%8, half (L/8)%2.
                 // Lane L then reads column P = L/2, half L%2: channels 16w + 8(L%2).. of tile
@@ -216,20 +219,77 @@ STORE_REGISTERS_NHWC = r"""
                     if (live && pixel(8 * f + lp, at))
                         store16(yv + at, ADD_KEPT ? add_kept8(out, k) : out);
                 }
-            }
 #else
-            const bool vector = false;
+                // float32 (an add-relu epilogue): n-block f, 16 channels x 8 columns, goes to
+                // the scratch as [column][channel] and comes back as one 16-byte vector a
+                // lane: channels 4(L%4).. of column L/4. Bit 3 of the channel flips where bit 1
+                // of the column is set, so a warp's fragment writes take two turns of the
+                // banks, not four (its vector reads take one either way).
+                const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
+                const int lc = lane >> 2, mv = 16 * warp + 4 * (lane & 3);
+                const unsigned mine = scratch + 4 * (16 * lc + ((mv & 15) ^ ((lc & 2) << 2)));
+                const bool live = MG % BM == 0 || mtile * BM + mv < MG;
+                float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if HAS_BIAS
+                if (live)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        bias4[i] = __ldg(bias + group * MG + mtile * BM + mv + i);
+#endif
+                out_t* const yv = ytile + mv;
+                // n-block f adds the kept vector loaded KEPT_AHEAD4 n-blocks before.
+                kept4_t ahead[KEPT_AHEAD4];
+                auto kept_of = [&](int f) {
+                    unsigned at;
+                    return live && pixel(8 * f + lc, at) ? load_kept4(kept + (yv + at - y))
+                                                         : kept4_t();
+                };
+#pragma unroll
+                for (int f = 0; f < KEPT_AHEAD4 && f < NF; ++f) ahead[f] = kept_of(f);
+#pragma unroll
+                for (int f = 0; f < NF; ++f) {
+                    const float4 k = kept4_values(ahead[f % KEPT_AHEAD4]);
+                    if (f + KEPT_AHEAD4 < NF) ahead[f % KEPT_AHEAD4] = kept_of(f + KEPT_AHEAD4);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int column = 2 * t4 + (e & 1), channel = g8 + 8 * (e >> 1);
+                        store_shared4(scratch + 4 * (16 * column + (channel ^ ((t4 & 1) << 3))),
+                                      acc[0][f][e]);
+                    }
+                    __syncwarp();
+                    const uint4 raw = load_shared16(mine);
+                    __syncwarp();  // read before the next n-block's writes
+                    const float sum[4] = {
+                        __uint_as_float(raw.x) + k.x, __uint_as_float(raw.y) + k.y,
+                        __uint_as_float(raw.z) + k.z, __uint_as_float(raw.w) + k.w};
+                    unsigned out[4];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        out[i] = __float_as_uint(to_out(finish_value(sum[i], bias4[i])));
+                    unsigned at;
+                    if (live && pixel(8 * f + lc, at))
+                        store16(yv + at, make_uint4(out[0], out[1], out[2], out[3]));
+                }
+#endif
+            }
+            const int vector_blocks = vector ? (OUT_HALF ? NF - NF % 2 : NF) : 0;
+#else
+            const int vector_blocks = 0;
 #endif
             out_t* const yc = ytile + 16 * warp + g8;
             // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (after the
             // vector stores, an odd last n-block). The kept elements are all added first: loads
-            // with no store between them, in flight together.
-            if (ADD_KEPT) {
+            // with no store between them, in flight together. Beside float32's 16-byte path,
+            // which leaves this one the views off 16 bytes, each is added as it is stored: the
+            // loads in flight together took registers the 16-byte path's ring needs (ptxas
+            // spilled 8-68 bytes at bn 128-256 in tf32).
+            constexpr bool add_first = !(VECTOR_STORE && !OUT_HALF);
+            if (ADD_KEPT && add_first) {
 #pragma unroll
                 for (int f = 0; f < NF; ++f)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        if (vector && f < NF - NF % 2) continue;
+                        if (f < vector_blocks) continue;
                         unsigned at;
                         if (pixel(8 * f + 2 * t4 + h, at)) {
                             const long long i = yc + at - y;
@@ -242,12 +302,20 @@ STORE_REGISTERS_NHWC = r"""
             for (int f = 0; f < NF; ++f)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    if (vector && f < NF - NF % 2) continue;
+                    if (f < vector_blocks) continue;
                     unsigned at;
                     if (pixel(8 * f + 2 * t4 + h, at)) {
                         out_t* const p = yc + at;
-                        if (first) p[0] = to_out(finish_value(acc[0][f][h], b0));
-                        if (second) p[8] = to_out(finish_value(acc[0][f][2 + h], b1));
+                        const long long i = p - y;
+                        if (first)
+                            p[0] = to_out(finish_value(add_first ? acc[0][f][h]
+                                                                 : plus_kept(acc[0][f][h], kept, i),
+                                                       b0));
+                        if (second)
+                            p[8] = to_out(finish_value(add_first ? acc[0][f][2 + h]
+                                                                 : plus_kept(acc[0][f][2 + h], kept,
+                                                                             i + 8),
+                                                       b1));
                     }
                 }
         }

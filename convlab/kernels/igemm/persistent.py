@@ -78,13 +78,16 @@ __device__ __forceinline__ void im2col_copy(unsigned dst, const TensorMap& map, 
 }
 #endif
 
-// The register store's 16-byte path (igemm.epilogue): fp16 output of the persistent schedule
-// whose groups' channels start on 16 bytes; each warp turns its fragments around in
-// STORE_SCRATCH bytes of shared memory after the barriers (the host's count, defined by it).
+// The register store's 16-byte path (igemm.epilogue) in the persistent schedule: fp16 output
+// whose groups' channels start on 16 bytes; float32 output of an add-relu epilogue (not
+// 3xTF32's, whose two accumulator sets leave no registers for the kept read-ahead) whose
+// groups' channels start on 16 bytes. Each warp turns its fragments around in STORE_SCRATCH
+// bytes of shared memory after the barriers (the host's count, defined by it).
 #ifndef HALO
 #define HALO 0
 #endif
-#define VECTOR_STORE (OUT_HALF && MODE == 2 && !HALO && M % 8 == 0 && MG % 8 == 0)
+#define VECTOR_STORE (MODE != 1 && !HALO && (OUT_HALF ? MODE == 2 && M % 8 == 0 && MG % 8 == 0 \
+                                                    : ADD_KEPT && M % 4 == 0 && MG % 4 == 0))
 
 // Two outputs as the 32 bits of an fp16 pair, the first in the low half (the lower address).
 __device__ __forceinline__ unsigned half_pair(float lo, float hi)
@@ -141,6 +144,38 @@ __device__ __forceinline__ uint4 add_kept8(uint4 v, const kept8_t& kv)
         w[i] = half_pair(finish_value(lo + k[2 * i], 0.0f), finish_value(hi + k[2 * i + 1], 0.0f));
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The kept activation's four elements a lane adds to its float32 16-byte output vector, as
+// loaded (fp16 bits: 8 bytes); the stores' loop keeps KEPT_AHEAD4 of them in flight, the same
+// 128 bytes as KEPT_AHEAD's ring.
+#if KEPT_HALF
+typedef uint2 kept4_t;
+#else
+typedef float4 kept4_t;
+#endif
+#define KEPT_AHEAD4 (128 / (int)sizeof(kept4_t))
+
+__device__ __forceinline__ kept4_t load_kept4(const kept_t* __restrict__ kept)
+{
+    return __ldg(reinterpret_cast<const kept4_t*>(kept));
+}
+
+__device__ __forceinline__ float4 kept4_values(const kept4_t& k)
+{
+#if KEPT_HALF
+    float4 v;
+    unpack_halves(k.x, v.x, v.y);
+    unpack_halves(k.y, v.z, v.w);
+    return v;
+#else
+    return k;
+#endif
+}
+
+__device__ __forceinline__ void store_shared4(unsigned p, float v)
+{
+    asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(p), "f"(v) : "memory");
 }
 
 // Four 8x8 fp16 matrices from the warp's fragments to shared memory, each transposed: lanes

@@ -84,7 +84,8 @@ SPLIT_B = r"""
     // 1.5 * 2^-10 * sum|x*w| in all with the host-rounded filters, under the tf32 bound of
     // 8 * sqrt(n) * 2^-11 * sum|x*w| at every n and whatever the signs. Rounding in place cost
     // a shared-memory load and store per vector before each K-tile's barrier (ncu, AlexNet conv3:
-    // short-scoreboard stalls 1.78 per issued instruction against 0.01 in fp16).
+    // short-scoreboard stalls 1.78 per issued instruction against 0.01 in fp16). In a network
+    // the tf32 conv before writes its output rounded to TF32 (OUT_TF32), which lands exact.
 #if VEC == 4
     typedef float4 vec_t;
 #else
@@ -263,9 +264,15 @@ def layer_problem(shape: ConvShape, t: Tiling, maths: str) -> str:
     return schedule_of(t).layer_problem(shape, t, maths)
 
 
-# Shared memory a warp of the persistent schedule's fp16 store turns 16 output columns of its 16
-# channels around in (igemm.epilogue).
+# Shared memory a warp of the persistent schedule's 16-byte store turns its 16 channels around
+# in (igemm.epilogue): 16 output columns of fp16, or 8 of float32.
 STORE_SCRATCH = 512
+# The maths whose register store has a 16-byte path (persistent's VECTOR_STORE), and so
+# STORE_SCRATCH bytes a warp: fp16 output, and any maths' float32 output of an add-relu
+# epilogue but 3xTF32's, whose two accumulator sets leave no registers for the kept read-ahead.
+# The scratch is counted for every persistent tiling of these maths (the count does not know
+# the epilogue); it changed no shipped tiling's blocks per SM or register split.
+VECTOR_STORE_MATHS = ("tf32", "fp16", "bf16")
 # A 3xTF32 partial sum's terms, at most, per sqrt(n): modelled same-sign error 0.2 of the bound
 # (tests/test_gpu_pipelined.py holds it under 0.3).
 SPAN_TERMS_PER_ROOT_N = 5
@@ -403,7 +410,7 @@ class Persistent(Schedule):
 
     def smem_bytes(self, t, maths, shape):
         stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
-        scratch = STORE_SCRATCH * t.warps_m if maths == "fp16" else 0
+        scratch = STORE_SCRATCH * t.warps_m if maths in VECTOR_STORE_MATHS else 0
         return stages + 16 * t.stages + scratch + SWIZZLE_ALIGN
 
     def loader_registers(self, shape, t, maths):
@@ -528,8 +535,8 @@ def schedule_of(t: Tiling) -> Schedule:
 def smem_bytes(t: Tiling, maths: str, shape: ConvShape | None = None) -> int:
     """The stages (A and B rows of 128 bytes, unpadded; both twice for 3xTF32's big and small
     parts) or the epilogue's C tile (the persistent schedule stores from registers and keeps
-    two mbarriers per stage instead, and in fp16 STORE_SCRATCH bytes a warp for its store's
-    transpose), plus the alignment slack. The halo schedule's patches depend on the layer
+    two mbarriers per stage instead, and, but in 3xTF32, STORE_SCRATCH bytes a warp for its
+    store's transpose), plus the alignment slack. The halo schedule's patches depend on the layer
     (`shape`, which it needs)."""
     return schedule_of(t).smem_bytes(t, maths, shape)
 
@@ -577,35 +584,41 @@ def mma_registers(t: Tiling, maths: str) -> int:
 
 # The add-relu epilogue's kept read (igemm.epilogue) is not hidden behind the K-loop: the
 # consumers wait for it in their stores. Measured against the same tilings without the add,
-# ResNet-50's four 1x1 expansions at batch 128 with fp16 kept (H200, 2026-11-28,
-# results/h200/resnet50-fp16-shortcuts-20261128/fused-tilings.log): where a thread's kept
-# vectors fit the store loop's read-ahead ring (bn <= 128), the add cost 1.4-1.6 times its
-# bytes' time at the model's DRAM rate; where they took two turns of the ring (bn 192-256),
-# 2.1-2.3 times; in the grid schedule's staged store, which has no ring, 2.4-5.6 times (counted
-# as two turns). Fused, 128x128 beat the plain conv's best tiling, 128x256, by 1.23-1.34x on
-# layers 1-3, and 128x96 its 64x192 by 1.11x on layer 4.
+# ResNet-50's four 1x1 expansions at batch 128 (H200, 2026-11-28): with fp16 kept and output
+# (results/h200/resnet50-fp16-shortcuts-20261128/fused-tilings.log), where the tile was at most
+# 128 columns wide, the add cost 1.4-1.6 times its bytes' time at the model's DRAM rate; at bn
+# 192-256, 2.1-2.3 times; in the grid schedule's staged store, which has no read-ahead, 2.4-5.6
+# times (counted as two turns). tf32 with float32 kept and output
+# (results/h200/resnet50-tf32-fused-adds-20261128/fused-tilings.log), whose ring holds 64
+# columns of float32 vectors, did the same by columns, not bytes: 1.0-1.8 times at bn <= 128
+# with the copy engine's gather (2.0 and 2.7 for two tap-gather tilings of layers 3-4), 2.1-2.9
+# at 192-256 (the L2 prefetch at the tile's start shortens each wait). Fused, 128x128 beat the
+# plain conv's best tiling, 128x256, by 1.23-1.34x (fp16) and 1.71-1.82x (tf32) on layers 1-2.
 KEPT_EXPOSURE = 1.4
 KEPT_EXTRA_ROUND = 0.6
-# Kept vectors of 16 bytes a thread of the register store has in flight (persistent.KEPT_AHEAD).
-KEPT_RING_BYTES = 8 * 16
+# The tile width a thread's store waits once for: measured, in both element sizes, not the
+# ring's own size (64 columns of float32, 128 of fp16).
+KEPT_RING_COLUMNS = 128
 
 
 def stores_vectors(shape: ConvShape, maths: str, output_dtype) -> bool:
-    """Whether the persistent schedule's register store takes its 16-byte path (persistent's
-    VECTOR_STORE): fp16 output of fp16 maths, a group's channels on 16 bytes."""
-    return (np.dtype(output_dtype) == np.float16 and maths == "fp16" and shape.M % 8 == 0
-            and (shape.M // shape.groups) % 8 == 0)
+    """Whether the persistent schedule's register store of an add-relu conv takes its 16-byte
+    path (persistent's VECTOR_STORE): fp16 output of fp16 maths, or float32 output of maths
+    other than 3xTF32; a group's channels on 16 bytes."""
+    vector = 16 // np.dtype(output_dtype).itemsize
+    if np.dtype(output_dtype) == np.float16 and maths != "fp16":
+        return False
+    return (maths in VECTOR_STORE_MATHS and shape.M % vector == 0
+            and (shape.M // shape.groups) % vector == 0)
 
 
-def kept_rounds(t: Tiling, kept_bytes: int) -> int:
-    """How many times a thread of the tiling's store waits for kept vectors: once per turn of
-    the persistent schedule's 16-byte store's read-ahead ring (a pair of 8-column n-blocks a
-    vector); the grid and halo schedules' stores, without a ring, count as two."""
+def kept_rounds(t: Tiling) -> int:
+    """How many times a thread of the tiling's store waits for kept vectors: once per
+    KEPT_RING_COLUMNS of the persistent schedule's tile; the grid and halo schedules' stores,
+    without a read-ahead, count as two."""
     if t.schedule != "persistent":
         return 2
-    vectors = -(-t.bn // 16)
-    ring = KEPT_RING_BYTES // (8 * kept_bytes)
-    return -(-vectors // ring)
+    return -(-t.bn // KEPT_RING_COLUMNS)
 
 
 def estimate(shape: ConvShape, t: Tiling, maths: str, kept_bytes: int = 0) -> float:
@@ -633,7 +646,7 @@ def estimate(shape: ConvShape, t: Tiling, maths: str, kept_bytes: int = 0) -> fl
         total += tiles * t.bm * t.bn * 8 / cost.DRAM_BYTES_PER_CYCLE
     if kept_bytes:
         kept = shape.B * shape.M * shape.Ho * shape.Wo * kept_bytes / cost.DRAM_BYTES_PER_CYCLE
-        total += kept * KEPT_EXPOSURE * (1 + KEPT_EXTRA_ROUND * (kept_rounds(t, kept_bytes) - 1))
+        total += kept * KEPT_EXPOSURE * (1 + KEPT_EXTRA_ROUND * (kept_rounds(t) - 1))
     return total / cost.CLOCK_MHZ
 
 
