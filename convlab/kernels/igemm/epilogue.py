@@ -47,8 +47,8 @@ __device__ __forceinline__ void prefetch_l2(const void* p)
 # (persistent: before its K-tiles; halo: at its epilogue), and the loops below read ahead: the
 # 16-byte paths KEPT_AHEAD (fp16 output) or KEPT_AHEAD4 (float32) vectors before they add
 # them, the element path every kept element into the accumulators before its first store (but
-# beside the float32 16-byte path, where it adds each as it stores it). Before the macro the kernel defines ytile and
-# pixel(q, at), as for STORE_REGISTERS_NHWC.
+# beside the float32 16-byte path, where it adds each as it stores it). Before the macro the
+# kernel defines ytile and pixel(q, at), as for STORE_REGISTERS_NHWC.
 PREFETCH_KEPT = r"""
             if (ADD_KEPT && (MG % BM == 0 || mtile * BM + 16 * warp < MG))
                 for (int c = lane; c < BN; c += 32) {
@@ -145,9 +145,10 @@ STORE_NHWC = r"""
 # changed nothing, so it is not the traffic). Turning the fragments around in registers
 # (movmatrix and a 4x4 shuffle within each quad) cost more than it saved. So under VECTOR_STORE
 # (fp16 output of the persistent schedule, each group's channels on 16 bytes, y itself on 16
-# bytes; float32 output of an add-relu epilogue has its own path below) a warp writes each pair of n-blocks, 16 channels x 16 columns, to STORE_SCRATCH bytes
-# of shared memory with one transposing stmatrix, reads it back 8 channels of one column a
-# lane, and stores those as one 16-byte vector. Column P's two 16-byte halves swap places when P & 4: the eight rows of each
+# bytes; float32 output of an add-relu epilogue has its own path below) a warp writes each
+# pair of n-blocks, 16 channels x 16 columns, to STORE_SCRATCH bytes of shared memory with one
+# transposing stmatrix, reads it back 8 channels of one column a lane, and stores those as one
+# 16-byte vector. Column P's two 16-byte halves swap places when P & 4: the eight rows of each
 # matrix then fill distinct bank quads. On an H100 run back to back, where the 700 W cap held
 # the clock at 1,485-1,790 MHz, this took conv3 and conv4 1.02-1.04x and the VGG layer 1.11x
 # less time; in the tuner's and compare's timing (short bursts after a spin kernel, 1.15-1.29x
@@ -253,8 +254,8 @@ STORE_REGISTERS_NHWC = r"""
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int column = 2 * t4 + (e & 1), channel = g8 + 8 * (e >> 1);
-                        store_shared4(scratch + 4 * (16 * column + (channel ^ ((t4 & 1) << 3))),
-                                      acc[0][f][e]);
+                        const int word = 16 * column + (channel ^ ((t4 & 1) << 3));
+                        store_shared_float(scratch + 4 * word, acc[0][f][e]);
                     }
                     __syncwarp();
                     const uint4 raw = load_shared16(mine);

@@ -173,7 +173,7 @@ __device__ __forceinline__ float4 kept4_values(const kept4_t& k)
 #endif
 }
 
-__device__ __forceinline__ void store_shared4(unsigned p, float v)
+__device__ __forceinline__ void store_shared_float(unsigned p, float v)
 {
     asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(p), "f"(v) : "memory");
 }
