@@ -20,9 +20,16 @@ def test_the_fastest_candidate_with_its_predictions_intact_is_the_baseline():
     assert fastest(rows[2:], 128) is None
 
 
-def test_allowed_differ_is_none_in_fp32_and_one_percent_below():
+def test_allowed_differ_is_none_in_fp32_and_scales_with_the_rounding_unit():
     assert allowed_differ("fp32", 10000) == 0
-    assert allowed_differ("fp16", 10000) == 100 and allowed_differ("bf16", 8) == 1
+    assert allowed_differ("fp16", 10000) == 100 and allowed_differ("tf32", 128) == 1
+    assert allowed_differ("bf16", 128) == 10 and allowed_differ("bf16", 8) == 1
+
+
+def test_a_bf16_candidate_with_near_tie_flips_is_a_baseline():
+    rows = [TorchRow("bf16", "nhwc", "compile", 5.3, 8), TorchRow("bf16", "nhwc", "eager", 8.8, 10),
+            TorchRow("bf16", "nchw", "compile", 4.0, 90)]
+    assert fastest(rows, 128).ms == 5.3
 
 
 def test_rows_round_trip():
