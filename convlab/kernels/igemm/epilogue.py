@@ -273,9 +273,14 @@ STORE_REGISTERS_NHWC = r"""
                 }
 #endif
             }
-            const int vector_blocks = vector ? (OUT_HALF ? NF - NF % 2 : NF) : 0;
+            // The n-blocks the 16-byte path stored. Kept a constant beside the run-time
+            // `vector`: as one run-time count it made ptxas build fp16's plain 128x256 conv 1.37x
+            // slower (ResNet-50's layer1 expansion at batch 128, 0.1044 against 0.0761 ms alone,
+            // H200, 2026-11-28, results/h200/resnet50-classes-20261128/logs/).
+            constexpr int vector_blocks = OUT_HALF ? NF - NF % 2 : NF;
 #else
-            const int vector_blocks = 0;
+            const bool vector = false;
+            constexpr int vector_blocks = 0;
 #endif
             out_t* const yc = ytile + 16 * warp + g8;
             // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (after the
@@ -290,7 +295,7 @@ STORE_REGISTERS_NHWC = r"""
                 for (int f = 0; f < NF; ++f)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        if (f < vector_blocks) continue;
+                        if (vector && f < vector_blocks) continue;
                         unsigned at;
                         if (pixel(8 * f + 2 * t4 + h, at)) {
                             const long long i = yc + at - y;
@@ -303,7 +308,7 @@ STORE_REGISTERS_NHWC = r"""
             for (int f = 0; f < NF; ++f)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    if (f < vector_blocks) continue;
+                    if (vector && f < vector_blocks) continue;
                     unsigned at;
                     if (pixel(8 * f + 2 * t4 + h, at)) {
                         out_t* const p = yc + at;
