@@ -245,8 +245,9 @@ VERIFY_HELP = ("Which outputs of each conv layer's last timed run are checked ag
 @click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help=f"One of: {', '.join(MODELS)}.")
 @click.option("--batch", "batches", default=None,
-              help="Images per forward pass, or a comma-separated list to run each "
-                   "(default: 10000 for the ECE408 models, 128 for the ImageNet models; "
+              help="Images per forward pass, or a comma-separated list to run each; "
+                   "interrupted, the batches that ended are shown and saved (default: 10000 "
+                   "for the ECE408 models, 128 for the ImageNet models; "
                    f"{DEFAULT_SANITIZE_BATCH} with --sanitize).")
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
               help="A weights file for the model (ImageNet models: from `convlab import-weights`).")
@@ -355,10 +356,13 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         elif name == "done":
             click.echo(report.course_line(payload))
 
+    interrupted = None
     try:
         results = lab.execute_run(plan, on_event)
     except GPUUnavailable as exc:
         raise _cpu_hint(exc) from None
+    except lab.RunInterrupted as exc:
+        results, interrupted = exc.results, exc
     finally:
         status.clear()
     if as_json:
@@ -371,6 +375,10 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         paths = saved_runs.save(record, save_dir,
                                 report.run_markdown(record, saved_runs.runs(record)))
         err_console().print(f"saved {paths[0]} and {paths[1]}")
+    if interrupted is not None:
+        err_console().print(f"{interrupted}: the batches above ended and are shown"
+                            f"{' and saved' if save_dir is not None else ''}")
+        raise SystemExit(130)
     if not all(r.passed for r in results):
         raise SystemExit(1)
 

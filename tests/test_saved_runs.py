@@ -92,3 +92,39 @@ def test_two_records_of_a_dotted_kernel_name_in_one_second_keep_both(tmp_path):
     assert second[0].name == "run-ece408-my.v2_x-b10-20261128T050000-2.json"
     assert second[1].read_text() == "# two\n" and first[1].read_text() == "# one\n"
     assert results_io.save({}, tmp_path, "# x\n", "a.b")[0].name == "a.b.json"
+
+
+def test_a_run_interrupted_after_a_batch_keeps_the_batches_that_ended(tmp_path, monkeypatch):
+    """Ctrl-C (or a time limit's SIGINT) during the second batch: the first is shown and
+    saved, with a note naming the batch that did not end, and the exit code is 130."""
+    from convlab.bench import lab
+
+    run, calls = lab.run, []
+
+    def interrupted_second(*args, **kwargs):
+        calls.append(args[0].batch)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(lab, "run", interrupted_second)
+    out = CliRunner().invoke(main, [*RUN, "--save", str(tmp_path)])
+    assert out.exit_code == 130, out.output
+    assert "interrupted before batch 20: the batches above ended and are shown and saved" in (
+        " ".join(out.output.split()))
+    (json_path,) = tmp_path.glob("*.json")
+    record = json.loads(json_path.read_text())
+    assert [r["batch"] for r in record["runs"]] == [10] and record["runs"][0]["passed"]
+    assert "the run was interrupted before batch 20" in record["runs"][0]["notes"]
+
+
+def test_a_run_interrupted_in_its_first_batch_saves_nothing(tmp_path, monkeypatch):
+    from convlab.bench import lab
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lab, "run", interrupted)
+    out = CliRunner().invoke(main, [*RUN, "--save", str(tmp_path)])
+    assert out.exit_code != 0 and "Aborted" in out.output
+    assert not list(tmp_path.iterdir())

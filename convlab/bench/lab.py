@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -651,20 +651,20 @@ RUN_JOB = "convlab.bench.filejobs:run_model"
 
 
 def run_kernel_file(plan: "RunPlan", on_event: Callable[[str, object], None] | None = None,
-                    ) -> list[RunResult | FailedRun]:
+                    ) -> Iterator[RunResult | FailedRun]:
     """`run` for each of the plan's batch sizes with its kernel file (userkernel.KernelFile),
     each batch in a child process (convlab.gpu.isolate): a fault, a device wait longer than the
     plan's timeout (a hang) or a crash ends that batch as a FailedRun and the next batch goes
     on. An error the user can act on (a compile error) is raised here with the file's own line
     numbers, as a built-in's run raises it. Events: "isolated" (batch) before each child, then
-    "layer" and "done" as `run` emits them, or "failed"."""
+    "layer" and "done" as `run` emits them, or "failed". Each batch's result is yielded as it
+    ends."""
     emit = on_event or (lambda name, payload=None: None)
     kernel_file, model = plan.kernel_file, plan.spec.name
     args = {"kernel_file": str(kernel_file.path), "model": model,
             "policy": vars(plan.policy).copy(), "weights_path": plan.weights_path,
             "fallback": None if plan.fallback is None else plan.fallback.name,
             "compare_torch": plan.pytorch, "graph": plan.graph, "verify": plan.verify}
-    results: list[RunResult | FailedRun] = []
     for batch in plan.batches:
         emit("isolated", batch)
         job = run_isolated(RUN_JOB, {**args, "batch": batch},
@@ -676,8 +676,7 @@ def run_kernel_file(plan: "RunPlan", on_event: Callable[[str, object], None] | N
             for layer in result.layers:
                 emit("layer", layer)
             emit("done", result)
-        results.append(result)
-    return results
+        yield result
 
 
 def _kernel_file_result(job: dict, kernel_file, model: str, batch: int) -> RunResult | FailedRun:
@@ -775,13 +774,39 @@ def plan_run(model: str, kernel: str | None = None, kernel_file=None, batches: s
                    graph, verify, timeout_s, sanitize)
 
 
+class RunInterrupted(Exception):
+    """An interrupt (Ctrl-C, or a time limit's SIGINT) after at least one of a run's batches
+    ended: the batches that ended, so they are shown and kept, and those that did not."""
+
+    def __init__(self, results: list, left: list[int]):
+        super().__init__(f"interrupted before batch {', '.join(map(str, left))}")
+        self.results, self.left = results, left
+
+
 def execute_run(plan: RunPlan, on_event: Callable | None = None) -> list["RunResult"]:
-    """The plan's runs, one per batch size, with the plan's notes on each result."""
+    """The plan's runs, one per batch size, with the plan's notes on each result; interrupted
+    after one or more ended, RunInterrupted with those."""
     if plan.kernel_file is not None:
-        results = run_kernel_file(plan, on_event)
+        runs = run_kernel_file(plan, on_event)
     else:
-        results = [run(network, plan.policy, on_event, plan.weights, plan.pytorch, plan.graph,
-                       plan.verify) for network in plan.networks]
+        runs = (run(network, plan.policy, on_event, plan.weights, plan.pytorch, plan.graph,
+                    plan.verify) for network in plan.networks)
+    results: list = []
+    try:
+        for result in runs:
+            results.append(result)
+    except KeyboardInterrupt:
+        if not results:
+            raise
+        left = plan.batches[len(results):]
+        for result in results:
+            result.notes.append(f"the run was interrupted before batch "
+                                f"{', '.join(map(str, left))}")
+        raise RunInterrupted(_with_plan_notes(results, plan), left) from None
+    return _with_plan_notes(results, plan)
+
+
+def _with_plan_notes(results: list, plan: RunPlan) -> list:
     for result in results:
         if plan.note:
             result.notes.append(plan.note)

@@ -276,7 +276,7 @@ STORE_REGISTERS_NHWC = r"""
             // The n-blocks the 16-byte path stored. Kept a constant beside the run-time
             // `vector`: as one run-time count it made ptxas build fp16's plain 128x256 conv 1.37x
             // slower (ResNet-50's layer1 expansion at batch 128, 0.1044 against 0.0761 ms alone,
-            // H200, 2026-11-28, results/h200/resnet50-classes-20261128/logs/).
+            // H200, 2026-11-28, results/h200/resnet50-vgg16-classes-20261128/logs/).
             constexpr int vector_blocks = OUT_HALF ? NF - NF % 2 : NF;
 #else
             const bool vector = false;
