@@ -3,6 +3,8 @@
 import json
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 from click.testing import CliRunner
@@ -451,3 +453,26 @@ def test_compare_prints_the_variants_left_for_another_gpu(monkeypatch):
                              env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
     assert "Not run on this GPU: wgmma: runs on compute capability 9.0 GPUs" in out.output
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_git_commit_says_dirty_where_the_package_differs_from_head(tmp_path):
+    """A record names HEAD, and says "-dirty" where the package's tracked files were changed
+    after it (changes elsewhere in the checkout do not count)."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("x = 1\n")
+    (tmp_path / "notes.md").write_text("n\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "c")
+    head = results.git_commit(package)
+    assert head and "-" not in head
+    (tmp_path / "notes.md").write_text("changed\n")
+    assert results.git_commit(package) == head
+    (package / "a.py").write_text("x = 2\n")
+    assert results.git_commit(package) == head + "-dirty"

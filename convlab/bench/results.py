@@ -20,13 +20,27 @@ from .compare import Comparison, Row, class_summaries, finish
 SCHEMA_VERSION = 1
 
 
-def git_commit() -> str | None:
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _git(args: list[str], where: Path) -> subprocess.CompletedProcess | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=5)
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=where,
+                              timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def git_commit(package: Path = PACKAGE) -> str | None:
+    """HEAD's short hash where `package` is in a git checkout, "-dirty" after it where the
+    package's tracked files differ from HEAD: a record then names code that no commit holds
+    (a copy of a working tree carries its HEAD, not its changes)."""
+    head = _git(["rev-parse", "--short", "HEAD"], package)
+    if head is None or head.returncode != 0 or not head.stdout.strip():
+        return None
+    changed = _git(["diff", "--quiet", "HEAD", "--", "."], package)
+    dirty = changed is not None and changed.returncode == 1
+    return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def to_record(comparison: Comparison, command: str = "") -> dict:
