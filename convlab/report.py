@@ -196,6 +196,15 @@ def course_line(result: RunResult) -> str:
             f"{fmt_err(result.max_prob_error or 0.0)} Model: {result.model}")
 
 
+def flips_text(result: RunResult) -> str:
+    """Why the differing images differ: their float64 top-2 margins against the most any
+    probability moved (a flip needs a margin below twice that)."""
+    margins = ", ".join(f"{f['margin']:.2g}" for f in sorted(result.top1_flips,
+                                                            key=lambda f: f["margin"]))
+    return (f"their float64 top-2 margins {margins}; {result.near_ties} of {result.batch} "
+            f"images have margins below 2 x max |p - p64|")
+
+
 def run_summary(result: RunResult, width=None) -> RenderableType:
     rows = []
     if result.accuracy is not None:
@@ -208,6 +217,8 @@ def run_summary(result: RunResult, width=None) -> RenderableType:
         top1 = Text(f"{result.predictions_differ} of {result.batch} differ from the float64 "
                     f"forward pass; max |p - p64| {fmt_err(result.max_prob_error or 0.0)}",
                     style="green" if result.predictions_differ == 0 else "yellow")
+        if result.top1_flips:
+            top1.append(f"; {flips_text(result)}")
         rows.append(["top-1", top1])
     verdict = status_text(result.passed)
     if not result.passed:

@@ -10,7 +10,7 @@ from convlab.gpu.jit import build_options, compile_cubin
 from convlab.kernels import RELU, get_variant
 from convlab.kernels.igemm import gather_nhwc, packing, staging, tiling
 from convlab.models import Conv, get_model
-from convlab.net.network import flattened_columns, fp16_next
+from convlab.net.network import flattened_columns, half_next
 from convlab.oracle.reference import conv2d_with_magnitude
 from convlab.shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_last, memory_view
 
@@ -101,32 +101,34 @@ def test_a_single_fp16_layer_writes_fp16_as_cudnns_fp16_rows_do():
         assert layer_variant(VARIANTS[name]) is VARIANTS[name]
 
 
-def test_fp16_activations_run_from_an_op_to_the_fp16_conv_after_it():
+def test_16_bit_activations_run_from_an_op_to_the_16_bit_conv_after_it():
     """In alexnet, an activation is written as fp16 where the next conv (or FC layer the
     variant runs) reads fp16 channels-last and only max-pools, ReLUs or a flatten stand
     between: before pool1/pool2 (the LRN + pool steps write it), after conv3 and conv4 (their
     ReLUs fused), and with the FC layers run by the variant after conv5, pool5, fc6 and fc7;
-    never before an LRN or the softmax, for our own FC kernels, a tf32 or bf16 conv, or in
-    NCHW."""
+    never before an LRN or the softmax, for our own FC kernels, a tf32 conv, or in NCHW. A bf16
+    conv reads bf16 bits in the same places."""
     layers = get_model("alexnet").layers
 
-    def fp16_at(variant, layout=NHWC, dense=True):
+    def half_at(variant, layout=NHWC, dense=True, dtype=np.float16):
         def variant_for(layer):
             return variant if dense or isinstance(layer, Conv) else None
 
         return [j for j in range(1, len(layers) + 1)
-                if fp16_next(layers, j, layout, variant_for)]
+                if half_next(layers, j, layout, variant_for) == dtype]
 
     index = {getattr(layer, "name", None): j for j, layer in enumerate(layers)}
-    assert fp16_at(get_variant("channels-last-fp16"), dense=False) == [3, 4, 7, 8, 9, 10, 11, 12]
-    with_dense = fp16_at(get_variant("channels-last-fp16"))
+    assert half_at(get_variant("channels-last-fp16"), dense=False) == [3, 4, 7, 8, 9, 10, 11, 12]
+    with_dense = half_at(get_variant("channels-last-fp16"))
     assert with_dense == [3, 4, 7, 8, 9, 10, 11, 12] + list(range(13, index["fc8"] + 1))
     assert index["conv1"] + 2 not in with_dense  # conv1's output meets norm1
     assert index["fc8"] + 1 not in with_dense  # fc8's output meets the softmax
-    assert fp16_at(get_variant("channels-last")) == []
-    assert fp16_at(get_variant("channels-last-bf16")) == []
-    assert fp16_at(get_variant("pipelined-fp16")) == []
-    assert fp16_at(get_variant("channels-last-fp16"), layout=NCHW) == []
+    assert half_at(get_variant("channels-last-bf16"), dtype=np.uint16) == with_dense
+    assert half_at(get_variant("channels-last-bf16")) == []
+    for name in ("channels-last", "pipelined-fp16", "pipelined-bf16"):
+        assert not any(half_next(layers, j, NHWC, lambda layer: get_variant(name))
+                       for j in range(len(layers) + 1)), name
+    assert half_at(get_variant("channels-last-fp16"), layout=NCHW) == []
 
 
 def test_channels_last_variants_run_fc_layers_as_1x1_convolutions():

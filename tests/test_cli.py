@@ -104,6 +104,7 @@ def test_run_alexnet_on_the_cpu(runner):
     # The end-to-end pass must see the batch itself: the timing's input rotation once left
     # other images in the network's input buffer (probabilities 6e-2 off, top-1 equal by luck).
     assert record["max_prob_error"] < 1e-5 and record["predictions_differ"] == 0
+    assert record["top1_flips"] == [] and record["near_ties"] == 0
 
 
 def test_run_defaults_to_cpu_without_gpu(runner, no_gpu):

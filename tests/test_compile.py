@@ -151,19 +151,20 @@ def test_ceiling_kernels_compile():
 
 def _add_relu_cases():
     """The add-relu epilogue in every store that has it: the grid schedule's staged one, the
-    persistent schedule's register one (its 16-byte path with fp16 output and fp16 kept), the
-    halo schedule's; output channels and pixels that end mid-tile."""
-    from convlab.gpu.elements import FLOAT16
+    persistent schedule's register one (its 16-byte path with 16-bit output and kept: fp16, and
+    bf16 bits), the halo schedule's; output channels and pixels that end mid-tile."""
+    from convlab.gpu.elements import BFLOAT16, FLOAT16
     from convlab.kernels import ADD_RELU, VARIANTS
 
     cases = []
     with mock.patch.object(base, "compute_capability", lambda: None):
-        for name in ("wgmma-fp16", "wgmma", "channels-last-fp16"):
+        for name, half_type in (("wgmma-fp16", FLOAT16), ("wgmma", FLOAT16),
+                                ("channels-last-fp16", FLOAT16), ("wgmma-bf16", BFLOAT16)):
             for shape in (ConvShape(3, 64, 13, 11, 200, 1, bias=True),
                           ConvShape(2, 64, 12, 20, 72, 3, pad=1, bias=True)):
                 for half in (False, True):
                     v = VARIANTS[name]
-                    v = v.writing(FLOAT16).adding(FLOAT16) if half else v
+                    v = v.writing(half_type).adding(half_type) if half else v
                     tilings = {t.schedule: t for t in reversed(v.configs(shape, ADD_RELU))}
                     cases += [(v.configured(t), shape) for t in tilings.values()]
     return cases

@@ -512,26 +512,29 @@ def test_the_checked_pass_poisons_on_the_pipelines_stream():
 
 
 @pytest.mark.smoke
-def test_fp16_activations_hand_over_without_changing_a_bit(rng, monkeypatch):
+@pytest.mark.parametrize("name,half", [("channels-last-fp16", np.float16),
+                                       ("channels-last-bf16", np.uint16)])
+def test_16_bit_activations_hand_over_without_changing_a_bit(rng, monkeypatch, name, half):
     """channels-last-fp16 AlexNet: the steps before conv2-conv5 and the FC layers the variant
     runs write fp16 (the LRN + pool steps, conv3-conv5, pool5, fc6, fc7) and those read it as
     it is, no staging; the probabilities are the bits of the same network with every
-    activation float32 and converted by the variant."""
+    activation float32 and converted by the variant. channels-last-bf16 the same in bf16 bits
+    (rounded to nearest even on both paths)."""
     import cupy
 
     weights = load_weights("alexnet")
     x = rng.random((8, *weights.spec.input_shape), dtype=np.float32)
-    plan = plan_network(weights.spec, VARIANTS["channels-last-fp16"], 8)
+    plan = plan_network(weights.spec, VARIANTS[name], 8)
     handed = net.Network(weights, plan)
     written = {s.label: s.output.dtype for s in handed.steps}
-    assert [label for label, dtype in written.items() if dtype == np.float16] == [
+    assert [label for label, dtype in written.items() if dtype == half] == [
         "norm1+pool1", "norm2+pool2", "conv3+relu3", "conv4+relu4", "conv5+relu5", "pool5",
         "fc6+relu6", "fc7+relu7"]
     assert [s.label for s in handed.conv_steps if s.category == "fc"] == [
         "fc6+relu6", "fc7+relu7", "fc8"]
     probabilities = cupy.asnumpy(handed.forward(cupy.asarray(x)))
     assert all(s.staged is s.input for s in handed.conv_steps[1:])
-    monkeypatch.setattr(net, "fp16_next", lambda *args: False)
+    monkeypatch.setattr(net, "half_next", lambda *args: None)
     staged = net.Network(weights, plan)
     assert all(s.output.dtype == np.float32 for s in staged.steps)
     assert np.array_equal(probabilities, cupy.asnumpy(staged.forward(cupy.asarray(x))))

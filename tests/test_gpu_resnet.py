@@ -12,11 +12,14 @@ from convlab.kernels import VARIANTS
 from convlab.models import MODELS
 from convlab.ops import (prepare_add, prepare_global_avg_pool, prepare_max_pool,
                          reference_add, reference_global_avg_pool, reference_max_pool)
+from convlab.gpu.elements import BFLOAT16, values
+from convlab.kernels.igemm.packing import to_bf16_bits
 from convlab.oracle.verify import compare, poison
 from convlab.shapes import NHWC, ConvShape, channels_last
 
 pytestmark = pytest.mark.gpu
 F16 = np.float16
+BF16 = BFLOAT16  # bf16 bits
 
 
 def _device(x, layout):
@@ -37,9 +40,15 @@ def _empty(shape, dtype, layout):
 
 
 def _host(y):
+    """y on the host, contiguous, in the type it was stored in (compare reads bf16 bits)."""
     import cupy
 
-    return cupy.asnumpy(cupy.ascontiguousarray(y)).astype(np.float64)
+    return cupy.asnumpy(cupy.ascontiguousarray(y))
+
+
+def _typed(a, dtype):
+    """Float values as `dtype`: bf16 bits rounded to nearest even, any other type by astype."""
+    return to_bf16_bits(a) if np.dtype(dtype) == BF16 else a.astype(dtype)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -58,35 +67,36 @@ def test_padded_max_pool_matches_float64(rng, layout, shape, size, stride, pad):
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("in_dtype,out_dtype", [(np.float32, np.float32), (F16, np.float32),
-                                                (np.float32, F16)])
+                                                (np.float32, F16), (BF16, np.float32),
+                                                (np.float32, BF16)])
 def test_global_avg_pool_matches_float64(rng, layout, in_dtype, out_dtype):
     shape = (4, 2048, 7, 7)
-    x = rng.standard_normal(shape).astype(in_dtype)
+    x = _typed(rng.standard_normal(shape), in_dtype)
     op = prepare_global_avg_pool(shape, layout, in_dtype, out_dtype)
     import cupy
 
     y = cupy.empty(op.output_shape, out_dtype)
     poison(y)
     op(_device(x, layout), y)
-    check = compare(cupy.asnumpy(y), reference_global_avg_pool(x.astype(np.float64)), "fp32")
+    check = compare(cupy.asnumpy(y), reference_global_avg_pool(x), "fp32")
     assert check.passed, check.reason
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("in_dtype,kept_dtype,out_dtype", [
     (np.float32, np.float32, np.float32), (np.float32, F16, F16), (F16, F16, F16),
-    (np.float32, F16, np.float32)])
+    (np.float32, F16, np.float32), (BF16, BF16, BF16), (np.float32, BF16, np.float32)])
 def test_residual_add_matches_float64(rng, layout, in_dtype, kept_dtype, out_dtype):
     shape = (2, 256, 14, 13)
-    x = rng.standard_normal(shape).astype(in_dtype)
-    kept = rng.standard_normal(shape).astype(kept_dtype)
+    x = _typed(rng.standard_normal(shape), in_dtype)
+    kept = _typed(rng.standard_normal(shape), kept_dtype)
     op = prepare_add(shape, "relu", layout, in_dtype, kept_dtype, out_dtype)
     y = _empty(shape, out_dtype, layout)
     poison(y)
     op.kept = _device(kept, layout)
     op(_device(x, layout), y)
     got = _host(y).astype(out_dtype)
-    check = compare(got, reference_add(x.astype(np.float64), kept.astype(np.float64), "relu"),
+    check = compare(got, reference_add(x, kept, "relu"),
                     "fp32")
     assert check.passed, check.reason
 
@@ -102,6 +112,7 @@ def _add_relu_variants():
     for name, out, kept in (("wgmma-fp16", F16, F16), ("wgmma-fp16", F16, np.float32),
                             ("wgmma", np.float32, np.float32), ("wgmma", np.float32, F16),
                             ("wgmma-fp16", np.float32, F16), ("wgmma-bf16", np.float32, np.float32),
+                            ("wgmma-bf16", BF16, BF16), ("wgmma-bf16", np.float32, BF16),
                             ("wgmma-3xtf32", np.float32, np.float32),
                             ("channels-last-fp16", F16, F16)):
         odd = (ConvShape(2, 32, 9, 10, 66, 1, bias=True),) if out == np.float32 else ()
@@ -129,17 +140,19 @@ def test_conv_add_relu_epilogue_matches_float64(rng, variant, shape):
     from convlab.oracle.verify import random_problem, reference_output
 
     x, w, b = random_problem(shape, rng, signed=True)
-    kept = rng.standard_normal(shape.output_shape).astype(variant.kept_dtype)
+    kept = _typed(rng.standard_normal(shape.output_shape), variant.kept_dtype)
     op = variant.prepare(shape, w, ADD_RELU, b)
     op.kept = _device(kept, NHWC)
-    got = _host(op.run_once(x, cupy)).astype(variant.output_dtype)
-    ref = reference_output(x, w, shape, ADD_RELU, b, kept.astype(np.float64))
+    got = _host(op.run_once(x, cupy))
+    assert got.dtype == variant.output_dtype
+    ref = reference_output(x, w, shape, ADD_RELU, b, values(kept).astype(np.float64))
     check = compare(got, ref, variant.precision)
     assert check.passed, check.reason
     # the add is there: the output is far nearer the reference with it than without (bf16's
     # bound at 576 terms is wider than the kept activation, so the bound cannot tell)
     without = reference_output(x, w, shape, "relu", b)
-    assert np.abs(got - ref.values).mean() < np.abs(got - without.values).mean() / 4
+    y = values(got).astype(np.float64)
+    assert np.abs(y - ref.values).mean() < np.abs(y - without.values).mean() / 4
     if variant.maths == "tf32":  # the next tf32 conv reads it exact
         assert not (got.view(np.uint32) & TF32_DROPPED).any()
 
@@ -257,18 +270,28 @@ def test_pytorch_runs_resnet50_with_batch_norm_in_eval_mode(tmp_path, monkeypatc
     assert result.torch_ms is not None
 
 
-def test_an_fp16_network_holds_its_projection_shortcuts_as_fp16(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name,half", [("wgmma-fp16", F16), ("wgmma-bf16", BF16)])
+def test_a_16_bit_network_holds_its_projection_shortcuts_as_16_bit(tmp_path, monkeypatch, name,
+                                                                  half):
     """wgmma-fp16 writes each downsample conv's output as fp16 (the block's input was kept
-    fp16); the steps' outputs are views of one arena; at batch 1 the split-K convs share one
-    workspace, and the network still computes the float64 forward's classes."""
+    fp16), wgmma-bf16 as bf16 bits; the steps' outputs are views of one arena; at batch 1 the
+    split-K convs share one workspace, and the network still computes the float64 forward's
+    classes."""
     from convlab.net.network import Network
 
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
-    plan = lab.network_plan(MODELS["resnet50"], "wgmma-fp16", 1)
+    plan = lab.network_plan(MODELS["resnet50"], name, 1)
     net = Network(lab.load_weights("resnet50"), plan)
     shortcuts = [s for s in net.steps if ".downsample." in s.label]
     assert len(shortcuts) == 4
-    assert all(s.output.dtype == F16 for s in shortcuts), [s.output.dtype for s in shortcuts]
+    assert all(s.output.dtype == half for s in shortcuts), [s.output.dtype for s in shortcuts]
+    # every conv and the FC layer after the stem read a 16-bit activation as it is: no
+    # conversion pass
+    import cupy
+
+    net.forward(cupy.asarray(np.random.default_rng(0).random(net.input.shape, np.float32)))
+    assert all(s.staged is s.input for s in net.conv_steps[1:]), [
+        s.label for s in net.conv_steps[1:] if s.staged is not s.input]
     assert len({s.output.data.mem.ptr for s in net.steps}) == 1
     split = [s.label for s in net.conv_steps
              if s.variant.config_for(s.shape, s.epilogue).split_k > 1]
@@ -278,9 +301,9 @@ def test_an_fp16_network_holds_its_projection_shortcuts_as_fp16(tmp_path, monkey
                 if x.check and not x.check.passed]
     assert not failures, failures
     assert result.predictions_differ == 0
-    # each layer records the tiling its step ran: an add-relu conv's, adding fp16, is its own
+    # each layer records the tiling its step ran: an add-relu conv's, adding 16-bit, is its own
     recorded = {layer.label: layer.config for layer in result.layers}
     fused = [s for s in net.conv_steps if s.adds_kept]
-    assert fused and all(s.variant.kept_dtype == F16 for s in fused)
+    assert fused and all(s.variant.kept_dtype == half for s in fused)
     for s in net.conv_steps:
         assert recorded[s.label] == s.variant.config_for(s.shape, s.epilogue).as_dict(), s.label

@@ -13,11 +13,13 @@ from convlab.models import LRN, MODELS, AddKept, Dense, GlobalAvgPool, MaxPool, 
 from convlab.ops import activation, base, dense, dense_cublas, lrn, pool, residual, softmax
 from convlab.oracle import lrn as lrn_oracle, reference
 from convlab.oracle.verify import LAMBDA, TINY, compare
-from convlab.shapes import LAYOUTS
+from convlab.shapes import LAYOUTS, NHWC
 
 U = 2.0 ** -24
 F16 = np.float16
+BF16 = np.uint16  # bf16 bits (gpu.elements.BFLOAT16)
 HALF_PAIRS = ((np.float32, F16), (F16, F16), (F16, np.float32))
+BF16_PAIRS = ((np.float32, BF16), (BF16, BF16), (BF16, np.float32))
 ACTS = (None, "relu", "tanh")
 MODEL_BATCHES = {"ece408-high": (1, 100, 10000), "ece408": (1, 100, 10000),
                  "alexnet": (1, 2, 8, 128, 1024), "resnet50": (1, 128), "vgg16": (1, 64)}
@@ -101,11 +103,18 @@ def structural_specs():
                                               layout=lay)
     yield softmax.softmax_kernel(3, 1)
     yield softmax.softmax_kernel(5, 2049)
-    # fp16 activations (for an fp16 conv after the op): every element type in and out.
-    for i, (src, dst) in enumerate(HALF_PAIRS):
+    # 16-bit activations (for a conv of that class after the op): every element type in and
+    # out, fp16 and bf16 bits.
+    for i, (src, dst) in enumerate(HALF_PAIRS + BF16_PAIRS):
         for lay in LAYOUTS:
             yield pool.max_pool_kernel((2, 3, 13, 11), 3, 2, ACTS[i % 3], lay, src, dst)
         yield activation.activation_kernel((3, 5), "relu", src, dst)
+    for src, kept, dst in ((BF16, BF16, BF16), (np.float32, BF16, np.float32)):
+        yield residual.add_kernel((3, 5), "relu", src, kept, dst)
+        for lay in LAYOUTS:
+            yield pool.global_avg_pool_kernel((2, 5, 3, 4), lay, src, dst)
+    yield lrn.lrn_max_pool_kernel((2, 8, 9, 9), 5, 0.1, 0.75, 1.0, 3, 1, sms=1, layout=NHWC,
+                                  out_dtype=BF16)
     for shape, ps in (((2, 7, 5, 6), 3), ((1, 3, 25, 25), 20), ((2, 8, 9, 9), 3)):
         for lay in LAYOUTS:
             yield lrn.lrn_kernel(shape, 5, 0.1, 0.75, 1.0, sms=1, layout=lay, out_dtype=F16)
@@ -166,6 +175,8 @@ def test_compiled_configurations_cover_every_choice():
                                                                      (1, 0)}
     for function in ("lrn", "lrn_max_pool", "lrn_nhwc", "lrn_max_pool_nhwc"):
         assert {(i, o) for f, i, o in elements if f == function} == {(0, 0), (0, 1)}
+    bf16 = {s.function for s in ALL_SPECS if dict(s.defines).get("BF16_BITS")}
+    assert bf16 == {"max_pool", "activation", "add_kept", "global_avg_pool", "lrn_max_pool_nhwc"}
     forms = {(next((f for f in ("QUADS", "TILED") if f in dict(s.defines)), "untiled"),
               dict(s.defines)["OUT_HALF"]) for s in ALL_SPECS if s.function == "lrn_max_pool_nhwc"}
     assert forms == {(f, o) for f in ("QUADS", "TILED", "untiled") for o in (0, 1)}
@@ -569,3 +580,36 @@ def test_global_avg_pool_and_add_references(rng):
                    "fp32").passed
     assert not compare(np.maximum(x32, 0), residual.reference_add(x32, k32, "relu"),
                        "fp32").passed
+
+
+# --- the element types between layers ----------------------------------------------------------
+
+def test_element_defines_name_16_bit_operands_and_which_type_they_are():
+    """IN_HALF / OUT_HALF say an operand is 16-bit, BF16_BITS that those are bf16 bits; one
+    kernel's 16-bit operands are all of one type, and other types are refused."""
+    from convlab.gpu.elements import BFLOAT16, FLOAT16, FLOAT32, element_defines
+
+    assert element_defines() == {"IN_HALF": 0, "OUT_HALF": 0, "BF16_BITS": 0}
+    assert element_defines(FLOAT16, FLOAT32) == {"IN_HALF": 1, "OUT_HALF": 0, "BF16_BITS": 0}
+    assert element_defines(FLOAT32, BFLOAT16) == {"IN_HALF": 0, "OUT_HALF": 1, "BF16_BITS": 1}
+    assert element_defines(FLOAT32, FLOAT32, BFLOAT16)["BF16_BITS"] == 1
+    with pytest.raises(ValueError, match="all fp16 or all bf16"):
+        element_defines(FLOAT16, BFLOAT16)
+    with pytest.raises(ValueError, match="not float64"):
+        element_defines(np.float64)
+
+
+def test_bf16_bits_read_back_as_the_values_they_hold():
+    """values() decodes bf16 bits exactly (the top half of a float32), leaves other types as
+    they are, and a poisoned bf16 buffer reads NaN."""
+    from convlab.gpu.elements import BFLOAT16, poison_value, values
+    from convlab.kernels.igemm.packing import to_bf16_bits
+
+    x = np.array([[1.0, -2.5, 2.0 ** -100], [65536.0, 1.0 + 2.0 ** -7, -0.0]], dtype=np.float32)
+    bits = to_bf16_bits(x)
+    assert np.array_equal(values(bits), x) and values(bits).dtype == np.float32
+    assert np.array_equal(values(bits.T), x.T)  # any strides
+    half = x.astype(np.float16)
+    assert values(half) is half
+    assert np.isnan(values(np.full(2, poison_value(BFLOAT16), np.uint16))).all()
+    assert np.isnan(poison_value(np.float16))

@@ -19,8 +19,8 @@ from convlab.errors import DataError
 from convlab.models import (IMAGENET, AddKept, BatchNorm, Conv, Dense, GlobalAvgPool, Keep,
                             MaxPool, ModelSpec, ReLU, Softmax, Swap, get_model, random_weights)
 from convlab.net import importer, state_dict
-from convlab.net.network import (ARENA_ALIGNMENT, Network, arena_offsets, fp16_next,
-                                  shortcut_as_fp16)
+from convlab.net.network import (ARENA_ALIGNMENT, Network, arena_offsets, half_next,
+                                  shortcut_as_half)
 from convlab.oracle import reference
 
 # torchvision's counts: resnet50 25,557,032 parameters (+ 53,120 batch-norm running means and
@@ -233,25 +233,57 @@ class Half:
         return np.dtype(np.float16)
 
 
-def test_fp16_passes_keep_but_not_a_swap_or_an_add():
-    """An activation kept for a shortcut may be written fp16 for the fp16 conv that reads it
-    next (the add reads fp16 as it is). What a Swap keeps goes to the add: whether that is
-    fp16 is not fp16_next's to say but shortcut_as_fp16's."""
+class Bf16:
+    layout = "nhwc"
+
+    @staticmethod
+    def input_dtype():
+        return np.dtype(np.uint16)
+
+
+def test_16_bit_activations_pass_keep_but_not_a_swap_or_an_add():
+    """An activation kept for a shortcut may be written 16-bit for the conv that reads it next
+    (the add reads it as it is). What a Swap keeps goes to the add: whether that is 16-bit is
+    not half_next's to say but shortcut_as_half's. The type is the next conv's: fp16, or bf16
+    bits for a bf16 conv; a float32 reader gets float32."""
+    from convlab.kernels import VARIANTS
+
     conv = Conv("c", 4, 4, 1)
-    assert fp16_next((Keep(), conv), 0, "nhwc", lambda layer: Half)
-    assert not fp16_next((Swap(), conv), 0, "nhwc", lambda layer: Half)
-    assert not fp16_next((AddKept(), ReLU(), conv), 0, "nhwc", lambda layer: Half)
+    assert half_next((Keep(), conv), 0, "nhwc", lambda layer: Half) == np.float16
+    assert half_next((Keep(), conv), 0, "nhwc", lambda layer: Bf16) == np.uint16
+    assert half_next((Swap(), conv), 0, "nhwc", lambda layer: Half) is None
+    assert half_next((AddKept(), ReLU(), conv), 0, "nhwc", lambda layer: Half) is None
+    tf32 = VARIANTS["wgmma"]
+    assert half_next((conv,), 0, "nhwc", lambda layer: tf32) is None
 
 
-def test_a_shortcut_conv_writes_fp16_where_the_block_input_was_kept_fp16():
+def test_a_layout_conversion_reads_bf16_bits_as_their_values():
+    """A kept activation in the other layout is converted to float32 before an add (a fallback
+    of that layout ran the conv that adds it): bf16 bits convert as the values they hold."""
+    from convlab.kernels.igemm.packing import to_bf16_bits
+    from convlab.net.network import convert
+    from convlab.shapes import is_channels_last
+
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    bits = to_bf16_bits(x)
+    exact = (bits.astype(np.uint32) << 16).view(np.float32)
+    for layout in ("nchw", "nhwc"):
+        got = convert(np, bits, layout)
+        assert got.dtype == np.float32 and np.array_equal(got, exact)
+        assert is_channels_last(got) == (layout == "nhwc")
+
+
+def test_a_shortcut_conv_writes_16_bit_where_the_block_input_was_kept_so():
     """The conv whose output a Swap puts in the block input's place holds it as that input is
-    held: fp16 channels-last in an fp16 network (half the bytes the add reads), float32 where
-    the block input is float32 or the conv writes NCHW."""
-    assert shortcut_as_fp16(("nhwc", np.dtype(np.float16)), "nhwc")
-    assert not shortcut_as_fp16(("nhwc", np.dtype(np.float32)), "nhwc")
-    assert not shortcut_as_fp16(("nchw", np.dtype(np.float16)), "nhwc")
-    assert not shortcut_as_fp16(("nhwc", np.dtype(np.float16)), "nchw")
-    assert not shortcut_as_fp16(None, "nhwc")
+    held: fp16 or bf16 bits channels-last in a 16-bit network (half the bytes the add reads),
+    float32 where the block input is float32 or the conv writes NCHW."""
+    half, bf16 = np.dtype(np.float16), np.dtype(np.uint16)
+    assert shortcut_as_half(("nhwc", half), "nhwc") == half
+    assert shortcut_as_half(("nhwc", bf16), "nhwc") == bf16
+    assert shortcut_as_half(("nhwc", np.dtype(np.float32)), "nhwc") is None
+    assert shortcut_as_half(("nchw", half), "nhwc") is None
+    assert shortcut_as_half(("nhwc", half), "nchw") is None
+    assert shortcut_as_half(None, "nhwc") is None
 
 
 # --- PyTorch state dicts, read without PyTorch ------------------------------------------------
@@ -830,3 +862,41 @@ def test_a_run_records_the_tiling_of_the_variant_that_prepared_each_step(tiny, m
                      policy=timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3))
     assert result.layers and all(layer.config == {"prepared": layer.shape.M}
                                  for layer in result.layers)
+
+
+def test_a_run_names_its_top1_flips_with_their_float64_margins():
+    """Each image whose top-1 is not float64's is recorded with its float64 top-2 margin, and
+    the batch's count of images a flip could reach (margins below twice the largest
+    probability error): what the README's near-tie reading needs, per record."""
+    from convlab.report import flips_text
+
+    ref = np.array([[0.50, 0.49, 0.01], [0.1, 0.2, 0.7], [0.30, 0.36, 0.34]])
+    predictions = np.array([1, 2, 2])
+    flips, near = lab.top1_flips(ref, predictions, max_error=0.015)
+    assert [f["image"] for f in flips] == [0, 2]
+    assert np.allclose([f["margin"] for f in flips], [0.01, 0.02])
+    assert near == 2  # margins 0.01 and 0.02 are below 0.03; 0.5 is not
+    assert lab.top1_flips(ref, ref.argmax(axis=1), 0.015)[0] == []
+
+    class Result:
+        batch, near_ties = 3, near
+        top1_flips = flips
+
+    assert flips_text(Result) == ("their float64 top-2 margins 0.01, 0.02; 2 of 3 images have "
+                                  "margins below 2 x max |p - p64|")
+
+
+def test_16_bit_outputs_of_their_own_maths_store_16_bytes_at_a_time():
+    """The persistent register store's 16-byte path takes fp16 and bf16 outputs of fp16 and
+    bf16 maths (a bf16 network's convs and adds), float32 of any maths but 3xTF32; a 16-bit
+    output of tf32 maths, or channels off 16 bytes, stores elements."""
+    from convlab.kernels.igemm.wgmma import stores_vectors
+    from convlab.shapes import ConvShape
+
+    shape, odd = ConvShape(2, 64, 14, 14, 256, 1), ConvShape(2, 64, 14, 14, 260, 1)
+    half, bf16 = np.dtype(np.float16), np.dtype(np.uint16)
+    assert stores_vectors(shape, "bf16", bf16) and stores_vectors(shape, "fp16", half)
+    assert stores_vectors(shape, "bf16", np.float32) and stores_vectors(odd, "tf32", np.float32)
+    assert not stores_vectors(shape, "tf32", bf16) and not stores_vectors(shape, "tf32", half)
+    assert not stores_vectors(odd, "bf16", bf16) and not stores_vectors(shape, "3xtf32",
+                                                                        np.float32)

@@ -4,6 +4,7 @@ classic bugs fail at short and long ones. The GPU tests repeat this with real ke
 import numpy as np
 import pytest
 
+from convlab.gpu.elements import values
 from convlab.oracle.reference import conv2d
 from convlab.oracle.verify import (LAMBDA, Reference, compare, poison, random_problem,
                                    reference_output, unit_roundoff)
@@ -227,3 +228,32 @@ def test_an_fp16_output_is_allowed_its_last_rounding_and_no_more():
     two_ulps = stored.copy()
     two_ulps[1] = np.float16(1001.0)  # fp16 ulps are 0.5 at 1000
     assert not compare(two_ulps, ref, "fp32").passed
+
+
+def test_a_bf16_output_is_read_as_its_values_and_allowed_its_last_rounding():
+    """An output stored as bf16 bits (an activation for the bf16 conv after it) is compared as
+    the values those bits hold, within bf16's u = 2^-8 of |ref|; as plain integers, or two
+    bf16 steps off, it fails."""
+    from convlab.kernels.igemm.packing import to_bf16_bits
+
+    exact = np.array([1.0 + 3 * 2.0 ** -10, 1000.3, -0.1], dtype=np.float32)
+    ref = Reference(exact.astype(np.float64), np.zeros(3), 1)
+    stored = to_bf16_bits(exact)
+    assert stored.dtype == np.uint16
+    check = compare(stored, ref, "fp32")
+    assert check.passed, check.reason
+    assert "stored to u=2^-8" in check.rule
+    assert not compare(stored.astype(np.float32), ref, "fp32").passed
+    two_steps = stored.copy()
+    two_steps[1] += 2  # bf16 steps are 4 at 1000: 1008 against 1000.3
+    assert not compare(two_steps, ref, "fp32").passed
+
+
+def test_a_poisoned_bf16_buffer_holds_nan_bits():
+    """poison fills bf16 bits with a bf16 NaN (a NaN cast to an integer type is no NaN), so a
+    bf16 element the kernel never writes cannot pass."""
+    y = np.zeros(4, dtype=np.uint16)
+    poison(y)
+    assert np.isnan(values(y)).all()
+    check = compare(y, Reference(np.zeros(4), np.zeros(4), 1), "bf16")
+    assert not check.passed and check.unwritten == 4

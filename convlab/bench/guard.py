@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..gpu.elements import values
 from ..gpu.isolate import gpu_wait
 from ..gpu.jit import load_module
 from ..oracle.diagnose import diagnose
@@ -121,6 +122,12 @@ def host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
+def host_values(a) -> np.ndarray:
+    """An operand on the host as the values it holds (bf16 bits decoded): what a reference
+    computes from. Outputs stay as stored: the check allows their type's last rounding."""
+    return values(host(a))
+
+
 # --- the verified sample -------------------------------------------------------------------------
 
 class Sample:
@@ -195,7 +202,7 @@ class Layer:
     kept: object = None
 
     def kept_of(self, images: Sequence[int]) -> np.ndarray | None:
-        return None if self.kept is None else host(self.kept[list(images)])
+        return None if self.kept is None else host_values(self.kept[list(images)])
 
 
 def check_images(layer: Layer, x, out, images: Sequence[int], layer_mean: float | None = None,
@@ -204,7 +211,7 @@ def check_images(layer: Layer, x, out, images: Sequence[int], layer_mean: float 
     reference), with y[...] in the reason naming batch indices. `layer_mean`: the layer's mean
     sum|x*w| for the bound's floor (default: these images'). `sample`: where a reference of
     the same images and input may be kept."""
-    x_h = host(x[list(images)])
+    x_h = host_values(x[list(images)])
     got = host(out[list(images)])
     kept = layer.kept_of(images)
     ref = _reference(sample, ("images", tuple(images), layer.epilogue),
@@ -297,9 +304,10 @@ def check_edge_rows(layer: Layer, x, out, rng: np.random.Generator,
         conv_row, count = _conv_rows(layer.epilogue, out_row)
         lo = max(0, conv_row * shape.stride - shape.pad_h)
         hi = min(shape.H, (conv_row + count - 1) * shape.stride - shape.pad_h + shape.span_h)
-        x_rows = np.array(host(x[:, :, lo:hi]))  # a copy: the input's buffer is refilled later
+        # a copy: the input's buffer is refilled later
+        x_rows = np.array(host_values(x[:, :, lo:hi]))
         kept = None if layer.kept is None else \
-            host(layer.kept[:, :, conv_row:conv_row + count])[pairs[:, 0], pairs[:, 1]]
+            host_values(layer.kept[:, :, conv_row:conv_row + count])[pairs[:, 0], pairs[:, 1]]
         ref = _reference(sample, ("rows", out_row, layer.epilogue, layer_mean),
                          (x_rows, pairs) if kept is None else (x_rows, pairs, kept),
                          lambda: edge_row_reference(layer, x_rows, lo, conv_row, count, pairs,

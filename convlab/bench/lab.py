@@ -17,7 +17,7 @@ from .. import tuning
 from ..errors import ConvlabError, DeviceMemoryError
 from ..gpu import (cache_dir, gpu_available, hardware, nvtx, require_cupy, timer,
                   unavailable_reason)
-from ..gpu.elements import FLOAT16
+from ..gpu.elements import FLOAT16, values
 from ..gpu.isolate import DEFAULT_TIMEOUT_S, gpu_wait, run_isolated
 from ..kernels import VARIANTS, Variant, get_variant
 from ..models import FASHION_MNIST, IMAGENET, ModelSpec, Weights, get_model, load_weights
@@ -151,6 +151,19 @@ def reference_probabilities(weights: Weights, x: np.ndarray) -> np.ndarray:
         np.save(tmp, known)
         os.replace(tmp, path)
     return known[:n]
+
+
+def top1_flips(ref: np.ndarray, predictions: np.ndarray,
+               max_error: float) -> tuple[list[dict], int]:
+    """The images whose predicted class is not float64's, each with its float64 top-2 margin
+    (the two largest probabilities' difference), and how many images of the batch have a
+    margin below 2 * max_error, the most any class's probability moved: only those can flip.
+    A flip outside them would be a wrong result, not rounding."""
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    margins = top2[:, 1] - top2[:, 0]
+    flips = [{"image": int(i), "margin": float(margins[i])}
+             for i in np.flatnonzero(predictions != ref.argmax(axis=1))]
+    return flips, int((margins < 2 * max_error).sum())
 
 
 # --- verification and timing of one conv step -------------------------------------------------
@@ -331,8 +344,8 @@ def _layer_step_operands(step: Step, network: Network) -> tuple:
     """A non-conv step's input and kept activation on the sampled images, in float64, taken
     before its launch: an elementwise step may write its output over its input."""
     host = _sampler(network)
-    kept = None if step.kept is None else host(step.kept).astype(np.float64)
-    return host(step.input).astype(np.float64), kept
+    kept = None if step.kept is None else values(host(step.kept)).astype(np.float64)
+    return values(host(step.input)).astype(np.float64), kept
 
 
 def _verify_layer_step(step: Step, network: Network, operands: tuple) -> Check:
@@ -462,6 +475,8 @@ def _run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
         reference = ref.argmax(axis=1)
         result.predictions_differ = int((predictions != reference).sum())
         result.max_prob_error = float(np.abs(probs.astype(np.float64) - ref).max())
+        result.top1_flips, result.near_ties = top1_flips(ref, predictions,
+                                                         result.max_prob_error)
     if compare_torch and network.on_gpu:
         _torch_time(weights, network, result, policy, reference)
     if network.fallback_layers:

@@ -103,6 +103,10 @@ class RunResult:
     htod_ms: float | None = None
     dtoh_ms: float | None = None
     max_prob_error: float | None = None  # ImageNet: max |p - p_float64| over the batch
+    # ImageNet: the images whose top-1 is not float64's, each with its float64 top-2 margin
+    # (lab.top1_flips), and how many images' margins are below 2 * max_prob_error
+    top1_flips: list[dict] = field(default_factory=list)
+    near_ties: int | None = None
     torch_ms: float | None = None  # PyTorch's fastest candidate (torch_rows) for the same pass
     torch_note: str = ""  # which candidate that was, or why PyTorch was not measured
     torch_rows: list[dict] = field(default_factory=list)  # torch_forward.TorchRow.as_dict()s
@@ -136,7 +140,8 @@ class RunResult:
                 "steps": [s.as_dict() for s in self.steps],
                 "accuracy": self.accuracy, "expected_accuracy": self.expected_accuracy,
                 "predictions_differ": self.predictions_differ,
-                "max_prob_error": self.max_prob_error, "compile_s": self.compile_s,
+                "max_prob_error": self.max_prob_error, "top1_flips": self.top1_flips,
+                "near_ties": self.near_ties, "compile_s": self.compile_s,
                 "forward_ms": self.forward_ms, "graph": self.graph,
                 "eager_forward_ms": self.eager_forward_ms, "htod_ms": self.htod_ms,
                 "dtoh_ms": self.dtoh_ms, "end_to_end_s": self.end_to_end_s,

@@ -1,20 +1,29 @@
 """The element types kernels read and write between the network's layers, as CUDA C.
 
-Activations are float32, or fp16 where the next consumer is an fp16 convolution that reads them
-as they are: the op (or conv) before it writes fp16 and no conversion pass runs between them.
+Activations are float32, or the 16-bit type of the class (fp16, or bf16 bits) where the next
+consumer is a convolution of that class that reads them as they are: the op (or conv) before it
+writes them so and no conversion pass runs between them.
 """
 
 import numpy as np
 
-# What a kernel reads and writes, as its IN_HALF / OUT_HALF compile-time switches.
-FLOAT32, FLOAT16 = np.dtype(np.float32), np.dtype(np.float16)
-ELEMENT_TYPES = (FLOAT32, FLOAT16)
+# What a kernel reads and writes, as its IN_HALF / OUT_HALF compile-time switches (16-bit
+# elements) and BF16_BITS (those are bf16 bits, not fp16). bf16 travels as its bit patterns:
+# neither NumPy nor CuPy has a bfloat16 dtype, and uint16 means nothing else here.
+FLOAT32, FLOAT16, BFLOAT16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint16)
+ELEMENT_TYPES = (FLOAT32, FLOAT16, BFLOAT16)
+HALF_TYPES = (FLOAT16, BFLOAT16)
+# A bf16 NaN (exponent all ones, significand not zero), to poison a buffer of bf16 bits with.
+BFLOAT16_NAN = 0x7FC0
 
 # The fragment every op and the implicit-GEMM epilogue include. The arithmetic stays float32;
 # PTX cvt converts (no header needed), rounding to nearest even as NumPy's and CuPy's astype do.
 ELEMENT_SOURCE = r"""
+#ifndef BF16_BITS
+#define BF16_BITS 0
+#endif
 #if IN_HALF
-typedef unsigned short in_t;  // IEEE fp16 bits
+typedef unsigned short in_t;  // IEEE fp16 bits, or bf16 bits under BF16_BITS
 #else
 typedef float in_t;
 #endif
@@ -24,12 +33,31 @@ typedef unsigned short out_t;
 typedef float out_t;
 #endif
 
-// fp16 bits as float32: the input's, and any other fp16 operand's (a residual add's kept one).
+// 16-bit patterns as float32: the input's, and any other 16-bit operand's (a residual add's kept
+// one). A kernel's 16-bit operands are all of one class's type: one network runs one class.
 __device__ __forceinline__ float half_bits_to_float(unsigned short h)
 {
+#if BF16_BITS
+    return __uint_as_float((unsigned)h << 16);
+#else
     float v;
     asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
     return v;
+#endif
+}
+
+// float32 as a 16-bit pattern, rounded to nearest even (NumPy's and CuPy's astype for fp16;
+// igemm.packing's to_bf16_bits for bf16, finite values).
+__device__ __forceinline__ unsigned short float_to_half_bits(float v)
+{
+#if BF16_BITS
+    const unsigned u = __float_as_uint(v);
+    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+#else
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+#endif
 }
 
 __device__ __forceinline__ float to_float(in_t e)
@@ -56,9 +84,7 @@ __device__ __forceinline__ float load_in(const in_t* __restrict__ p)
 __device__ __forceinline__ out_t to_out(float v)
 {
 #if OUT_HALF
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
+    return float_to_half_bits(v);
 #elif OUT_TF32
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
@@ -70,14 +96,36 @@ __device__ __forceinline__ out_t to_out(float v)
 """
 
 
-def element_defines(in_dtype=FLOAT32, out_dtype=FLOAT32) -> dict[str, int]:
-    """IN_HALF / OUT_HALF for a kernel reading `in_dtype` and writing `out_dtype`."""
-    for dtype in (in_dtype, out_dtype):
-        if np.dtype(dtype) not in ELEMENT_TYPES:
-            raise ValueError(f"kernels read and write {' or '.join(map(str, ELEMENT_TYPES))}, "
-                             f"not {np.dtype(dtype)}")
-    return {"IN_HALF": int(np.dtype(in_dtype) == FLOAT16),
-            "OUT_HALF": int(np.dtype(out_dtype) == FLOAT16)}
+def element_defines(in_dtype=FLOAT32, out_dtype=FLOAT32, *others) -> dict[str, int]:
+    """IN_HALF / OUT_HALF / BF16_BITS for a kernel reading `in_dtype` and writing `out_dtype`
+    (`others`: any further operand types it reads, a residual add's kept one)."""
+    dtypes = [np.dtype(d) for d in (in_dtype, out_dtype, *others)]
+    for dtype in dtypes:
+        if dtype not in ELEMENT_TYPES:
+            raise ValueError(f"kernels read and write {', '.join(map(type_name, ELEMENT_TYPES))}"
+                             f", not {dtype}")
+    if FLOAT16 in dtypes and BFLOAT16 in dtypes:
+        raise ValueError("a kernel's 16-bit operands are all fp16 or all bf16, not both")
+    return {"IN_HALF": int(dtypes[0] in HALF_TYPES), "OUT_HALF": int(dtypes[1] in HALF_TYPES),
+            "BF16_BITS": int(BFLOAT16 in dtypes)}
+
+
+def type_name(dtype) -> str:
+    """How tables and messages name an element type: bf16 bits as bf16."""
+    return "bf16" if np.dtype(dtype) == BFLOAT16 else str(np.dtype(dtype))
+
+
+def values(a):
+    """The element values of a host or device array: bf16 bits as float32 (exact), any other
+    type as it is."""
+    if a.dtype != BFLOAT16:
+        return a
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
+def poison_value(dtype) -> float | int:
+    """A NaN of `dtype`, which no check passes: what a buffer is filled with before a launch."""
+    return BFLOAT16_NAN if np.dtype(dtype) == BFLOAT16 else float("nan")
 
 # The staged element types (staging and ingest kernels): MODE 1 fp16, 2 bf16 bits; any other
 # maths reads float32.

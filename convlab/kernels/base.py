@@ -17,7 +17,7 @@ import numpy as np
 from .. import tuning
 from ..errors import ConvlabError
 from ..gpu import compute_capability
-from ..gpu.elements import FLOAT32
+from ..gpu.elements import FLOAT32, poison_value
 from ..gpu.jit import build_options, load_module
 from ..shapes import FEATURES, NCHW, NHWC, ConvShape, channels_last
 
@@ -173,7 +173,7 @@ class Op:
         """Stage `x` (host or device; xp is NumPy or CuPy), launch once into a fresh NaN-filled
         output, so an element the kernel never writes cannot pass a check, and return the array
         holding the result (a GPU launch is not waited for)."""
-        y = xp.full(self.output_shape, xp.nan, dtype=self.output_dtype)
+        y = xp.full(self.output_shape, poison_value(self.output_dtype), dtype=self.output_dtype)
         self(self.stage(xp.asarray(x)), y)
         return self.output(y)
 

@@ -31,8 +31,8 @@ SOURCE = (r"""
 //
 // Compile-time: C H W M KH KW STRIDE PAD_H PAD_W DIL G (shape), HAS_BIAS RELU, MODE, BM BN BK
 // WARPS_M WARPS_N STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the
-// NHWC kernel), IN_HALF 0 and OUT_HALF (the output as fp16, for an fp16 conv after it:
-// `writing`).
+// NHWC kernel), IN_HALF 0, OUT_HALF and BF16_BITS (the output as fp16 or bf16 bits, for a conv
+// of that class after it: `writing`).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
           + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + mainloop.KERNEL_BEGIN
@@ -45,7 +45,8 @@ from dataclasses import dataclass  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..errors import ConvlabError  # noqa: E402
-from ..gpu.elements import FLOAT16, FLOAT32, element_defines  # noqa: E402
+from ..gpu.elements import (BFLOAT16, FLOAT16, FLOAT32, HALF_TYPES,  # noqa: E402
+                             element_defines)
 from ..shapes import NCHW, SQUARE_FEATURES, ConvShape, memory_view  # noqa: E402
 from .base import (ADD_RELU, RELU, Arithmetic, Op, Support, Variant, check_inputs,  # noqa: E402
                    check_supported, device_weights, direct_arithmetic, split_tf32_arithmetic)
@@ -120,7 +121,7 @@ class Pipelined(Variant):
     `channels_last`, which change the gather, the epilogue and the staging)."""
 
     config_type = Tiling
-    output_dtypes = (FLOAT32, FLOAT16)
+    output_dtypes = (FLOAT32, FLOAT16, BFLOAT16)
     # What each member takes from its Form and its activations, not from its class
     FROM_FORM = ("name", "summary", "precision", "maths", "layout", "general", "runs_dense",
                  "epilogues")
@@ -141,7 +142,8 @@ class Pipelined(Variant):
                  config: Tiling | dict | None = None, output_dtype=FLOAT32,
                  kept_dtype=FLOAT32):
         """Without a config, each shape gets the cost model's first choice (`estimate`);
-        `output_dtype`: float32, or float16 for an fp16 conv after it (`writing`);
+        `output_dtype`: float32, or float16 / bf16 bits for a conv of that class after it
+        (`writing`);
         `kept_dtype`: what an add-relu epilogue's kept activation holds (`adding`)."""
         self.form, self.activations = form, activations
         self.name, self.summary = form.name, form.summary
@@ -233,7 +235,7 @@ class Pipelined(Variant):
 
     def adding(self, dtype) -> "Pipelined":
         """This variant with its add-relu epilogue reading a kept activation of `dtype` (float32,
-        or fp16 where the block's input was written for an fp16 conv)."""
+        or fp16 / bf16 bits where the block's input was written for a conv of that class)."""
         dtype = np.dtype(dtype)
         if dtype == self.kept_dtype:
             return self
@@ -249,11 +251,12 @@ class Pipelined(Variant):
                 "PAD_W": k.pad_w, "DIL": k.dilation, "G": k.groups,
                 "HAS_BIAS": int(k.bias), "RELU": int(epilogue in (RELU, ADD_RELU)),
                 "ADD_KEPT": int(epilogue == ADD_RELU),
-                "KEPT_HALF": int(epilogue == ADD_RELU and self.kept_dtype == FLOAT16),
+                "KEPT_HALF": int(epilogue == ADD_RELU and self.kept_dtype in HALF_TYPES),
                 "MODE": MODES[self.maths], "BM": t.bm, "BN": t.bn, "BK": t.bk,
                 "WARPS_M": t.warps_m, "WARPS_N": t.warps_n, "STAGES": t.stages,
                 "SPLIT_K": t.split_k, "GATHER_TAP": int(t.tap_order),
-                **element_defines(FLOAT32, self.output_dtype)}
+                **element_defines(FLOAT32, self.output_dtype,
+                                  *([self.kept_dtype] if epilogue == ADD_RELU else []))}
 
     def layout_defines(self, k: ConvShape) -> dict[str, int]:
         return self.activations.defines(k, self.maths)

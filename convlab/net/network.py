@@ -7,15 +7,16 @@ in a forward pass, so a pass only launches kernels: it can be timed step by step
 into a CUDA graph whole. Where two layers fuse, they are one step: conv + ReLU, conv + tanh +
 2x2 pool, or a residual block's last conv + its add + ReLU when the variant has that epilogue,
 an activation into the max-pool that follows it, LRN + max-pool, FC + activation. Activations
-are float32, except where the next thing done with them is a variant reading fp16 channels-last:
-then the step before writes them as fp16 and the variant reads them as they are (what its own
-conversion would have given, bit for bit: only max-pools, ReLUs and flattens may stand between,
-which commute with rounding). A residual block's shortcut is the one exception: the add (or
-the conv that adds it) reads the block's input as the block's first conv does, fp16, and a
-projection shortcut's conv writes fp16 where that input was (shortcut_as_fp16), where a float32
-network would add them unrounded (the fp16 class's bound covers it). Buffers share one arena: a
-step writes over bytes no later step reads any more, and a residual add or an activation over
-its own input where nothing reads that after it. The cpu variant runs the same plan with NumPy.
+are float32, except where the next thing done with them is a variant reading 16-bit
+channels-last (fp16, or bf16 bits): then the step before writes them so and the variant reads
+them as they are (what its own conversion would have given, bit for bit: only max-pools, ReLUs
+and flattens may stand between, which commute with rounding). A residual block's shortcut is
+the one exception: the add (or the conv that adds it) reads the block's input as the block's
+first conv does, 16-bit, and a projection shortcut's conv writes 16-bit where that input was
+(shortcut_as_half), where a float32 network would add them unrounded (the class's bound covers
+it). Buffers share one arena: a step writes over bytes no later step reads any more, and a
+residual add or an activation over its own input where nothing reads that after it. The cpu
+variant runs the same plan with NumPy.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from .. import ops, tuning
 from ..ops.base import apply_activation
-from ..gpu.elements import FLOAT16, FLOAT32
+from ..gpu.elements import FLOAT32, HALF_TYPES, values
 from ..kernels import ADD_RELU, RELU, TANH_POOL, Variant, takes_tunings
 from ..kernels.igemm.splitk import SplitKScratch, shared_split_k
 from ..models import (LRN, AddKept, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool, ReLU,
@@ -52,7 +53,7 @@ class StepOp(Protocol):
     compile_seconds: float
     capturable: bool  # only kernel launches on the given buffers: a CUDA graph can replay it
     layout: str  # the memory format (shapes.NCHW / NHWC) of its 4-D input and output
-    output_dtype: np.dtype  # what it writes: float32, or fp16 for an fp16 conv after it
+    output_dtype: np.dtype  # what it writes: float32, or 16-bit for a conv reading that after it
 
     def __call__(self, x, y) -> None: ...
 
@@ -150,7 +151,9 @@ def flattened_columns(w: np.ndarray, flattened: tuple) -> np.ndarray:
 
 
 def convert(xp, a, layout: str):
-    """a (logical NCHW, any strides) as a dense float32 array in `layout`'s memory format."""
+    """a (logical NCHW, any strides; bf16 bits read as their values) as a dense float32 array
+    in `layout`'s memory format."""
+    a = values(a)
     if layout == NHWC:
         return xp.ascontiguousarray(a.transpose(0, 2, 3, 1), dtype=xp.float32).transpose(0, 3, 1, 2)
     return xp.ascontiguousarray(a, dtype=xp.float32)
@@ -208,38 +211,44 @@ def arena_offsets(sizes: list[int], lives: list[tuple[int, int]]) -> tuple[list[
     return offsets, max(total, 1)
 
 
-def shortcut_as_fp16(block_input: tuple[str, np.dtype] | None, layout: str) -> bool:
-    """Whether a residual block's shortcut conv, writing `layout`, writes fp16: where the
-    block's input, whose place in the kept stack its output takes, was kept as fp16
-    channels-last (`block_input`: that one's layout and dtype; None: no Swap follows the conv).
-    The add then reads both of its kept operands as an fp16 network holds them, as PyTorch's
-    fp16 forward does, at half the bytes; the fp16 class's bound covers the rounding."""
-    return block_input == (NHWC, FLOAT16) and layout == NHWC
+def shortcut_as_half(block_input: tuple[str, np.dtype] | None, layout: str) -> np.dtype | None:
+    """The 16-bit type a residual block's shortcut conv, writing `layout`, writes (None: it
+    writes float32): the one the block's input, whose place in the kept stack its output takes,
+    was kept as, where that was 16-bit channels-last (`block_input`: that one's layout and
+    dtype; None: no Swap follows the conv). The add then reads both of its kept operands as a
+    16-bit network holds them, as PyTorch's fp16 and bf16 forwards do, at half the bytes; the
+    class's bound covers the rounding."""
+    if block_input is None or layout != NHWC or block_input[0] != NHWC:
+        return None
+    return block_input[1] if block_input[1] in HALF_TYPES else None
 
 
-# Layers that give the same bits on fp16-rounded input as on float32 input rounded after them
+# Layers that give the same bits on 16-bit-rounded input as on float32 input rounded after them
 # (max and ReLU are monotonic and pick one of their inputs; a flatten is a view; Keep passes
-# the activation on, and whatever adds it later reads fp16 as it is): an fp16 activation may
+# the activation on, and whatever adds it later reads it as it is): a 16-bit activation may
 # pass them.
 ROUNDING_TRANSPARENT = (MaxPool, ReLU, Flatten, Keep)
 
 
-def fp16_next(layers: tuple, j: int, layout: str,
-              variant_for: Callable[[Conv | Dense], Variant | None]) -> bool:
-    """Whether an activation in `layout` that layers[j:] take next may be written as fp16: the
-    first conv or FC layer it reaches, past rounding-transparent layers only, is run by a
-    variant that reads fp16 channels-last as it is (`variant_for(layer)`: that variant; None
-    for an FC layer our FC kernels run, which read float32)."""
+def half_next(layers: tuple, j: int, layout: str,
+              variant_for: Callable[[Conv | Dense], Variant | None]) -> np.dtype | None:
+    """The 16-bit type (fp16, or bf16 bits) an activation in `layout` that layers[j:] take next
+    may be written as, or None (float32): where the first conv or FC layer it reaches, past
+    rounding-transparent layers only, is run by a variant that reads that type channels-last
+    as it is (`variant_for(layer)`: that variant; None for an FC layer our FC kernels run,
+    which read float32)."""
     if layout != NHWC:
-        return False
+        return None
     for layer in layers[j:]:
         if isinstance(layer, (Conv, Dense)):
             variant = variant_for(layer)
-            return (variant is not None and variant.layout == NHWC
-                    and variant.input_dtype() == FLOAT16)
+            if variant is None or variant.layout != NHWC:
+                return None
+            dtype = np.dtype(variant.input_dtype())
+            return dtype if dtype in HALF_TYPES else None
         if not isinstance(layer, ROUNDING_TRANSPARENT):
-            return False
-    return False
+            return None
+    return None
 
 
 class Network:
@@ -419,15 +428,15 @@ class Network:
         # Kept in another memory format (the shortcut's conv ran with a variant of the other
         # layout, a fallback): converted to this one, as float32, before the add, on every pass.
         convert_kept = layout if kept_layout != layout and len(in_shape) == 4 else None
-        half = self._fp16_next(layers, i + len(group), layout)
+        half = self._half_next(layers, i + len(group), layout)
         op = ops.prepare_add(in_shape, activation, layout, dtype,
-                             FLOAT32 if convert_kept else kept_dtype, FLOAT16 if half else FLOAT32)
+                             FLOAT32 if convert_kept else kept_dtype, half or FLOAT32)
         return Step(label=label, category="add", kernel_label=f"{op.name} {label}", op=op,
                     layers=group, adds_kept=True, convert_kept=convert_kept,
                     elementwise=True), len(group)
 
-    def _fp16_next(self, layers: tuple, j: int, layout: str) -> bool:
-        return fp16_next(layers, j, layout, self.plan.variant_for)
+    def _half_next(self, layers: tuple, j: int, layout: str) -> np.dtype | None:
+        return half_next(layers, j, layout, self.plan.variant_for)
 
     def _conv_step(self, layers, decision: LayerDecision,
                    kept: tuple[str, np.dtype] | None = None,
@@ -457,10 +466,10 @@ class Network:
                    shortcut: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
         i, shape, variant = decision.index, decision.shape, decision.variant
         layer, epilogue, absorbed = layers[i], decision.epilogue, decision.absorbed
-        if FLOAT16 in variant.output_dtypes and (
-                self._fp16_next(layers, i + 1 + absorbed, variant.layout)
-                or shortcut_as_fp16(shortcut, variant.layout)):
-            variant = variant.writing(FLOAT16)
+        half = (self._half_next(layers, i + 1 + absorbed, variant.layout)
+                or shortcut_as_half(shortcut, variant.layout))
+        if half is not None and half in variant.output_dtypes:
+            variant = variant.writing(half)
         convert_kept = None
         if epilogue == ADD_RELU:
             # Kept in the other memory format (a fallback of that layout ran the shortcut's
@@ -489,9 +498,9 @@ class Network:
         nxt = layers[i + 1] if i + 1 < len(layers) else None
         if self.on_gpu:
             def make(category, label, group, shape):
-                half = self._fp16_next(layers, i + len(group), layout)
+                half = self._half_next(layers, i + len(group), layout)
                 return self._device_op(category, label, group, shape, layout, flattened, dtype,
-                                       FLOAT16 if half else FLOAT32)
+                                       half or FLOAT32)
         else:
             make = self._host_op
         if type(layer) in ACTIVATIONS and isinstance(nxt, MaxPool):
@@ -519,7 +528,7 @@ class Network:
                    out_dtype=FLOAT32) -> Step:
         """`layout`: the activations' memory format; `flattened`: the 4-D shape a flatten just
         before this step read in that format; `in_dtype`, `out_dtype`: the element types of
-        its input and output (fp16 ones only for max-pools and activations, an fp16 output
+        its input and output (16-bit ones only for pools and activations, a 16-bit output
         only for those and LRN)."""
         first, last = group[0], group[-1]
         activation = next((ACTIVATIONS[type(g)] for g in group if type(g) in ACTIVATIONS), None)

@@ -1,6 +1,6 @@
 """Elementwise activations (ReLU, tanh), for the layers no neighbouring kernel absorbs."""
 
-from ..gpu.elements import ELEMENT_SOURCE, FLOAT32, element_defines
+from ..gpu.elements import ELEMENT_SOURCE, FLOAT32, element_defines, values as element_values
 from .base import ACTIVATION_SOURCE
 
 SOURCE = r"""
@@ -63,5 +63,5 @@ def prepare_activation(shape, kind: str, layout: str = NCHW, in_dtype=FLOAT32,
 def reference_activation(x: np.ndarray, kind: str) -> Reference:
     """The float64 result: ReLU of a float32 is exact (zero bound); tanhf is within
     TANH_ABSOLUTE."""
-    values = apply_activation(np.asarray(x, dtype=np.float64), kind)
+    values = apply_activation(np.asarray(element_values(x), dtype=np.float64), kind)
     return Reference(values, np.zeros_like(values), 1, activation_absolute(kind))

@@ -1,7 +1,7 @@
 """max-pool (any window, stride and padding, floor mode, an optional activation applied to the
 result) and the global average pool."""
 
-from ..gpu.elements import ELEMENT_SOURCE, FLOAT32, element_defines
+from ..gpu.elements import ELEMENT_SOURCE, FLOAT32, element_defines, values as element_values
 from .base import ACTIVATION_SOURCE
 
 SOURCE = r"""
@@ -127,8 +127,8 @@ def reference_max_pool(x: np.ndarray, size: int, stride: int,
     """The float64 result. A max of float32 values is one of them, exactly, and so is ReLU of
     it: the bound is zero (Reference adds only n*TINY). tanhf adds its own error, which
     TANH_ABSOLUTE allows."""
-    values = apply_activation(max_pool(np.asarray(x, dtype=np.float64), size, stride, pad),
-                              activation)
+    x64 = np.asarray(element_values(x), dtype=np.float64)
+    values = apply_activation(max_pool(x64, size, stride, pad), activation)
     return Reference(values, np.zeros_like(values), 1, activation_absolute(activation))
 
 
@@ -193,6 +193,6 @@ def reference_global_avg_pool(x: np.ndarray) -> Reference:
     """The float64 mean of each plane. The float32 sum of n = H*W terms errs as a conv's sum of
     n terms does, relative to the sum of |x|; the division by n is one more rounding, within
     the rule's allowance at n >= 1."""
-    x64 = np.asarray(x, dtype=np.float64)
+    x64 = np.asarray(element_values(x), dtype=np.float64)
     n = x64.shape[2] * x64.shape[3]
     return Reference(x64.mean(axis=(2, 3)), np.abs(x64).mean(axis=(2, 3)), n + 1)

@@ -1,19 +1,19 @@
 """The residual add: a block's output plus its kept shortcut, with the activation after it."""
 
-from ..gpu.elements import ELEMENT_SOURCE, FLOAT16, FLOAT32, element_defines
+from ..gpu.elements import ELEMENT_SOURCE, FLOAT32, HALF_TYPES, element_defines, values
 from .base import ACTIVATION_SOURCE
 
 SOURCE = r"""
 // add_kept: y[i] = act(x[i] + kept[i]), one thread per element, 64-bit index: the end of a
 // residual block, where the body's last output meets the shortcut kept at the block's start.
 // Both are in the same memory format, so the add is elementwise whatever the format. The kept
-// activation may be fp16 where it was written for an fp16 conv (KEPT_HALF) while x is float32
+// activation may be 16-bit where it was written for a 16-bit conv (KEPT_HALF) while x is float32
 // (or the other way), so it has its own element type. Elementwise: two reads and one write per
 // element, the whole cost. The channels-last implicit GEMMs save a read and a write of that by
 // adding the shortcut in their stores (the add-relu epilogue); this op adds it for the others.
 // A thread reads x[i] before it writes y[i] and touches no other, so x and y are deliberately
 // not __restrict__: a network writes the sum over x where nothing reads x after it.
-// Compile-time: ACT, BLOCK, IN_HALF, OUT_HALF, KEPT_HALF.
+// Compile-time: ACT, BLOCK, IN_HALF, OUT_HALF, KEPT_HALF, BF16_BITS.
 """ + ACTIVATION_SOURCE + ELEMENT_SOURCE + r"""
 #if KEPT_HALF
 typedef unsigned short kept_t;
@@ -51,8 +51,9 @@ def add_kernel(shape, activation: str | None = None, in_dtype=FLOAT32, kept_dtyp
         raise ValueError(f"a residual add needs a non-empty shape, got {tuple(shape)}")
     return spec("ops.residual", "add_kept", SOURCE,
                 {"ACT": check_activation(activation), "BLOCK": BLOCK,
-                 "KEPT_HALF": int(np.dtype(kept_dtype) == FLOAT16),
-                 **element_defines(in_dtype, out_dtype)}, (ceil_div(total, BLOCK),), BLOCK)
+                 "KEPT_HALF": int(np.dtype(kept_dtype) in HALF_TYPES),
+                 **element_defines(in_dtype, out_dtype, kept_dtype)},
+                (ceil_div(total, BLOCK),), BLOCK)
 
 
 @dataclass
@@ -69,7 +70,7 @@ class AddOp(LayerOp):
 def prepare_add(shape, activation: str | None = None, layout: str = NCHW, in_dtype=FLOAT32,
                 kept_dtype=FLOAT32, out_dtype=FLOAT32) -> AddOp:
     """y = activation(x + kept), elementwise over `shape`, all three in `layout`; each of its
-    own element type (float32 or float16); x and y may be the same array."""
+    own element type (float32, float16 or bf16 bits); x and y may be the same array."""
     kernel_spec = add_kernel(shape, activation, in_dtype, kept_dtype, out_dtype)
     compiled = compile_specs([kernel_spec])
     _, kernel = compiled.kernels[0]
@@ -86,6 +87,6 @@ def prepare_add(shape, activation: str | None = None, layout: str = NCHW, in_dty
 def reference_add(x: np.ndarray, kept: np.ndarray, activation: str | None = None) -> Reference:
     """The float64 result: one float32 addition of two terms (the rule's n = 2, magnitude
     |x| + |kept|); ReLU passes its error through no larger."""
-    x64, k64 = np.asarray(x, dtype=np.float64), np.asarray(kept, dtype=np.float64)
+    x64, k64 = (np.asarray(values(a), dtype=np.float64) for a in (x, kept))
     return Reference(apply_activation(x64 + k64, activation), np.abs(x64) + np.abs(k64), 2,
                      activation_absolute(activation))

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .reference import conv2d_with_magnitude, conv_shape_args, max_pool, relu, windows
+from ..gpu.elements import values
 from .verify import Reference, unit_roundoff
 
 ALTERNATIVE_IMAGES = 4
@@ -141,7 +142,7 @@ class _Problem:
 
     def __init__(self, got, ref: Reference, x, w, shape, precision, bias, epilogue, rows,
                  kept=None):
-        self.got = np.asarray(got, dtype=np.float64)[rows]
+        self.got = np.asarray(values(got), dtype=np.float64)[rows]
         self.ref = ref.values[rows]
         self.bound = ref.bound(precision)[rows]
         self.x = np.asarray(x, dtype=np.float64)[rows]
@@ -357,7 +358,7 @@ def diagnose(got: np.ndarray, ref: Reference, x: np.ndarray, w: np.ndarray, shap
     """Describe how `got` differs from `ref`. x holds the images `got` was computed from (the
     same rows); `images` gives their indices in the batch, for the messages; `kept`, the
     activation an add-relu epilogue added to them."""
-    got64 = np.asarray(got, dtype=np.float64)
+    got64 = np.asarray(values(got), dtype=np.float64)
     total = got64.size
     if got64.shape != ref.values.shape:
         return Diagnosis([f"The output has shape {got64.shape}, the reference {ref.values.shape}."],

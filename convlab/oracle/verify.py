@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from ..gpu.elements import BFLOAT16, FLOAT16, poison_value, values
 from .reference import conv2d_with_magnitude, conv_shape_args, max_pool, relu
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -65,10 +66,11 @@ TINY = float(np.finfo(np.float32).tiny)  # exact zeros, and products that underf
 EPILOGUE_ABSOLUTE = {"tanh-pool": 1e-6, "relu": 0.0}
 # Outputs stored in a narrower type than they are computed in (an fp16 activation for the fp16
 # conv after it): the unit roundoff of that one last rounding.
-STORAGE_UNIT = {np.dtype(np.float16): 2.0 ** -11}
+STORAGE_UNIT = {FLOAT16: 2.0 ** -11, BFLOAT16: 2.0 ** -8}
 # Below the narrower type's normal range its spacing is fixed, so that rounding errs by up to
-# half the smallest subnormal, whatever the value: fp16's is 2^-24.
-STORAGE_FLOOR = {np.dtype(np.float16): 2.0 ** -25}
+# half the smallest subnormal, whatever the value: fp16's is 2^-24, bf16's (float32's
+# exponents, 7 stored significand bits) 2^-133.
+STORAGE_FLOOR = {FLOAT16: 2.0 ** -25, BFLOAT16: 2.0 ** -134}
 
 
 def unit_roundoff(precision: str) -> float:
@@ -79,8 +81,9 @@ def unit_roundoff(precision: str) -> float:
 
 
 def poison(array) -> None:
-    """Fill an output buffer with NaN, so an element the kernel never writes cannot pass."""
-    array.fill(np.nan)
+    """Fill an output buffer with NaN (of its element type: bf16 bits too), so an element the
+    kernel never writes cannot pass."""
+    array.fill(poison_value(array.dtype))
 
 
 @dataclass
@@ -155,7 +158,7 @@ def compare(got: np.ndarray, ref: Reference, precision: str) -> Check:
     if got.shape != expected.shape:
         return Check(False, math.inf, math.inf, f"output shape {got.shape}, expected {expected.shape}",
                      rule=rule)
-    got64 = np.asarray(got, dtype=np.float64)
+    got64 = np.asarray(values(got), dtype=np.float64)
     bad = ~np.isfinite(got64)
     unwritten = int(bad.sum())
     if unwritten:

@@ -1,20 +1,20 @@
 """The epilogue: the accumulators through shared memory so stores are coalesced, then bias and
-ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE), stored as float32 or fp16
-(gpu.elements' `to_out`, OUT_HALF); under ADD_KEPT (KEPT_SOURCE) a residual block's kept
-activation added before them. NCHW stores: a warp per
-output channel row, lanes along consecutive pixels; NHWC stores: a warp per pixel, lanes along
-consecutive output channels. The wgmma kernel's warp-specialised schedules store straight from
-the registers instead (STORE_REGISTERS_NHWC)."""
+ReLU by the ladder's shared `finish_output` (general.EPILOGUE_SOURCE), stored as float32, fp16
+or bf16 bits (gpu.elements' `to_out`, OUT_HALF, BF16_BITS); under ADD_KEPT (KEPT_SOURCE) a
+residual block's kept activation added before them. NCHW stores: a warp per output channel row,
+lanes along consecutive pixels; NHWC stores: a warp per pixel, lanes along consecutive output
+channels. The wgmma kernel's warp-specialised schedules store straight from the registers
+instead (STORE_REGISTERS_NHWC)."""
 
 # The add-relu epilogue (kernels.base.ADD_RELU): the activation a residual block kept for its
 # shortcut, which has the output's shape and layout, read where each output goes and added to
 # the accumulator before the bias and ReLU. The block's add and ReLU are then the last conv's
 # stores: its output is written once, where a separate add would read it back with the kept
-# one and write the sum again. float32 or fp16 bits (KEPT_HALF); with ADD_KEPT 0 the pointer
-# is never read.
+# one and write the sum again. float32, or 16-bit (KEPT_HALF: fp16, or bf16 under BF16_BITS);
+# with ADD_KEPT 0 the pointer is never read.
 KEPT_SOURCE = r"""
 #if KEPT_HALF
-typedef unsigned short kept_t;  // IEEE fp16 bits
+typedef unsigned short kept_t;  // fp16 or bf16 bits
 #else
 typedef float kept_t;
 #endif
@@ -45,7 +45,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p)
 # last, an H200 took 2.9x the plain conv's time on ResNet-50's 1x1 expansions (2026-11-28). So
 # each warp asks L2 for its 16 channels of every column of the tile when the tile starts
 # (persistent: before its K-tiles; halo: at its epilogue), and the loops below read ahead: the
-# 16-byte paths KEPT_AHEAD (fp16 output) or KEPT_AHEAD4 (float32) vectors before they add
+# 16-byte paths KEPT_AHEAD (16-bit output) or KEPT_AHEAD4 (float32) vectors before they add
 # them, the element path every kept element into the accumulators before its first store (but
 # beside the float32 16-byte path, where it adds each as it stores it). Before the macro the
 # kernel defines ytile and pixel(q, at), as for STORE_REGISTERS_NHWC.

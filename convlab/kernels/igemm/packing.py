@@ -118,10 +118,11 @@ def _bf16_kernel():
 
 def _convert(x, out, maths: str):
     """x (any strides) into out (same shape), as the maths reads it: fp16 rounded to nearest,
-    bf16 bits rounded to nearest even, float32 copied."""
+    bf16 bits rounded to nearest even, float32 copied. bf16 bits in (an activation a bf16
+    network wrote) are copied as they are: they are no integers to convert."""
     import cupy
 
-    if maths == "bf16":
+    if maths == "bf16" and x.dtype != np.uint16:
         _bf16_kernel()(x.astype(cupy.float32, copy=False), out)
     else:
         cupy.copyto(out, x, casting="unsafe")

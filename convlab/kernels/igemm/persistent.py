@@ -78,18 +78,18 @@ __device__ __forceinline__ void im2col_copy(unsigned dst, const TensorMap& map, 
 }
 #endif
 
-// The register store's 16-byte path (igemm.epilogue) in the persistent schedule: fp16 output
-// whose groups' channels start on 16 bytes; float32 output of an add-relu epilogue (not
-// 3xTF32's, whose two accumulator sets leave no registers for the kept read-ahead) whose
-// groups' channels start on 16 bytes. Each warp turns its fragments around in STORE_SCRATCH
-// bytes of shared memory after the barriers (the host's count, defined by it).
+// The register store's 16-byte path (igemm.epilogue) in the persistent schedule: fp16 or bf16
+// output of fp16 or bf16 maths whose groups' channels start on 16 bytes; float32 output of an
+// add-relu epilogue (not 3xTF32's, whose two accumulator sets leave no registers for the kept
+// read-ahead) whose groups' channels start on 16 bytes. Each warp turns its fragments around
+// in STORE_SCRATCH bytes of shared memory after the barriers (the host's count, defined by it).
 #ifndef HALO
 #define HALO 0
 #endif
-#define VECTOR_STORE (MODE != 1 && !HALO && (OUT_HALF ? MODE == 2 && M % 8 == 0 && MG % 8 == 0 \
+#define VECTOR_STORE (MODE != 1 && !HALO && (OUT_HALF ? MODE >= 2 && M % 8 == 0 && MG % 8 == 0 \
                                                     : ADD_KEPT && M % 4 == 0 && MG % 4 == 0))
 
-// Two outputs as the 32 bits of an fp16 pair, the first in the low half (the lower address).
+// Two outputs as the 32 bits of a 16-bit pair, the first in the low half (the lower address).
 __device__ __forceinline__ unsigned half_pair(float lo, float hi)
 {
     return (unsigned)to_out(lo) | ((unsigned)to_out(hi) << 16);
@@ -97,8 +97,13 @@ __device__ __forceinline__ unsigned half_pair(float lo, float hi)
 
 __device__ __forceinline__ void unpack_halves(unsigned pair, float& lo, float& hi)
 {
+#if BF16_BITS
+    lo = __uint_as_float(pair << 16);
+    hi = __uint_as_float(pair & 0xFFFF0000u);
+#else
     asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
         : "=f"(lo), "=f"(hi) : "r"(pair));
+#endif
 }
 
 // The kept activation's eight elements a lane adds to its 16-byte output vector, as loaded;
@@ -121,9 +126,9 @@ __device__ __forceinline__ kept8_t load_kept8(const kept_t* __restrict__ kept)
 #endif
 }
 
-// The eight fp16 outputs of a 16-byte vector (the bias added, the ReLU not yet applied) plus the
-// kept activation's eight elements there, through the ReLU: the add-relu epilogue's 16-byte
-// path. The conv's sum is rounded to fp16 before the add, an error within u of its terms'
+// The eight 16-bit outputs of a 16-byte vector (the bias added, the ReLU not yet applied) plus
+// the kept activation's eight elements there, through the ReLU: the add-relu epilogue's 16-byte
+// path. The conv's sum is rounded to 16 bits before the add, an error within u of its terms'
 // sum |x*w|, which the check's bound (8 sqrt(n) u of it) already allows.
 __device__ __forceinline__ uint4 add_kept8(uint4 v, const kept8_t& kv)
 {
@@ -147,7 +152,7 @@ __device__ __forceinline__ uint4 add_kept8(uint4 v, const kept8_t& kv)
 }
 
 // The kept activation's four elements a lane adds to its float32 16-byte output vector, as
-// loaded (fp16 bits: 8 bytes); the stores' loop keeps KEPT_AHEAD4 of them in flight, the same
+// loaded (16-bit: 8 bytes); the stores' loop keeps KEPT_AHEAD4 of them in flight, the same
 // 128 bytes as KEPT_AHEAD's ring.
 #if KEPT_HALF
 typedef uint2 kept4_t;

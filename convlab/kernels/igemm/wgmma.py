@@ -20,8 +20,8 @@ from ...gpu.hardware import H100
 from ...gpu.hopper import WGMMA_NS, WGMMA_PTX
 from ...shapes import NHWC, ConvShape
 from . import cost, halo
-from .tiling import (MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, channel_vector, element_bytes,
-                     k_tiles, output_tiles, shape_problem, vector_rows)
+from .tiling import (HALF_MATHS, MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, channel_vector,
+                     element_bytes, k_tiles, output_tiles, shape_problem, vector_rows)
 
 ROW_BYTES = 128  # one swizzle atom row, BK elements: a K-tile
 SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
@@ -604,10 +604,10 @@ KEPT_RING_COLUMNS = 128
 
 def stores_vectors(shape: ConvShape, maths: str, output_dtype) -> bool:
     """Whether the persistent schedule's register store of an add-relu conv takes its 16-byte
-    path (persistent's VECTOR_STORE): fp16 output of fp16 maths, or float32 output of maths
-    other than 3xTF32; a group's channels on 16 bytes."""
+    path (persistent's VECTOR_STORE): 16-bit output of fp16 or bf16 maths, or float32 output
+    of maths other than 3xTF32; a group's channels on 16 bytes."""
     vector = 16 // np.dtype(output_dtype).itemsize
-    if np.dtype(output_dtype) == np.float16 and maths != "fp16":
+    if vector == 8 and maths not in HALF_MATHS:
         return False
     return (maths in VECTOR_STORE_MATHS and shape.M % vector == 0
             and (shape.M // shape.groups) % vector == 0)
