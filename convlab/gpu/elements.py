@@ -16,9 +16,25 @@ HALF_TYPES = (FLOAT16, BFLOAT16)
 # A bf16 NaN (exponent all ones, significand not zero), to poison a buffer of bf16 bits with.
 BFLOAT16_NAN = 0x7FC0
 
+# bf16 bit patterns (a float32's top half) to and from float32, rounding to nearest even as
+# igemm.packing's to_bf16_bits does (finite values): one source for the kernels that write bf16
+# activations and the ones that stage inputs, whose bits must agree.
+BF16_SOURCE = r"""
+__device__ __forceinline__ unsigned short float_to_bf16(float f)
+{
+    const unsigned u = __float_as_uint(f);
+    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ float bf16_to_float(unsigned short h)
+{
+    return __uint_as_float((unsigned)h << 16);
+}
+"""
+
 # The fragment every op and the implicit-GEMM epilogue include. The arithmetic stays float32;
 # PTX cvt converts (no header needed), rounding to nearest even as NumPy's and CuPy's astype do.
-ELEMENT_SOURCE = r"""
+ELEMENT_SOURCE = BF16_SOURCE + r"""
 #ifndef BF16_BITS
 #define BF16_BITS 0
 #endif
@@ -38,7 +54,7 @@ typedef float out_t;
 __device__ __forceinline__ float half_bits_to_float(unsigned short h)
 {
 #if BF16_BITS
-    return __uint_as_float((unsigned)h << 16);
+    return bf16_to_float(h);
 #else
     float v;
     asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
@@ -51,8 +67,7 @@ __device__ __forceinline__ float half_bits_to_float(unsigned short h)
 __device__ __forceinline__ unsigned short float_to_half_bits(float v)
 {
 #if BF16_BITS
-    const unsigned u = __float_as_uint(v);
-    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    return float_to_bf16(v);
 #else
     unsigned short h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
@@ -131,7 +146,7 @@ def poison_value(dtype) -> float | int:
 # maths reads float32.
 STAGE_MODES = {"fp16": 1, "bf16": 2}
 
-STAGE_ELEMENT_SOURCE = r"""
+STAGE_ELEMENT_SOURCE = BF16_SOURCE + r"""
 // MODE: 0 float32, 1 fp16 rounded to nearest even, 2 bf16 bits, the same.
 #if MODE == 0
 typedef float elem_t;
@@ -149,8 +164,7 @@ __device__ __forceinline__ elem_t convert(float f)
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 #else
-    const unsigned u = __float_as_uint(f);
-    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    return float_to_bf16(f);
 #endif
 }
 """

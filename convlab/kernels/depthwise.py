@@ -51,7 +51,7 @@ __device__ __forceinline__ float element(elem_t e)
     asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(e));
     return v;
 #else
-    return __uint_as_float((unsigned int)e << 16);
+    return bf16_to_float(e);
 #endif
 }
 

@@ -33,6 +33,7 @@ from ..gpu import timer
 from ..gpu.isolate import gpu_wait, run_isolated
 from ..models import (LRN, BatchNorm, Conv, Dense, Flatten, GlobalAvgPool, MaxPool, ReLU,
                       Softmax, Tanh, Weights, get_model, run_layers)
+from ..oracle.verify import unit_roundoff
 
 LAYOUTS = ("nchw", "nhwc")
 MODES = ("eager", "graph", "compile", "max-autotune")
@@ -110,19 +111,17 @@ class TorchRow:
         return cls(**d)
 
 
-# Significand bits of each reduced-precision class's operands, the rounding behind its flips.
-SIGNIFICAND_BITS = {"tf32": 11, "fp16": 11, "bf16": 8}
-
-
 def allowed_differ(precision: str, batch: int) -> int:
     """Top-1 flips a candidate may have and still be a baseline: none in fp32, as for our own
     fp32 variants. In the reduced-precision classes near-ties flip, about in proportion to the
-    rounding error where their float64 margins lie densely near zero: 1% of the batch at 11
-    significand bits, so 8% in bf16 (8 bits; PyTorch's bf16 ResNet-50 flipped 8 to 10 of 128
-    in every candidate on an H200, 2026-11-28). A miscompiled candidate flips most of them."""
+    rounding error where their float64 margins lie densely near zero: 1% of the batch at fp16's
+    and tf32's unit roundoff, so 8% in bf16 (8 times theirs; PyTorch's bf16 ResNet-50 flipped 8
+    to 10 of 128 in every candidate on an H200, 2026-11-28). A miscompiled candidate flips most
+    of them."""
     if precision == "fp32":
         return 0
-    return max(1, batch * 2 ** (11 - SIGNIFICAND_BITS[precision]) // 100)
+    times_fp16 = round(unit_roundoff(precision) / unit_roundoff("fp16"))
+    return max(1, batch * times_fp16 // 100)
 
 
 def fastest_here(rows: list[TorchRow], batch: int) -> TorchRow | None:
