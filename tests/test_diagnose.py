@@ -84,6 +84,18 @@ def test_first_images_only_with_zeros_elsewhere(rng):
     assert "whole images are wrong (32-39)" in d.text() and "exactly 0" in d.text()
 
 
+def test_zeroed_images_are_whole_even_where_a_zero_happens_to_pass(rng):
+    shape = ConvShape(40, 1, 9, 9, 3, 3)
+    x, w, _, ref = problem(rng, shape, signed=False)
+    got = conv32(x, w, shape)
+    got[32:] = 0.0
+    # Where the reference is within its bound of zero, the zeroed output passes.
+    got[35, 0, 2, 2] = ref.values[35, 0, 2, 2]
+    d = diagnose(got, ref, x, w, shape, "fp32")
+    assert d.wrong < 8 * 3 * 7 * 7
+    assert "whole images are wrong (32-39)" in d.text()
+
+
 def test_image_labels_name_the_batch_indices(rng):
     shape = ConvShape(3, 1, 9, 9, 2, 3)
     x, w, _, ref = problem(rng, shape)
