@@ -4,6 +4,7 @@
 import ast
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,41 @@ def test_a_family_member_class_that_sets_what_its_form_holds_is_refused():
     with pytest.raises(TypeError, match="takes them from its Form"):
         type("Mine", (Wgmma,), {"name": "mine", "summary": "mine"})
     type("Fine", (Wgmma,), {"source": "// mine"})  # anything else is the subclass's own
+
+
+PREPROCESSOR_SWITCH = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b", re.M)
+CODE_NOISE = re.compile(r'//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+
+
+def device_pieces() -> dict[str, str]:
+    """Every piece of CUDA source the package holds: its modules' upper-case string constants
+    that hold device code."""
+    pieces = {}
+    for name in modules():
+        module = importlib.import_module(name)
+        for attribute, value in vars(module).items():
+            code = isinstance(value, str) and ("__device__" in value or "__global__" in value)
+            if attribute.isupper() and code:
+                pieces[f"{name}.{attribute}"] = value
+    return pieces
+
+
+def test_no_device_piece_opens_a_brace_another_closes(no_gpu):
+    """A piece is whole statements or declarations: a kernel's frame holds its slots
+    (`mainloop.filled`), so what one piece opens it closes."""
+    pieces = device_pieces()
+    assert len(pieces) > 20
+    unbalanced = []
+    for name, source in pieces.items():
+        code = CODE_NOISE.sub("", source)
+        if code.count("{") != code.count("}"):
+            unbalanced.append(name)
+    assert not unbalanced
+
+
+def test_the_wgmma_kernel_is_chosen_by_types_not_switches():
+    """The assembled wgmma source (every schedule, maths and element type) holds at most 20
+    preprocessor conditionals; the rest is templates and `if constexpr`."""
+    from convlab.kernels.wgmma import SOURCE
+
+    assert len(PREPROCESSOR_SWITCH.findall(SOURCE)) <= 20

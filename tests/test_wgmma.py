@@ -181,7 +181,8 @@ def test_the_bf16_cross_products_need_a_reduction_of_1024_terms():
 def test_3xtf32_partial_sums_span_k_tiles_in_the_grid_schedule_only():
     """The grid schedule's 3xTF32 partial sum spans K-tiles by the rule (SPAN_TERMS_PER_ROOT_N
     * sqrt(n) terms, at least one K-tile, at most the layer's); the persistent one keeps a
-    K-tile (no PART_KTILES); the BF16 cross products turn on CROSS_BF16."""
+    K-tile (no PART_KTILES); TF32 never spans (1); the BF16 cross products turn on
+    CROSS_BF16."""
     t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
     assert wgmma.part_ktiles(64, t, 2) == 1  # 40 terms: under two K-tiles
     assert wgmma.part_ktiles(1200, t, 38) == 5  # 173 terms
@@ -192,7 +193,7 @@ def test_3xtf32_partial_sums_span_k_tiles_in_the_grid_schedule_only():
         assert grid["PART_KTILES"] == 5
         assert "PART_KTILES" not in variant.configured(persistent(t)).defines(shape)
         assert grid.get("CROSS_BF16", 0) == (variant.name == "wgmma-split-bf16")
-    assert "PART_KTILES" not in get_variant("wgmma").configured(t).defines(shape)
+    assert get_variant("wgmma").configured(t).defines(shape)["PART_KTILES"] == 1
 
 
 def test_3xtf32_tilings_keep_two_accumulator_sets_in_registers():
@@ -619,3 +620,61 @@ def test_the_wgmma_family_refuses_activations_its_kernel_does_not_read():
 
     with pytest.raises(ValueError, match="channels-last activations only"):
         W.Wgmma(get_variant("wgmma-fp16").form, NCHW_ACTIVATIONS)
+
+
+CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b", re.M)
+
+
+def test_the_warpgroup_mma_piece_compiles_alone_and_holds_no_switches():
+    """gpu.hopper's piece is types, not -D switches: every WgmmaOp a halo, grid or persistent
+    tile may use, in each element type, instantiated by a kernel of its own, no other source."""
+    from convlab.gpu import hopper
+
+    assert not CONDITIONAL.search(hopper.WGMMA_PTX)
+    calls = "".join(
+        f"    WgmmaOp<{n}, {element}>::mma<{32 - n // 8}>(d, da, db, 1);\n"
+        for element, _ in hopper.WGMMA_ELEMENTS.values()
+        for n in hopper.WGMMA_TAILS + hopper.WGMMA_NS)
+    source = hopper.WGMMA_PTX + (
+        'extern "C" __global__ void every_product(float* out, unsigned a)\n{\n'
+        "    float d[1][32][4] = {};\n"
+        "    const unsigned long long da = swizzle128_desc(a), db = swizzle128_desc(a + 1024);\n"
+        "    wgmma_fence();\n" + calls + "    wgmma_commit();\n    wgmma_wait<0>();\n"
+        "    fence_operands(d);\n    out[threadIdx.x] = d[0][31][3];\n}\n")
+    result = jit.nvrtc_compile("hopper.cu", source, ("-std=c++17",), "sm_90a")
+    assert result.cubin is not None, result.log
+    assert len(hopper.WGMMA_ELEMENTS) * len(hopper.WGMMA_TAILS + hopper.WGMMA_NS) == 33
+
+
+def test_the_wgmma_ceiling_kernel_compiles():
+    """The rate `convlab device` measures wgmma's ceiling by, in each element type it runs."""
+    from convlab.gpu.peaks import WGMMA_PEAK_MODES, WGMMA_PEAK_SOURCE
+
+    for mode, _ in WGMMA_PEAK_MODES.values():
+        options = ("-std=c++17", f"-DMODE={mode}")
+        cubin = jit.compile_cubin("ceiling:wgmma", WGMMA_PEAK_SOURCE, options, "sm_90a")
+        assert cubin[:4] == b"\x7fELF"
+
+
+def test_the_element_types_compile_alone():
+    """gpu.elements' types need no switch: each converts both ways and the 16-bit ones unpack a
+    pair, in a kernel of their own; ElementOf picks them by the switches' values."""
+    from convlab.gpu.elements import ELEMENT_TYPES_SOURCE
+
+    assert not CONDITIONAL.search(ELEMENT_TYPES_SOURCE)
+    checks = "".join(
+        f"    static_assert(Same<ElementOf<{half}, {bf16}, {tf32}>::type, {name}>::value, \"\");\n"
+        for half, bf16, tf32, name in ((0, 0, 0, "Float32Element"), (0, 1, 0, "Float32Element"),
+                                       (0, 0, 1, "Tf32RoundedElement"), (1, 0, 0, "Fp16Element"),
+                                       (1, 1, 0, "Bf16Element"), (1, 0, 1, "Fp16Element")))
+    source = ELEMENT_TYPES_SOURCE + (
+        "template <class A, class B> struct Same { enum { value = 0 }; };\n"
+        "template <class A> struct Same<A, A> { enum { value = 1 }; };\n"
+        'extern "C" __global__ void round_trips(float* y, unsigned pair)\n{\n' + checks
+        + "    float lo, hi, lo2, hi2;\n"
+        "    Fp16Element::unpack(pair, lo, hi);\n    Bf16Element::unpack(pair, lo2, hi2);\n"
+        "    y[0] = Fp16Element::value(Fp16Element::from(y[1])) + lo + hi + lo2 + hi2\n"
+        "        + Bf16Element::value(Bf16Element::from(y[2]))\n"
+        "        + Tf32RoundedElement::from(y[3]) + Float32Element::from(y[4]);\n}\n")
+    result = jit.nvrtc_compile("elements.cu", source, ("-std=c++17",), "sm_90a")
+    assert result.cubin is not None, result.log

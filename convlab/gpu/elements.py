@@ -32,56 +32,105 @@ __device__ __forceinline__ float bf16_to_float(unsigned short h)
 }
 """
 
-# The fragment every op and the implicit-GEMM epilogue include. The arithmetic stays float32;
-# PTX cvt converts (no header needed), rounding to nearest even as NumPy's and CuPy's astype do.
-ELEMENT_SOURCE = BF16_SOURCE + r"""
+# The element types as types: each holds its storage (`bits`), its value as float32 (`value`)
+# and a float32 rounded into it (`from`, to nearest even: NumPy's and CuPy's astype for fp16,
+# igemm.packing's to_bf16_bits for bf16, finite values); the 16-bit ones also unpack a pair of
+# them held in 32 bits (the first in the low half, the lower address). The arithmetic stays
+# float32; PTX cvt converts (no header needed). ElementOf picks one from a kernel's switches.
+ELEMENT_TYPES_SOURCE = BF16_SOURCE + r"""
+struct Float32Element {
+    typedef float bits;
+    static __device__ __forceinline__ float value(float e) { return e; }
+    static __device__ __forceinline__ float from(float v) { return v; }
+};
+
+// A float32 output a next tf32 wgmma may read (OUT_TF32), rounded to TF32, to nearest. wgmma
+// drops an operand's low 13 bits, which errs toward zero on every input; a rounded operand is
+// read exact, its rounding unbiased. On ResNet-50 in tf32 at batch 128, 3 of 128 images' top-1
+// differed from float64 with the truncation, none rounded (H200, 2026-11-28,
+// results/h200/resnet50-tf32-fused-adds-20261128/). The rounding adds at most 2^-11 |y|, and
+// |y| is at most the check's magnitude (sum|x*w|, plus |b| and the kept activation's where the
+// epilogue adds them): under 1/8 of the tf32 bound at any n.
+struct Tf32RoundedElement {
+    typedef float bits;
+    static __device__ __forceinline__ float value(float e) { return e; }
+    static __device__ __forceinline__ float from(float v)
+    {
+        unsigned r;
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+        return __uint_as_float(r);
+    }
+};
+
+struct Fp16Element {
+    typedef unsigned short bits;
+    static __device__ __forceinline__ float value(unsigned short h)
+    {
+        float v;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
+        return v;
+    }
+    static __device__ __forceinline__ unsigned short from(float v)
+    {
+        unsigned short h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        return h;
+    }
+    static __device__ __forceinline__ void unpack(unsigned pair, float& lo, float& hi)
+    {
+        asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
+            : "=f"(lo), "=f"(hi) : "r"(pair));
+    }
+};
+
+struct Bf16Element {
+    typedef unsigned short bits;
+    static __device__ __forceinline__ float value(unsigned short h) { return bf16_to_float(h); }
+    static __device__ __forceinline__ unsigned short from(float v) { return float_to_bf16(v); }
+    static __device__ __forceinline__ void unpack(unsigned pair, float& lo, float& hi)
+    {
+        lo = __uint_as_float(pair << 16);
+        hi = __uint_as_float(pair & 0xFFFF0000u);
+    }
+};
+
+// IsHalf: 16-bit (bf16 if IsBf16, else fp16); else float32, rounded to TF32 if IsTf32.
+template <int IsHalf, int IsBf16, int IsTf32 = 0> struct ElementOf { typedef Float32Element type; };
+template <int IsBf16> struct ElementOf<0, IsBf16, 1> { typedef Tf32RoundedElement type; };
+template <int IsTf32> struct ElementOf<1, 0, IsTf32> { typedef Fp16Element type; };
+template <int IsTf32> struct ElementOf<1, 1, IsTf32> { typedef Bf16Element type; };
+"""
+
+# The fragment every op and the implicit-GEMM epilogue include: this kernel's input, output and
+# 16-bit types from its switches (IN_HALF, OUT_HALF, BF16_BITS; OUT_TF32), and the functions
+# the kernels call them by. A kernel's 16-bit operands are all of one class's type: one network
+# runs one class.
+ELEMENT_SOURCE = ELEMENT_TYPES_SOURCE + r"""
 #ifndef BF16_BITS
 #define BF16_BITS 0
 #endif
-#if IN_HALF
-typedef unsigned short in_t;  // IEEE fp16 bits, or bf16 bits under BF16_BITS
-#else
-typedef float in_t;
+#ifndef OUT_TF32
+#define OUT_TF32 0
 #endif
-#if OUT_HALF
-typedef unsigned short out_t;
-#else
-typedef float out_t;
-#endif
+typedef ElementOf<IN_HALF, BF16_BITS>::type InElement;
+typedef ElementOf<OUT_HALF, BF16_BITS, OUT_TF32>::type OutElement;
+typedef ElementOf<1, BF16_BITS>::type HalfElement;  // the input's, or a kept operand's
+typedef InElement::bits in_t;
+typedef OutElement::bits out_t;
 
-// 16-bit patterns as float32: the input's, and any other 16-bit operand's (a residual add's kept
-// one). A kernel's 16-bit operands are all of one class's type: one network runs one class.
 __device__ __forceinline__ float half_bits_to_float(unsigned short h)
 {
-#if BF16_BITS
-    return bf16_to_float(h);
-#else
-    float v;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
-    return v;
-#endif
+    return HalfElement::value(h);
 }
 
-// float32 as a 16-bit pattern, rounded to nearest even (NumPy's and CuPy's astype for fp16;
-// igemm.packing's to_bf16_bits for bf16, finite values).
 __device__ __forceinline__ unsigned short float_to_half_bits(float v)
 {
-#if BF16_BITS
-    return float_to_bf16(v);
-#else
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-#endif
+    return HalfElement::from(v);
 }
 
 __device__ __forceinline__ float to_float(in_t e)
 {
-#if IN_HALF
-    return half_bits_to_float(e);
-#else
-    return e;
-#endif
+    return InElement::value(e);
 }
 
 __device__ __forceinline__ float load_in(const in_t* __restrict__ p)
@@ -89,24 +138,9 @@ __device__ __forceinline__ float load_in(const in_t* __restrict__ p)
     return to_float(__ldg(p));
 }
 
-// OUT_TF32 (a kernel whose float32 output a next tf32 wgmma may read): the output rounded to
-// TF32, to nearest. wgmma drops an operand's low 13 bits, which errs toward zero on every
-// input; a rounded operand is read exact, its rounding unbiased. On ResNet-50 in tf32 at batch
-// 128, 3 of 128 images' top-1 differed from float64 with the truncation, none rounded (H200,
-// 2026-11-28, results/h200/resnet50-tf32-fused-adds-20261128/). The rounding adds at most
-// 2^-11 |y|, and |y| is at most the check's magnitude (sum|x*w|, plus |b| and the kept
-// activation's where the epilogue adds them): under 1/8 of the tf32 bound at any n.
 __device__ __forceinline__ out_t to_out(float v)
 {
-#if OUT_HALF
-    return float_to_half_bits(v);
-#elif OUT_TF32
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return __uint_as_float(r);
-#else
-    return v;
-#endif
+    return OutElement::from(v);
 }
 """
 

@@ -1,54 +1,41 @@
-"""Hopper's warpgroup MMA (`wgmma`, sm_90a) as CUDA C helpers: shared-memory descriptors for the
-128-byte swizzle, the fences and group waits, and `wgmma_tile` for each N and element type. The
-wgmma conv mainloop (kernels/igemm/wgmma.py) and the ceiling that measures the instruction's
-rate (peaks.py) both include them. The tile helpers take the accumulators as an
-[MF][NF][4] array (MF = 1, NF = N/8): what a warp of the group holds, laid out as a 16xN
-mma.sync warp tile; scale_d 0 starts a fresh sum (D = A*B) instead of accumulating.
+"""Hopper's warpgroup MMA (`wgmma`, sm_90a) as CUDA C pieces that compile alone: shared-memory
+descriptors for the 128-byte swizzle, the fences and group waits, and `WgmmaOp<N, Element>`, one
+m64nNk(8|16) product of an element type (`Tf32`, `F16`, `Bf16`) into a warp's accumulators. The
+wgmma conv mainloop (kernels/igemm/wgmma.py) and the ceiling that measures the instruction's rate
+(peaks.py) both include them. Accumulators are an [MF][NF][4] array (MF = 1, NF = N/8): what a
+warp of the group holds, laid out as a 16xN mma.sync warp tile; `mma<First>` writes fragments
+First..First + N/8 - 1 (a halo tile's tail goes after its multiple of 32); scale_d 0 starts a
+fresh sum (D = A*B) instead of accumulating.
 
-WGMMA_N (default BN) picks the tile's N; an N that is not a multiple of 32 (the halo schedule's)
-is WGMMA_N + WGMMA_TAIL, the tail (8, 16 or 24) a second instruction, `wgmma_tail`, into the
-accumulators' last WGMMA_TAIL columns: the 24 functions of every N in 8s would be 185 KB of
-source for the compiler to read each time."""
+Every N in 32s from 32 to 256, and the tails 8, 16 and 24 (the halo schedule's N is any multiple
+of 8: a multiple of 32 and a tail), is a specialisation: the 24 of every N in 8s would be 185 KB
+of source for the compiler to read each time."""
 
 WGMMA_NS = tuple(range(32, 257, 32))
 WGMMA_TAILS = (8, 16, 24)
-WGMMA_TYPES = {0: ("tf32", 8), 2: ("f16", 16), 3: ("bf16", 16)}
+WGMMA_ELEMENTS = {"tf32": ("Tf32", 8), "f16": ("F16", 16), "bf16": ("Bf16", 16)}
 
 
-def wgmma_function(n: int, mode: int, tail: bool = False, cross: bool = False) -> str:
-    """wgmma_tile for an m64nNk(8|16) product of MODE's type (TF32 also serves 3xTF32, MODE 1),
-    or with `tail` wgmma_tail, the same into the last N/8 accumulator fragments, or with
-    `cross` wgmma_cross, the BF16 product of 3xTF32's cross terms under CROSS_BF16."""
-    kind, k = WGMMA_TYPES[mode]
-    modes = "(MODE == 0 || MODE == 1)" if kind == "tf32" else f"MODE == {mode}"
-    if cross:
-        modes = "MODE == 1 && CROSS_BF16"
+def wgmma_specialisation(n: int, kind: str) -> str:
+    """WgmmaOp<n, Element>: the m64nNk(8|16) product of `kind`'s operands (PTX's type name)."""
+    element, k = WGMMA_ELEMENTS[kind]
     regs = n // 2
     d = ", ".join(f"%{i}" for i in range(regs))
     immediates = "1, 1" if kind == "tf32" else "1, 1, 0, 0"  # scales; K-major A and B
-    first = f"NF - {n // 8} + " if tail else ""
-    outputs = ", ".join(f'"+f"(d[0][{first}{i // 4}][{i % 4}])' for i in range(regs))
-    name, which = ("wgmma_tail", "WGMMA_TAIL") if tail else ("wgmma_tile", "WGMMA_N")
-    if cross:
-        name = "wgmma_cross"
-    return (f"#if {which} == {n} && {modes}\n"
-            f"__device__ __forceinline__ void {name}(float (&d)[MF][NF][4], "
-            "unsigned long long da, unsigned long long db, int scale_d = 1)\n{\n"
-            '    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"\n'
-            f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} "\n'
-            f'        "{{{d}}}, %{regs}, %{regs + 1}, p, {immediates};\\n}}\\n"\n'
-            f'        : {outputs}\n'
-            '        : "l"(da), "l"(db), "r"(scale_d));\n}\n#endif\n')
+    outputs = ", ".join(f'"+f"(d[0][First + {i // 4}][{i % 4}])' for i in range(regs))
+    return (f"template <> struct WgmmaOp<{n}, {element}> {{\n"
+            "    template <int First, int MFrags, int NFrags>\n"
+            "    __device__ __forceinline__ static void mma(float (&d)[MFrags][NFrags][4], "
+            "unsigned long long da, unsigned long long db, int scale_d)\n    {\n"
+            '        asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2)
+            + ', 0;\\n"\n'
+            f'            "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} "\n'
+            f'            "{{{d}}}, %{regs}, %{regs + 1}, p, {immediates};\\n}}\\n"\n'
+            f'            : {outputs}\n'
+            '            : "l"(da), "l"(db), "r"(scale_d));\n    }\n};\n')
 
 
 WGMMA_PTX = r"""
-#ifndef WGMMA_N
-#define WGMMA_N BN
-#define WGMMA_TAIL 0
-#endif
-#ifndef CROSS_BF16
-#define CROSS_BF16 0
-#endif
 // A shared-memory matrix descriptor for a K-major operand in 128-byte-swizzle layout: start
 // address, leading-byte offset (unused by this layout: 1), stride-byte offset 1024 (from one
 // 8-row group of 128-byte rows to the next), swizzle mode 1 (128 B) in bits 62-63.
@@ -83,13 +70,23 @@ __device__ __forceinline__ void fence_proxy_async()
 }
 
 // Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
-__device__ __forceinline__ void fence_operands(float (&d)[MF][NF][4])
+template <int MFrags, int NFrags>
+__device__ __forceinline__ void fence_operands(float (&d)[MFrags][NFrags][4])
 {
 #pragma unroll
-    for (int j = 0; j < NF; ++j)
+    for (int j = 0; j < NFrags; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[0][j][e]) :: "memory");
 }
-""" + "".join(wgmma_function(n, mode) for mode in WGMMA_TYPES for n in WGMMA_NS) + "".join(
-    wgmma_function(n, mode, tail=True) for mode in WGMMA_TYPES for n in WGMMA_TAILS) + "".join(
-    wgmma_function(n, 3, cross=True) for n in WGMMA_NS)
+
+// The operands' element types, and the one each MODE multiplies in (3xTF32, MODE 1, in TF32).
+struct Tf32 {};
+struct F16 {};
+struct Bf16 {};
+template <int Mode> struct ModeElement { using type = Tf32; };
+template <> struct ModeElement<2> { using type = F16; };
+template <> struct ModeElement<3> { using type = Bf16; };
+
+template <int N, class Element> struct WgmmaOp;
+""" + "".join(wgmma_specialisation(n, kind) for kind in WGMMA_ELEMENTS
+              for n in WGMMA_TAILS + WGMMA_NS)

@@ -78,7 +78,8 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_peak(float* out, int ite
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 4; ++s)
-            wgmma_tile(acc, swizzle128_desc(a + s * 32), swizzle128_desc(b + s * 32));
+            WgmmaOp<BN, ModeElement<MODE>::type>::mma<0>(
+                acc, swizzle128_desc(a + s * 32), swizzle128_desc(b + s * 32), 1);
         wgmma_commit();
         wgmma_wait<1>();
     }

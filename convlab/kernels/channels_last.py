@@ -26,9 +26,11 @@ SOURCE = (r"""
 // Compile-time: as pipelined, plus NHWC 1 and VEC (elements per copy).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + mainloop.KERNEL_BEGIN + gather_nhwc.LOADER_LANE
-          + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B + mainloop.COMPUTE
-          + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC)
+          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
+          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.LOADER_LANE
+                            + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B
+                            + mainloop.COMPUTE + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE
+                            + epilogue.STORE_NHWC))
 
 from dataclasses import replace  # noqa: E402
 

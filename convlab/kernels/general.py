@@ -18,22 +18,14 @@ from .base import RELU, device_weights
 EPILOGUE_SOURCE = r"""
 __device__ __forceinline__ float finish_value(float v, float b)
 {
-#if HAS_BIAS
-    v += b;
-#endif
-#if RELU
-    v = v < 0.0f ? 0.0f : v;  // not fmaxf: a NaN (an element computed wrong) stays visible
-#endif
+    if (HAS_BIAS) v += b;
+    if (RELU) v = v < 0.0f ? 0.0f : v;  // not fmaxf: a NaN (an element computed wrong) stays visible
     return v;
 }
 
 __device__ __forceinline__ float finish_output(float v, const float* __restrict__ bias, int m)
 {
-#if HAS_BIAS
-    return finish_value(v, __ldg(bias + m));
-#else
-    return finish_value(v, 0.0f);
-#endif
+    return finish_value(v, HAS_BIAS ? __ldg(bias + m) : 0.0f);
 }
 """
 

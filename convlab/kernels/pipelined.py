@@ -35,9 +35,10 @@ SOURCE = (r"""
 // of that class after it: `writing`).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + mainloop.KERNEL_BEGIN
-          + gather.COLUMN_ORIGINS + mainloop.LOAD_A + gather.GATHER_B + mainloop.COMPUTE
-          + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW)
+          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
+          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather.COLUMN_ORIGINS + mainloop.LOAD_A
+                            + gather.GATHER_B + mainloop.COMPUTE + mainloop.PIPELINE
+                            + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW))
 
 import dataclasses  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -246,7 +247,7 @@ class Pipelined(Variant):
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         k = self.kernel_shape(shape)
-        return {**self.layout_defines(k), "C": k.C, "H": k.H, "W": k.W, "M": k.M,
+        return {"PERSISTENT": 0, "SWIZZLE": 0, **self.layout_defines(k), "C": k.C, "H": k.H, "W": k.W, "M": k.M,
                 "KH": k.Kh, "KW": k.Kw, "STRIDE": k.stride, "PAD_H": k.pad_h,
                 "PAD_W": k.pad_w, "DIL": k.dilation, "G": k.groups,
                 "HAS_BIAS": int(k.bias), "RELU": int(epilogue in (RELU, ADD_RELU)),

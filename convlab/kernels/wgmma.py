@@ -75,10 +75,11 @@ SOURCE = (r"""
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + wgmma.INSTRUCTIONS
           + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS
           + "#if HALO\n" + halo.KERNEL + "#elif PERSISTENT\n" + persistent.KERNEL + "#else\n"
-          + mainloop.KERNEL_BEGIN
-          + gather_nhwc.LOADER_LANE + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A
-          + gather_nhwc.GATHER_B + wgmma.COMPUTE + wgmma.SPLIT_B + wgmma.PIPELINE
-          + splitk.SPLIT_K_REDUCE + epilogue.STORE_NHWC + "#endif\n")
+          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.LOADER_LANE
+                            + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B
+                            + wgmma.COMPUTE + wgmma.PIPELINE + splitk.SPLIT_K_REDUCE
+                            + epilogue.STORE_NHWC)
+          + "#endif\n")
 
 from dataclasses import replace  # noqa: E402
 from functools import lru_cache  # noqa: E402
@@ -160,13 +161,14 @@ class Wgmma(Pipelined):
         return {**super().layout_defines(k), "SWIZZLE": 1}
 
     def defines(self, shape, epilogue=None):
-        """The schedule's, and OUT_TF32 in tf32: every tf32 output is stored rounded to TF32
+        """The schedule's, over the switches it leaves alone (no halo, no copy-engine gather,
+        the tile's N one wgmma), and OUT_TF32 in tf32: every tf32 output is stored rounded to TF32
         (gpu.elements' to_out), since a next tf32 conv reads it exact so; a pool or a layer
         compared alone gets the same rounding, within the tf32 bound."""
         t = self.config_for(shape, epilogue)
-        return {**super().defines(shape, epilogue),
+        return {**super().defines(shape, epilogue), "HALO": 0, "GATHER_TMA": 0,
+                "WGMMA_N": t.bn, "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
                 **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths),
-                **({"CROSS_BF16": 1} if self.form.cross_bf16 else {}),
                 **({"OUT_TF32": 1} if self.maths == "tf32" else {})}
 
     def input_argument(self, k: ConvShape, t: Tiling):

@@ -13,19 +13,12 @@ instead (STORE_REGISTERS_NHWC)."""
 # one and write the sum again. float32, or 16-bit (KEPT_HALF: fp16, or bf16 under BF16_BITS);
 # with ADD_KEPT 0 the pointer is never read.
 KEPT_SOURCE = r"""
-#if KEPT_HALF
-typedef unsigned short kept_t;  // fp16 or bf16 bits
-#else
-typedef float kept_t;
-#endif
+typedef ElementOf<KEPT_HALF, BF16_BITS>::type KeptElement;
+typedef KeptElement::bits kept_t;
 
 __device__ __forceinline__ float kept_value(const kept_t* __restrict__ kept, long long i)
 {
-#if KEPT_HALF
-    return half_bits_to_float(__ldg(kept + i));
-#else
-    return __ldg(kept + i);
-#endif
+    return KeptElement::value(__ldg(kept + i));
 }
 
 // v, plus the kept element at output offset i where the epilogue adds one.
@@ -94,7 +87,6 @@ STORE_NCHW = r"""
                 to_out(finish_output(cs[m * C_LD + lane + 32 * i], bias, group * MG + mg));
         }
     }
-}
 """
 
 STORE_NHWC = r"""
@@ -126,7 +118,6 @@ STORE_NHWC = r"""
                                                 bias, group * MG + mg));
         }
     }
-}
 """
 
 # The warp-specialised wgmma schedules' store, straight from the MMA warps' accumulators (no C
@@ -159,10 +150,8 @@ STORE_REGISTERS_NHWC = r"""
             const int m0 = mtile * BM + 16 * warp + g8;
             const bool first = MG % BM == 0 || m0 < MG, second = MG % BM == 0 || m0 + 8 < MG;
             float b0 = 0.0f, b1 = 0.0f;
-#if HAS_BIAS
-            if (first) b0 = __ldg(bias + group * MG + m0);
-            if (second) b1 = __ldg(bias + group * MG + m0 + 8);
-#endif
+            if (HAS_BIAS && first) b0 = __ldg(bias + group * MG + m0);
+            if (HAS_BIAS && second) b1 = __ldg(bias + group * MG + m0 + 8);
 #if VECTOR_STORE
             // A caller's y (or kept) may be a view that does not start on 16 bytes: element
             // stores then.
@@ -170,108 +159,108 @@ STORE_REGISTERS_NHWC = r"""
                 && (!ADD_KEPT || (reinterpret_cast<unsigned long long>(kept)
                                   & (OUT_HALF ? 15 : 4 * sizeof(kept_t) - 1)) == 0);
             if (vector) {
-#if OUT_HALF
-                // Matrix i (0-3) is n-block f + i/2, channels 8(i%2)..; lane L names row L%8 of
-                // matrix L/8, which lands as scratch column P = 8(L/16) + L%8, half (L/8)%2.
-                // Lane L then reads column P = L/2, half L%2: channels 16w + 8(L%2).. of tile
-                // column 8f + P.
-                const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
-                const int sp = 8 * (lane >> 4) + (lane & 7), sh = (lane >> 3) & 1;
-                const unsigned row = scratch + sp * 32 + ((sh ^ (sp >> 2)) & 1) * 16;
-                const int lp = lane >> 1, lh = lane & 1;
-                const unsigned mine = scratch + lp * 32 + ((lh ^ (lp >> 2)) & 1) * 16;
-                const bool live = MG % BM == 0 || mtile * BM + 16 * warp + 8 * lh < MG;
-                out_t* const yv = ytile + 16 * warp + 8 * lh;
-                // Pair q (n-blocks 2q, 2q + 1) adds the kept vector loaded KEPT_AHEAD pairs
-                // before.
-                kept8_t ahead[KEPT_AHEAD];
-                auto kept_of = [&](int q) {
-                    unsigned at;
-                    return live && pixel(16 * q + lp, at) ? load_kept8(kept + (yv + at - y))
-                                                          : kept8_t();
-                };
-                if (ADD_KEPT) {
-#pragma unroll
-                    for (int q = 0; q < KEPT_AHEAD && q < NF / 2; ++q) ahead[q] = kept_of(q);
-                }
-#pragma unroll
-                for (int f = 0; f + 1 < NF; f += 2) {
-                    const int q = f / 2;
-                    kept8_t k;
+                if constexpr (OUT_HALF) {
+                    // Matrix i (0-3) is n-block f + i/2, channels 8(i%2)..; lane L names row L%8 of
+                    // matrix L/8, which lands as scratch column P = 8(L/16) + L%8, half (L/8)%2.
+                    // Lane L then reads column P = L/2, half L%2: channels 16w + 8(L%2).. of tile
+                    // column 8f + P.
+                    const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
+                    const int sp = 8 * (lane >> 4) + (lane & 7), sh = (lane >> 3) & 1;
+                    const unsigned row = scratch + sp * 32 + ((sh ^ (sp >> 2)) & 1) * 16;
+                    const int lp = lane >> 1, lh = lane & 1;
+                    const unsigned mine = scratch + lp * 32 + ((lh ^ (lp >> 2)) & 1) * 16;
+                    const bool live = MG % BM == 0 || mtile * BM + 16 * warp + 8 * lh < MG;
+                    out_t* const yv = ytile + 16 * warp + 8 * lh;
+                    // Pair q (n-blocks 2q, 2q + 1) adds the kept vector loaded KEPT_AHEAD pairs
+                    // before.
+                    kept8_t ahead[KEPT_AHEAD];
+                    auto kept_of = [&](int q) {
+                        unsigned at;
+                        return live && pixel(16 * q + lp, at) ? load_kept8(kept + (yv + at - y))
+                                                              : kept8_t();
+                    };
                     if (ADD_KEPT) {
-                        k = ahead[q % KEPT_AHEAD];
-                        if (q + KEPT_AHEAD < NF / 2) ahead[q % KEPT_AHEAD] = kept_of(q + KEPT_AHEAD);
-                    }
-                    unsigned v[4];
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const float* a = acc[0][f + i / 2] + 2 * (i & 1);
-                        const float b = i & 1 ? b1 : b0;
-                        // The kept activation is added to the vector read back (add_kept8):
-                        // the bias only, here, where the epilogue adds one.
-                        v[i] = ADD_KEPT ? half_pair(a[0] + b, a[1] + b)
-                                        : half_pair(finish_value(a[0], b), finish_value(a[1], b));
+                        for (int q = 0; q < KEPT_AHEAD && q < NF / 2; ++q) ahead[q] = kept_of(q);
                     }
-                    stmatrix_x4_trans(row, v);
-                    __syncwarp();
-                    const uint4 out = load_shared16(mine);
-                    __syncwarp();  // read before the next pair's stmatrix
-                    unsigned at;
-                    if (live && pixel(8 * f + lp, at))
-                        store16(yv + at, ADD_KEPT ? add_kept8(out, k) : out);
+#pragma unroll
+                    for (int f = 0; f + 1 < NF; f += 2) {
+                        const int q = f / 2;
+                        kept8_t k;
+                        if (ADD_KEPT) {
+                            k = ahead[q % KEPT_AHEAD];
+                            if (q + KEPT_AHEAD < NF / 2)
+                                ahead[q % KEPT_AHEAD] = kept_of(q + KEPT_AHEAD);
+                        }
+                        unsigned v[4];
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float* a = acc[0][f + i / 2] + 2 * (i & 1);
+                            const float b = i & 1 ? b1 : b0;
+                            // The kept activation is added to the vector read back (add_kept8):
+                            // the bias only, here, where the epilogue adds one.
+                            v[i] = ADD_KEPT
+                                ? half_pair(a[0] + b, a[1] + b)
+                                : half_pair(finish_value(a[0], b), finish_value(a[1], b));
+                        }
+                        stmatrix_x4_trans(row, v);
+                        __syncwarp();
+                        const uint4 out = load_shared16(mine);
+                        __syncwarp();  // read before the next pair's stmatrix
+                        unsigned at;
+                        if (live && pixel(8 * f + lp, at))
+                            store16(yv + at, ADD_KEPT ? add_kept8(out, k) : out);
+                    }
+                } else {
+                    // float32 (an add-relu epilogue): n-block f, 16 channels x 8 columns, goes to
+                    // the scratch as [column][channel] and comes back as one 16-byte vector a
+                    // lane: channels 4(L%4).. of column L/4. Bit 3 of the channel flips where bit 1
+                    // of the column is set, so a warp's fragment writes take two turns of the
+                    // banks, not four (its vector reads take one either way).
+                    const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
+                    const int lc = lane >> 2, mv = 16 * warp + 4 * (lane & 3);
+                    const unsigned mine = scratch + 4 * (16 * lc + ((mv & 15) ^ ((lc & 2) << 2)));
+                    const bool live = MG % BM == 0 || mtile * BM + mv < MG;
+                    float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    if (HAS_BIAS && live)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            bias4[i] = __ldg(bias + group * MG + mtile * BM + mv + i);
+                    out_t* const yv = ytile + mv;
+                    // n-block f adds the kept vector loaded KEPT_AHEAD4 n-blocks before.
+                    kept4_t ahead[KEPT_AHEAD4];
+                    auto kept_of = [&](int f) {
+                        unsigned at;
+                        return live && pixel(8 * f + lc, at) ? load_kept4(kept + (yv + at - y))
+                                                             : kept4_t();
+                    };
+#pragma unroll
+                    for (int f = 0; f < KEPT_AHEAD4 && f < NF; ++f) ahead[f] = kept_of(f);
+#pragma unroll
+                    for (int f = 0; f < NF; ++f) {
+                        const float4 k = kept4_values(ahead[f % KEPT_AHEAD4]);
+                        if (f + KEPT_AHEAD4 < NF) ahead[f % KEPT_AHEAD4] = kept_of(f + KEPT_AHEAD4);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int column = 2 * t4 + (e & 1), channel = g8 + 8 * (e >> 1);
+                            const int word = 16 * column + (channel ^ ((t4 & 1) << 3));
+                            store_shared_float(scratch + 4 * word, acc[0][f][e]);
+                        }
+                        __syncwarp();
+                        const uint4 raw = load_shared16(mine);
+                        __syncwarp();  // read before the next n-block's writes
+                        const float sum[4] = {
+                            __uint_as_float(raw.x) + k.x, __uint_as_float(raw.y) + k.y,
+                            __uint_as_float(raw.z) + k.z, __uint_as_float(raw.w) + k.w};
+                        unsigned out[4];
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            out[i] = __float_as_uint(to_out(finish_value(sum[i], bias4[i])));
+                        unsigned at;
+                        if (live && pixel(8 * f + lc, at))
+                            store16(yv + at, make_uint4(out[0], out[1], out[2], out[3]));
+                    }
                 }
-#else
-                // float32 (an add-relu epilogue): n-block f, 16 channels x 8 columns, goes to
-                // the scratch as [column][channel] and comes back as one 16-byte vector a
-                // lane: channels 4(L%4).. of column L/4. Bit 3 of the channel flips where bit 1
-                // of the column is set, so a warp's fragment writes take two turns of the
-                // banks, not four (its vector reads take one either way).
-                const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
-                const int lc = lane >> 2, mv = 16 * warp + 4 * (lane & 3);
-                const unsigned mine = scratch + 4 * (16 * lc + ((mv & 15) ^ ((lc & 2) << 2)));
-                const bool live = MG % BM == 0 || mtile * BM + mv < MG;
-                float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#if HAS_BIAS
-                if (live)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        bias4[i] = __ldg(bias + group * MG + mtile * BM + mv + i);
-#endif
-                out_t* const yv = ytile + mv;
-                // n-block f adds the kept vector loaded KEPT_AHEAD4 n-blocks before.
-                kept4_t ahead[KEPT_AHEAD4];
-                auto kept_of = [&](int f) {
-                    unsigned at;
-                    return live && pixel(8 * f + lc, at) ? load_kept4(kept + (yv + at - y))
-                                                         : kept4_t();
-                };
-#pragma unroll
-                for (int f = 0; f < KEPT_AHEAD4 && f < NF; ++f) ahead[f] = kept_of(f);
-#pragma unroll
-                for (int f = 0; f < NF; ++f) {
-                    const float4 k = kept4_values(ahead[f % KEPT_AHEAD4]);
-                    if (f + KEPT_AHEAD4 < NF) ahead[f % KEPT_AHEAD4] = kept_of(f + KEPT_AHEAD4);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int column = 2 * t4 + (e & 1), channel = g8 + 8 * (e >> 1);
-                        const int word = 16 * column + (channel ^ ((t4 & 1) << 3));
-                        store_shared_float(scratch + 4 * word, acc[0][f][e]);
-                    }
-                    __syncwarp();
-                    const uint4 raw = load_shared16(mine);
-                    __syncwarp();  // read before the next n-block's writes
-                    const float sum[4] = {
-                        __uint_as_float(raw.x) + k.x, __uint_as_float(raw.y) + k.y,
-                        __uint_as_float(raw.z) + k.z, __uint_as_float(raw.w) + k.w};
-                    unsigned out[4];
-#pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        out[i] = __float_as_uint(to_out(finish_value(sum[i], bias4[i])));
-                    unsigned at;
-                    if (live && pixel(8 * f + lc, at))
-                        store16(yv + at, make_uint4(out[0], out[1], out[2], out[3]));
-                }
-#endif
             }
             // The n-blocks the 16-byte path stored. Kept a constant beside the run-time
             // `vector`: as one run-time count it made ptxas build fp16's plain 128x256 conv 1.37x

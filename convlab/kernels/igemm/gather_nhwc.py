@@ -45,22 +45,27 @@ GATHER_B = r"""
     auto load_tile = [&](int stage, int kt) {
         load_a(stage, kt);
         const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS) + B_VEC_OFFSET(row0, kc);
-#if GATHER_TAP
-        const int cc = kt / KK, tap = kt - cc * KK, row = tap / KW;
-        const int p = row * DIL, q = (tap - row * KW) * DIL;
-        const int shift = (p * W + q) * C + cc * BK;
-        const bool used = CG % BK == 0 || cc * BK + kc * VEC < CG;
-#else
-        // {offset (p*W + q)*C + c, p, q, whether k lies inside the reduction} per vector, p and
-        // q the tap's rows and columns into the window (its index times DIL)
-        const int4 e = __ldg(table + kt * KCHUNKS + kc);
-        const int shift = e.x, p = e.y, q = e.z;
-        const bool used = e.w != 0;
-#endif
+        int shift, p, q;
+        bool used;
+        if constexpr (GATHER_TAP) {
+            const int cc = kt / KK, tap = kt - cc * KK, row = tap / KW;
+            p = row * DIL;
+            q = (tap - row * KW) * DIL;
+            shift = (p * W + q) * C + cc * BK;
+            used = CG % BK == 0 || cc * BK + kc * VEC < CG;
+        } else {
+            // {offset (p*W + q)*C + c, p, q, whether k lies inside the reduction} per vector, p
+            // and q the tap's rows and columns into the window (its index times DIL)
+            const int4 e = __ldg(table + kt * KCHUNKS + kc);
+            shift = e.x;
+            p = e.y;
+            q = e.z;
+            used = e.w != 0;
+        }
 #pragma unroll
         for (int i = 0; i < BN_ROWS; ++i)
-            cp_async_vec(sb + i * (ROW_STEP * B_LD * ELEM_BYTES), x + (off[i] + shift),
-                         used && TAP_OK(i, p, q));
+            cp_async_vec<VEC * ELEM_BYTES>(sb + i * (ROW_STEP * B_LD * ELEM_BYTES),
+                                           x + (off[i] + shift), used && TAP_OK(i, p, q));
     };
 """
 

@@ -46,7 +46,7 @@ KERNEL = r"""
 
 // wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][BM*BK] in the
 // tap gather's K order (channel chunk, tap, channel); table, ws and counters are unused.
-""" + mainloop.WARP_SPECIALISED_ENTRY + r"""
+""" + mainloop.filled(mainloop.WARP_SPECIALISED_KERNEL, BODY=r"""
     // The A ring, two patches, then the barriers: A full (the bulk copy landed) and empty
     // (every MMA thread is done with it) per A buffer, patch full (each patch copier's copies
     // landed) and empty per patch.
@@ -84,9 +84,7 @@ KERNEL = r"""
     const int h0 = ((t) - gm * ntiles - image * ROW_BLOCKS) * HALO_ROWS;
 
     if (warp >= NWARPS) {
-#if PRODUCER_REGS
-        setmaxnreg_dec<PRODUCER_REGS>();
-#endif
+        if constexpr (PRODUCER_REGS > 0) setmaxnreg_dec<PRODUCER_REGS>();
         if (warp == NWARPS) {
             // A: K-tile j to buffer j % STAGES once the MMA threads released its last use;
             // resident filters are copied only when the tile's (group, m-tile) changes.
@@ -133,9 +131,10 @@ KERNEL = r"""
 #pragma unroll 4
                     for (int r = row0; r < PROWS; r += PATCHERS / 8) {
                         const int ih = h0 - PAD_H + r / PW, iw = r % PW - PAD_W;
-                        cp_async_vec(dst + r * 128 + ((kc ^ (r & 7)) << 4),
-                                     img + ((long long)ih * W + iw) * C + cc * BK,
-                                     (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W);
+                        cp_async_vec<VEC * ELEM_BYTES>(
+                            dst + r * 128 + ((kc ^ (r & 7)) << 4),
+                            img + ((long long)ih * W + iw) * C + cc * BK,
+                            (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W);
                     }
                     cp_async_commit();
                 }
@@ -143,9 +142,7 @@ KERNEL = r"""
             if (u > 0) publish(u - 1);
         }
     } else {
-#if CONSUMER_REGS
-        setmaxnreg_inc<CONSUMER_REGS>();
-#endif
+        if constexpr (CONSUMER_REGS > 0) setmaxnreg_inc<CONSUMER_REGS>();
         float acc[MF][NF][4];
         // Warpgroup w multiplies rows 64w.. of A; tap (p, s) reads the patch p*PW + s pixels
         // in (mid-atom: the swizzle follows the address, see above). A K-tile's A buffer (and
@@ -178,14 +175,12 @@ KERNEL = r"""
                     wgmma_fence();
 #pragma unroll
                     for (int ks = 0; ks < KSTEPS; ++ks) {
-#if WGMMA_N
-                        wgmma_tile(acc, swizzle128_desc(sa + ks * 32),
-                                   swizzle128_desc(sb + ks * 32));
-#endif
-#if WGMMA_TAIL
-                        wgmma_tail(acc, swizzle128_desc(sa + ks * 32),
-                                   swizzle128_desc(sb + ks * 32 + WGMMA_N * 128));
-#endif
+                        if constexpr (WGMMA_N > 0)
+                            wgmma_tile(acc, swizzle128_desc(sa + ks * 32),
+                                       swizzle128_desc(sb + ks * 32));
+                        if constexpr (WGMMA_TAIL > 0)
+                            wgmma_tail(acc, swizzle128_desc(sa + ks * 32),
+                                       swizzle128_desc(sb + ks * 32 + WGMMA_N * 128));
                     }
                     wgmma_commit();
                     wgmma_wait<1>();
@@ -211,8 +206,7 @@ KERNEL = r"""
 """ + epilogue.PREFETCH_KEPT + epilogue.STORE_REGISTERS_NHWC + r"""
         }
     }
-}
-"""
+""")
 
 
 def patch_width(shape: ConvShape) -> int:

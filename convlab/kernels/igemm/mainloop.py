@@ -1,17 +1,16 @@
 """The implicit GEMM's mainloop pieces: the tile geometry as macros, the PTX it issues
-(cp.async, mma.sync, ldmatrix), the kernel's frame, the A operand's copy, one K-tile's MMAs and
-the cp.async pipeline over the K-tiles (STAGES deep; two stages with B through registers for
-fp16/bf16 gathered from NCHW, whose 2-byte elements are below cp.async's minimum)."""
+(cp.async, mma.sync, ldmatrix), the kernels' frames (each with a slot its schedule's pieces
+fill: `filled`), the A operand's copy, one K-tile's MMAs and the cp.async pipeline over the
+K-tiles (STAGES deep; two stages with B through registers for fp16/bf16 gathered from NCHW,
+whose 2-byte elements are below cp.async's minimum)."""
 
 GEOMETRY = r"""
 #define HALF (MODE >= 2)
-#if HALF
-typedef unsigned short elem_t;  // fp16 / bf16 bits, staged outside the timed region
-#define ELEM_BYTES 2
-#else
-typedef float elem_t;
-#define ELEM_BYTES 4
-#endif
+#define ELEM_BYTES (HALF ? 2 : 4)
+// fp16 / bf16 bits (staged outside the timed region), or float32.
+template <int Bytes> struct StagedBits { typedef float type; };
+template <> struct StagedBits<2> { typedef unsigned short type; };
+typedef StagedBits<ELEM_BYTES>::type elem_t;
 #define CG (C / G)
 #define MG (M / G)
 // A KH x KW filter whose taps lie DIL pixels apart, the input padded by PAD_H rows above and
@@ -24,14 +23,7 @@ typedef float elem_t;
 #define NWARPS (WARPS_M * WARPS_N)
 #define THREADS (32 * NWARPS)
 // PERSISTENT (wgmma): THREADS multiply, a warpgroup more copies; otherwise every thread does both.
-#ifndef PERSISTENT
-#define PERSISTENT 0
-#endif
-#if PERSISTENT
-#define LOADERS 128
-#else
-#define LOADERS THREADS
-#endif
+#define LOADERS (PERSISTENT ? 128 : THREADS)
 #define WM (BM / WARPS_M)
 #define WN (BN / WARPS_N)
 #define MF (WM / 16)
@@ -39,52 +31,36 @@ typedef float elem_t;
 #define KSTEP (HALF ? 16 : 8)
 #define KSTEPS (BK / KSTEP)
 #define MTILES ((MG + BM - 1) / BM)
-#if GATHER_TAP
 #define CCHUNKS ((CG + BK - 1) / BK)
-#define KTILES (CCHUNKS * KK)
-#else
-#define KTILES ((CG * KK + BK - 1) / BK)
-#endif
+#define KTILES (GATHER_TAP ? CCHUNKS * KK : (CG * KK + BK - 1) / BK)
 #define A_PARTS (MODE == 1 ? 2 : 1)
 #define A_WORDS (BM * BK * A_PARTS * ELEM_BYTES / 4)
 #define A_VECS (A_WORDS / 4)
-#ifndef SWIZZLE
-#define SWIZZLE 0
-#endif
-#if NHWC
-// B tile stored [n][k]: each pixel's BK channels of a K-tile side by side, copied VEC elements
-// (16 bytes where the channels allow) at a time. Rows padded by 16 bytes: the 8 rows of an
-// ldmatrix (or the 8 pixels of a TF32 fragment read) start in 8 different 16-byte bank groups.
-// SWIZZLE (wgmma's operands): rows of exactly 128 bytes, 16-byte chunk c of row n stored at
-// chunk c ^ (n % 8), the layout a 128-byte-swizzle descriptor reads, conflict-free unpadded.
-#if SWIZZLE
-#define B_LD BK
+// NHWC: B tile stored [n][k]: each pixel's BK channels of a K-tile side by side, copied VEC
+// elements (16 bytes where the channels allow) at a time. Rows padded by 16 bytes: the 8 rows of
+// an ldmatrix (or the 8 pixels of a TF32 fragment read) start in 8 different 16-byte bank
+// groups. SWIZZLE (wgmma's operands): rows of exactly 128 bytes, 16-byte chunk c of row n stored
+// at chunk c ^ (n % 8), the layout a 128-byte-swizzle descriptor reads, conflict-free unpadded.
+// NCHW: B stored [k][n], its rows padded by 8 elements.
+#define B_LD (NHWC ? (SWIZZLE ? BK : BK + 16 / ELEM_BYTES) : BN + 8)
 #define B_VEC_OFFSET(n, kc) \
-    ((n) * BK * ELEM_BYTES + (((kc) * VEC * ELEM_BYTES) ^ (((n) & 7) << 4)))
-#else
-#define B_LD (BK + 16 / ELEM_BYTES)
-#define B_VEC_OFFSET(n, kc) (((n) * B_LD + (kc) * VEC) * ELEM_BYTES)
-#endif
-#define B_WORDS (BN * B_LD * ELEM_BYTES / 4)
-#define B_IN_REGISTERS 0
-// A loading thread copies vector KC of BN_ROWS pixel rows, BN / BN_ROWS apart.
+    (SWIZZLE ? (n) * BK * ELEM_BYTES + (((kc) * VEC * ELEM_BYTES) ^ (((n) & 7) << 4)) \
+             : ((n) * B_LD + (kc) * VEC) * ELEM_BYTES)
+#define B_WORDS ((NHWC ? BN : BK) * B_LD * ELEM_BYTES / 4)
+// NHWC: a loading thread copies vector KC of BN_ROWS pixel rows, BN / BN_ROWS apart.
 #define KCHUNKS (BK / VEC)
 #define ROW_STEP (LOADERS / KCHUNKS)
 #define BN_ROWS (BN / ROW_STEP)
-// The epilogue stages C transposed, [n][m]: stores then run along the output channels.
-#define C_LD (BM + 4)
-#else
-// B gather: COLT threads side by side along the tile's pixels, each owning NCOLS pixel columns
-// and RPT consecutive k rows of every K-tile.
+// NCHW: COLT threads side by side along the tile's pixels, each owning NCOLS pixel columns and
+// RPT consecutive k rows of every K-tile.
 #define COLT (THREADS < BN ? THREADS : BN)
 #define NCOLS (BN / COLT)
 #define RPT (BK * COLT / THREADS)
-#define B_LD (BN + 8)
-#define B_WORDS (BK * B_LD * ELEM_BYTES / 4)
-// fp16/bf16 elements are below cp.async's 4-byte minimum: B passes through registers.
-#define B_IN_REGISTERS HALF
-#define C_LD (BN + 8)
-#endif
+// fp16/bf16 elements are below cp.async's 4-byte minimum: NCHW's B passes through registers.
+#define B_IN_REGISTERS (NHWC ? 0 : HALF)
+// The epilogue stages C transposed ([n][m], NHWC: stores then run along the output channels)
+// or as it is ([m][n], NCHW).
+#define C_LD (NHWC ? BM + 4 : BN + 8)
 // wgmma reads both operands from shared memory, so 3xTF32 there keeps B's small part beside
 // its big one (mma.sync splits B in registers).
 #define B_PARTS (SWIZZLE && MODE == 1 ? 2 : 1)
@@ -93,15 +69,22 @@ typedef float elem_t;
 // In bounds, for a tap dp rows and dq columns into the window (its index times DIL): without
 // padding every tap of a real pixel lies inside the image (ho*S + dp <= H-1 by the definition
 // of HO), so only columns past the last pixel (ih0 < 0) and, for the table, k past the
-// reduction gather zeros, and the table's offsets are all a k needs (dp and dq are cast
-// away so that a gather naming them is not warned of unused variables).
-#if PAD_H == 0 && PAD_W == 0
-#define TAP_OK(i, dp, dq) ((void)(dp), (void)(dq), ih0[i] >= 0)
-#else
-#define TAP_OK(i, dp, dq) \
-    ((unsigned)(ih0[i] + (dp)) < (unsigned)H && (unsigned)(iw0[i] + (dq)) < (unsigned)W)
-#endif
+// reduction gather zeros, and the table's offsets are all a k needs.
+#define TAP_OK(i, dp, dq)                                                                   \
+    (PAD_H == 0 && PAD_W == 0                                                                \
+         ? ih0[i] >= 0                                                                       \
+         : (unsigned)(ih0[i] + (dp)) < (unsigned)H && (unsigned)(iw0[i] + (dq)) < (unsigned)W)
 """
+
+def filled(frame: str, **slots: str) -> str:
+    """`frame` with each slot's `$NAME` line replaced by its pieces: statements whole, so each
+    piece's braces close within it and the frame's within the frame."""
+    for name, pieces in slots.items():
+        if f"${name}\n" not in frame:
+            raise ValueError(f"the frame has no slot {name}")
+        frame = frame.replace(f"${name}\n", pieces)
+    return frame
+
 
 INSTRUCTIONS = r"""
 __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -122,20 +105,18 @@ __device__ __forceinline__ void cp_async4(unsigned dst, const void* src, bool ok
                  :: "r"(dst), "l"(src), "r"(ok ? 4 : 0));
 }
 
-#if NHWC
-// VEC elements (4, 8 or 16 bytes); src-size 0 zero-fills them (padding taps, channels past the
+// Bytes (4, 8 or 16: VEC elements); src-size 0 zero-fills them (padding taps, channels past the
 // group's). Only 16-byte copies may bypass L1 (.cg); the input is reused across taps anyway.
+template <int Bytes>
 __device__ __forceinline__ void cp_async_vec(unsigned dst, const void* src, bool ok)
 {
-#if VEC * ELEM_BYTES == 16
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(dst), "l"(src), "r"(ok ? 16 : 0));
-#else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-                 :: "r"(dst), "l"(src), "n"(VEC * ELEM_BYTES), "r"(ok ? VEC * ELEM_BYTES : 0));
-#endif
+    if constexpr (Bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(dst), "l"(src), "r"(ok ? 16 : 0));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                     :: "r"(dst), "l"(src), "n"(Bytes), "r"(ok ? Bytes : 0));
 }
-#endif
 
 __device__ __forceinline__ void cp_async_commit()
 {
@@ -165,18 +146,21 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-#if HALF
-#if MODE == 2
-#define MMA16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#else
-#define MMA16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#endif
+// In fp16 (MODE 2) or bf16.
 __device__ __forceinline__ void mma_16(float (&d)[4], const uint4& a, const unsigned (&b)[2])
 {
-    asm volatile(
-        MMA16 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]));
+    if constexpr (MODE == 2)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]));
 }
 
 // Four 8x8 b16 matrices: from B stored [n][k], lane (g, t) receives (n g; k 2t, 2t+1) of each.
@@ -195,13 +179,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
-#endif
 """
 
-# The entry point of both warp-specialised schedules (igemm.persistent and igemm.halo): the launch
-# bounds name the loader warpgroup and the blocks per SM; shared memory starts on 1 KB for the
-# swizzle.
-WARP_SPECIALISED_ENTRY = r"""extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
+# The kernel of both warp-specialised schedules (igemm.persistent and igemm.halo), around the
+# schedule's BODY: the launch bounds name the loader warpgroup and the blocks per SM; shared
+# memory starts on 1 KB for the swizzle.
+WARP_SPECIALISED_KERNEL = r"""extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
 conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const int4* __restrict__ table, const float* __restrict__ bias,
              out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch
@@ -211,10 +194,14 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              , const kept_t* __restrict__ kept)
 {
     extern __shared__ __align__(16) float smem_raw[];
-    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;"""
+    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
+$BODY
+}
+"""
 
-# The kernel's frame: its parameters and which tile, split and group this block computes.
-KERNEL_BEGIN = r"""
+# The grid schedule's kernel, around its BODY (gather, mainloop and epilogue): its parameters
+# and which tile, split and group this block computes.
+GRID_KERNEL = r"""
 // wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
 // (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
 // ws, counters: split-K partial tiles and arrival counts (all counts zero between launches);
@@ -226,12 +213,9 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const kept_t* __restrict__ kept)
 {
     extern __shared__ __align__(16) float smem_raw[];
-#if SWIZZLE
     // Swizzled tiles must start on 1024-byte boundaries (the host asks for 1 KB more).
-    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
-#else
-    float* const smem = smem_raw;
-#endif
+    float* const smem =
+        SWIZZLE ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4 : smem_raw;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
@@ -241,6 +225,8 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
     const int ntile = tile / MTILES;
     const int group = blockIdx.y;
     const int npix = batch * HWO;  // < 2^31, checked by the host
+$BODY
+}
 """
 
 LOAD_A = r"""

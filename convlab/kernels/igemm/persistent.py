@@ -13,7 +13,6 @@ blocks per SM for those to fit (igemm.wgmma.blocks_per_sm)."""
 from . import epilogue, gather_nhwc, mainloop, wgmma
 
 INSTRUCTIONS = r"""
-#if PERSISTENT
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
@@ -55,10 +54,6 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-#ifndef GATHER_TMA
-#define GATHER_TMA 0
-#endif
-#if GATHER_TMA
 // The copy engine's descriptor of the input (gpu.tensormap encodes it on the host), passed by
 // value: a launch's parameters are constant, so the copies read it without a fence.
 struct __align__(64) TensorMap { unsigned long long bytes[16]; };
@@ -76,16 +71,12 @@ __device__ __forceinline__ void im2col_copy(unsigned dst, const TensorMap& map, 
                  :: "r"(dst), "l"(&map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar),
                     "h"((unsigned short)q), "h"((unsigned short)p) : "memory");
 }
-#endif
 
 // The register store's 16-byte path (igemm.epilogue) in the persistent schedule: fp16 or bf16
 // output of fp16 or bf16 maths whose groups' channels start on 16 bytes; float32 output of an
 // add-relu epilogue (not 3xTF32's, whose two accumulator sets leave no registers for the kept
 // read-ahead) whose groups' channels start on 16 bytes. Each warp turns its fragments around
 // in STORE_SCRATCH bytes of shared memory after the barriers (the host's count, defined by it).
-#ifndef HALO
-#define HALO 0
-#endif
 #define VECTOR_STORE (MODE != 1 && !HALO && (OUT_HALF ? MODE >= 2 && M % 8 == 0 && MG % 8 == 0 \
                                                     : ADD_KEPT && M % 4 == 0 && MG % 4 == 0))
 
@@ -95,35 +86,59 @@ __device__ __forceinline__ unsigned half_pair(float lo, float hi)
     return (unsigned)to_out(lo) | ((unsigned)to_out(hi) << 16);
 }
 
-__device__ __forceinline__ void unpack_halves(unsigned pair, float& lo, float& hi)
-{
-#if BF16_BITS
-    lo = __uint_as_float(pair << 16);
-    hi = __uint_as_float(pair & 0xFFFF0000u);
-#else
-    asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
-        : "=f"(lo), "=f"(hi) : "r"(pair));
-#endif
-}
+// The kept activation's elements a lane adds to its 16-byte output vector, as loaded: eight for
+// eight 16-bit outputs (`Eight`, EIGHT_AHEAD of them in flight in the stores' loop,
+// igemm.epilogue), four for four float32 ones (`Four`, 8 bytes when 16-bit; as many in flight
+// as fill the same 128 bytes). Element: the kept type (gpu.elements).
+template <class Element> struct KeptVectors {
+    typedef uint4 Eight;
+    typedef uint2 Four;
+    enum { EIGHT_AHEAD = 8 };
+    static __device__ __forceinline__ Eight load8(const unsigned short* __restrict__ kept)
+    {
+        return __ldg(reinterpret_cast<const uint4*>(kept));
+    }
+    static __device__ __forceinline__ void values8(const Eight& kv, float (&k)[8])
+    {
+        const unsigned kw[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) Element::unpack(kw[i], k[2 * i], k[2 * i + 1]);
+    }
+    static __device__ __forceinline__ float4 values4(const Four& k)
+    {
+        float4 v;
+        Element::unpack(k.x, v.x, v.y);
+        Element::unpack(k.y, v.z, v.w);
+        return v;
+    }
+};
 
-// The kept activation's eight elements a lane adds to its 16-byte output vector, as loaded;
-// the stores' loop keeps KEPT_AHEAD of them in flight (igemm.epilogue).
-#if KEPT_HALF
-#define KEPT_AHEAD 8
-typedef uint4 kept8_t;
-#else
-#define KEPT_AHEAD 4
-struct kept8_t { float4 lo, hi; };
-#endif
+template <> struct KeptVectors<Float32Element> {
+    struct Eight { float4 lo, hi; };
+    typedef float4 Four;
+    enum { EIGHT_AHEAD = 4 };
+    static __device__ __forceinline__ Eight load8(const float* __restrict__ kept)
+    {
+        return {__ldg(reinterpret_cast<const float4*>(kept)),
+                __ldg(reinterpret_cast<const float4*>(kept) + 1)};
+    }
+    static __device__ __forceinline__ void values8(const Eight& kv, float (&k)[8])
+    {
+        k[0] = kv.lo.x; k[1] = kv.lo.y; k[2] = kv.lo.z; k[3] = kv.lo.w;
+        k[4] = kv.hi.x; k[5] = kv.hi.y; k[6] = kv.hi.z; k[7] = kv.hi.w;
+    }
+    static __device__ __forceinline__ float4 values4(const Four& k) { return k; }
+};
+
+typedef KeptVectors<KeptElement> Kept;
+typedef Kept::Eight kept8_t;
+typedef Kept::Four kept4_t;
+#define KEPT_AHEAD Kept::EIGHT_AHEAD
+#define KEPT_AHEAD4 (128 / (int)sizeof(kept4_t))
 
 __device__ __forceinline__ kept8_t load_kept8(const kept_t* __restrict__ kept)
 {
-#if KEPT_HALF
-    return __ldg(reinterpret_cast<const uint4*>(kept));
-#else
-    return {__ldg(reinterpret_cast<const float4*>(kept)),
-            __ldg(reinterpret_cast<const float4*>(kept) + 1)};
-#endif
+    return Kept::load8(kept);
 }
 
 // The eight 16-bit outputs of a 16-byte vector (the bias added, the ReLU not yet applied) plus
@@ -133,33 +148,16 @@ __device__ __forceinline__ kept8_t load_kept8(const kept_t* __restrict__ kept)
 __device__ __forceinline__ uint4 add_kept8(uint4 v, const kept8_t& kv)
 {
     float k[8];
-#if KEPT_HALF
-    const unsigned kw[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) unpack_halves(kw[i], k[2 * i], k[2 * i + 1]);
-#else
-    k[0] = kv.lo.x; k[1] = kv.lo.y; k[2] = kv.lo.z; k[3] = kv.lo.w;
-    k[4] = kv.hi.x; k[5] = kv.hi.y; k[6] = kv.hi.z; k[7] = kv.hi.w;
-#endif
+    Kept::values8(kv, k);
     unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         float lo, hi;
-        unpack_halves(w[i], lo, hi);
+        HalfElement::unpack(w[i], lo, hi);
         w[i] = half_pair(finish_value(lo + k[2 * i], 0.0f), finish_value(hi + k[2 * i + 1], 0.0f));
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
-
-// The kept activation's four elements a lane adds to its float32 16-byte output vector, as
-// loaded (16-bit: 8 bytes); the stores' loop keeps KEPT_AHEAD4 of them in flight, the same
-// 128 bytes as KEPT_AHEAD's ring.
-#if KEPT_HALF
-typedef uint2 kept4_t;
-#else
-typedef float4 kept4_t;
-#endif
-#define KEPT_AHEAD4 (128 / (int)sizeof(kept4_t))
 
 __device__ __forceinline__ kept4_t load_kept4(const kept_t* __restrict__ kept)
 {
@@ -168,14 +166,7 @@ __device__ __forceinline__ kept4_t load_kept4(const kept_t* __restrict__ kept)
 
 __device__ __forceinline__ float4 kept4_values(const kept4_t& k)
 {
-#if KEPT_HALF
-    float4 v;
-    unpack_halves(k.x, v.x, v.y);
-    unpack_halves(k.y, v.z, v.w);
-    return v;
-#else
-    return k;
-#endif
+    return Kept::values4(k);
 }
 
 __device__ __forceinline__ void store_shared_float(unsigned p, float v)
@@ -216,17 +207,12 @@ __device__ __forceinline__ void setmaxnreg_inc()
 {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
 }
-#endif
 """
 
-# The kernel: its frame, the loader warpgroup's loop, the MMA warpgroups' loop. Each reads the
-# grid schedule's pieces where they are the same (gather, B split, MMAs).
-FRAME = r"""
-// wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][A_PARTS][BM*BK];
-// table: the "table" gather's per-vector offsets; ws, counters: split-K partial tiles and
-// arrival counts (all counts zero between launches); im2col_map (GATHER_TMA): the input's
-// tensor map.
-""" + mainloop.WARP_SPECIALISED_ENTRY + r"""
+# The kernel: the barriers and the list of units both roles walk, then the loader warpgroup's
+# loop beside the MMA warpgroups' (ROLES). Each reads the grid schedule's pieces where they are
+# the same (gather, B split, MMAs).
+PROLOGUE = r"""
     // After the stages: STAGES "full" barriers (the loaders' copies and A's bulk copy landed;
     // under GATHER_TMA both copies, counted in bytes behind one arrival) and STAGES "empty"
     // ones (every MMA thread is done reading the stage).
@@ -262,16 +248,21 @@ FRAME = r"""
     const int kend = (int)((long long)(split + 1) * KTILES / SPLIT_K);
 """
 
-LOADER_BEGIN = r"""
+ROLES = r"""
     if (warp >= NWARPS) {
-#if PRODUCER_REGS
-        setmaxnreg_dec<PRODUCER_REGS>();
-#endif
+$LOADER
+    } else {
+$CONSUMER
+    }
+"""
+
+LOADER_BEGIN = r"""
+        if constexpr (PRODUCER_REGS > 0) setmaxnreg_dec<PRODUCER_REGS>();
         // The loaders number themselves from 0, as the gather's pieces expect.
         const int tid = threadIdx.x - THREADS;
 """
 
-LOADER_LOOP = r"""
+LOADER_UNITS = r"""
         // K-tile j (counted over all of this block's units) goes to stage j % STAGES once the
         // MMA threads released that stage's previous use. Its B copies are published LAG
         // K-tiles later, when cp.async.wait_group says they landed: this thread fences them
@@ -283,15 +274,18 @@ LOADER_LOOP = r"""
 #define LAG (STAGES - 2)
         auto publish = [&](int p) {
             const int stage = p % STAGES;
-#if MODE == 1
-            split_b(stage);
-#endif
+            if constexpr (MODE == 1)
+                split_b_tile<CROSS_BF16>(smem, stage, row0, kc);
             fence_proxy_async();
             mbar_arrive(full0 + 8 * stage);
         };
         int j = 0;
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
             UNIT_COORDS(u)
+$BODY
+        }
+        cp_async_wait<0>();
+        for (int p = j < LAG ? 0 : j - LAG; p < j; ++p) publish(p);
 """
 
 LOAD_A_BULK = r"""
@@ -306,7 +300,7 @@ LOAD_A_BULK = r"""
             };
 """
 
-LOADER_END = r"""
+LOADER_K_TILES = r"""
             for (int kt = kbeg; kt < kend; ++kt, ++j) {
                 const int stage = j % STAGES;
                 mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
@@ -317,9 +311,6 @@ LOADER_END = r"""
                     publish(j - LAG);
                 }
             }
-        }
-        cp_async_wait<0>();
-        for (int p = j < LAG ? 0 : j - LAG; p < j; ++p) publish(p);
 """
 
 # The loader of the "tma" gather: one thread, two copies a K-tile.
@@ -353,10 +344,7 @@ LOADER_TMA = r"""
 """
 
 CONSUMER_BEGIN = r"""
-    } else {
-#if CONSUMER_REGS
-        setmaxnreg_inc<CONSUMER_REGS>();
-#endif
+        if constexpr (CONSUMER_REGS > 0) setmaxnreg_inc<CONSUMER_REGS>();
 """
 
 CONSUMER = r"""
@@ -367,10 +355,8 @@ CONSUMER = r"""
         // K-split's partial sum goes to the workspace instead, and the tile's last split to
         // arrive adds them and stores (splitk.SPLIT_K_LAST). The loaders do not take part in
         // the MMA threads' barriers.
-#if SPLIT_K > 1
         __shared__ int split_arrivals;
         auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" :: "n"(THREADS) : "memory"); };
-#endif
         int j = 0;
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
             UNIT_COORDS(u)
@@ -389,52 +375,61 @@ CONSUMER = r"""
             for (int kt = kbeg; kt < kend; ++kt, ++j) {
                 const int stage = j % STAGES;
                 mbar_wait(full0 + 8 * stage, (j / STAGES) & 1);
-#if MODE == 1
-                // a K-tile's products in a fresh partial sum (the grid schedule's span of
-                // them would hold the stage: igemm.wgmma.part_ktiles), added with FP32 adds
-                // once they retire
-                compute(stage, part);
-                wgmma_wait<0>();
-                fence_operands(part);
-                mbar_arrive(empty0 + 8 * stage);
+                if constexpr (MODE == 1) {
+                    // a K-tile's products in a fresh partial sum (the grid schedule's span of
+                    // them would hold the stage: igemm.wgmma.part_ktiles), added with FP32 adds
+                    // once they retire
+                    compute(stage, part);
+                    wgmma_wait<0>();
+                    fence_operands(part);
+                    mbar_arrive(empty0 + 8 * stage);
 #pragma unroll
-                for (int f = 0; f < NF; ++f)
+                    for (int f = 0; f < NF; ++f)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[0][f][e] += part[0][f][e];
-#else
-                compute(stage, acc);
-                wgmma_wait<1>();
-                if (kt > kbeg) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
-#endif
+                        for (int e = 0; e < 4; ++e) acc[0][f][e] += part[0][f][e];
+                } else {
+                    compute(stage, acc);
+                    wgmma_wait<1>();
+                    if (kt > kbeg) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+                }
             }
-#if MODE != 1
-            wgmma_wait<0>();
-            mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
-#endif
+            if constexpr (MODE != 1) {
+                wgmma_wait<0>();
+                mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+            }
             fence_operands(acc);
-#if SPLIT_K > 1
-            if (!split_k_last(&acc[0][0][0], ws, counters, tile_id, split, tid,
-                              consumers_sync, &split_arrivals))
-                continue;
-#endif
+            if constexpr (SPLIT_K > 1) {
+                if (!split_k_last(&acc[0][0][0], ws, counters, tile_id, split, tid,
+                                  consumers_sync, &split_arrivals))
+                    continue;
+            }
 """ + epilogue.STORE_REGISTERS_NHWC + r"""
         }
-    }
-}
 """
 
 PARTIAL_SUM = r"""
-#if MODE == 1
-        float part[MF][NF][4];
+        float part[MF][NF][4];  // 3xTF32's
+        if constexpr (MODE == 1) {
 #pragma unroll
-        for (int f = 0; f < NF; ++f)
+            for (int f = 0; f < NF; ++f)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) part[0][f][e] = 0.0f;
-        fence_operands(part);
-#endif
+                for (int e = 0; e < 4; ++e) part[0][f][e] = 0.0f;
+            fence_operands(part);
+        }
 """
 
-KERNEL = (FRAME + LOADER_BEGIN + "#if GATHER_TMA\n" + LOADER_TMA + "#else\n"
-          + gather_nhwc.LOADER_LANE + wgmma.SPLIT_B + LOADER_LOOP + gather_nhwc.ROW_ORIGINS
-          + LOAD_A_BULK + gather_nhwc.GATHER_B + LOADER_END + "#endif\n" + CONSUMER_BEGIN
-          + wgmma.COMPUTE + PARTIAL_SUM + CONSUMER)
+KERNEL = r"""
+// wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][A_PARTS][BM*BK];
+// table: the "table" gather's per-vector offsets; ws, counters: split-K partial tiles and
+// arrival counts (all counts zero between launches); im2col_map (GATHER_TMA): the input's
+// tensor map.
+""" + mainloop.filled(
+    mainloop.WARP_SPECIALISED_KERNEL,
+    BODY=PROLOGUE + mainloop.filled(
+        ROLES,
+        LOADER=(LOADER_BEGIN + "#if GATHER_TMA\n" + LOADER_TMA + "#else\n"
+                + gather_nhwc.LOADER_LANE
+                + mainloop.filled(LOADER_UNITS, BODY=gather_nhwc.ROW_ORIGINS + LOAD_A_BULK
+                                  + gather_nhwc.GATHER_B + LOADER_K_TILES)
+                + "#endif\n"),
+        CONSUMER=CONSUMER_BEGIN + wgmma.COMPUTE + PARTIAL_SUM + CONSUMER))

@@ -9,7 +9,6 @@ import contextlib
 import contextvars
 
 SPLIT_K_LAST = r"""
-#if SPLIT_K > 1
 // Each split writes its partial tile (thread-private order: coalesced, and read back by the
 // same thread of whichever split finishes last, its own included), then counts itself in;
 // `sync` is a barrier of the THREADS threads that hold the tile's accumulators, `arrivals` a
@@ -44,19 +43,16 @@ __device__ __forceinline__ bool split_k_last(float* flat, float* __restrict__ ws
     if (tid == 0) counters[tile_id] = 0;
     return true;
 }
-#endif
 """
 
 SPLIT_K_REDUCE = r"""
-#if SPLIT_K > 1
-    {
+    if constexpr (SPLIT_K > 1) {
         __shared__ int arrivals;
         if (!split_k_last(&acc[0][0][0], ws, counters,
                           (long long)group * (gridDim.x / SPLIT_K) + tile, split, tid,
                           [] { __syncthreads(); }, &arrivals))
             return;
     }
-#endif
 """
 
 

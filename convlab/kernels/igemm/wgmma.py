@@ -25,7 +25,104 @@ from .tiling import (HALF_MATHS, MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, chan
 
 ROW_BYTES = 128  # one swizzle atom row, BK elements: a K-tile
 SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
-INSTRUCTIONS = WGMMA_PTX
+INSTRUCTIONS = WGMMA_PTX + r"""
+// This build's products: the tile's N (WGMMA_N; the halo schedule's tail, WGMMA_TAIL, into the
+// last fragments) in MODE's element type, and 3xTF32's cross terms in BF16 (CROSS_BF16). Each
+// is a template so that a build which never calls it never instantiates its product.
+using MmaElement = ModeElement<MODE>::type;
+
+template <int N = WGMMA_N>
+__device__ __forceinline__ void wgmma_tile(float (&d)[MF][NF][4], unsigned long long da,
+                                           unsigned long long db, int scale_d = 1)
+{
+    WgmmaOp<N, MmaElement>::template mma<0>(d, da, db, scale_d);
+}
+
+template <int Tail = WGMMA_TAIL>
+__device__ __forceinline__ void wgmma_tail(float (&d)[MF][NF][4], unsigned long long da,
+                                           unsigned long long db, int scale_d = 1)
+{
+    WgmmaOp<Tail, MmaElement>::template mma<NF - Tail / 8>(d, da, db, scale_d);
+}
+
+template <int N = WGMMA_N>
+__device__ __forceinline__ void wgmma_cross(float (&d)[MF][NF][4], unsigned long long da,
+                                            unsigned long long db, int scale_d = 1)
+{
+    WgmmaOp<N, Bf16>::template mma<0>(d, da, db, scale_d);
+}
+
+// wgmma reads a TF32 operand by dropping each float's low 13 bits. 3xTF32: the filters are
+// split on the host; B's big part is the vector as it landed (wgmma truncates it), and each
+// thread writes the exact residual, rounded to TF32, to B's small tile once its copies land.
+// One vector load and store per copy, as it was copied: a warp's lanes cover whole 128-byte
+// rows. Rounding the big part in place as well cost a store per vector and its
+// shared-memory bandwidth: 4-9% on every AlexNet layer and the ResNet one (H200,
+// 2026-11-26). The truncated big part leaves a residual up to 2^-10 of the input (not 2^-11), so
+// the small part's rounding and the dropped small x small product err by up to 2^-21 of
+// each product instead of 2^-22: on same-sign data at n = 64 the error went from 0.11 to
+// 0.14-0.17 of the fp32 bound (n = 4,608: 0.022 to 0.025-0.028).
+// TF32 (MODE 0) reads B as it landed, truncated: that errs by at most 2^-10 of each input,
+// 1.5 * 2^-10 * sum|x*w| in all with the host-rounded filters, under the tf32 bound of
+// 8 * sqrt(n) * 2^-11 * sum|x*w| at every n and whatever the signs. Rounding in place cost
+// a shared-memory load and store per vector before each K-tile's barrier (ncu, AlexNet conv3:
+// short-scoreboard stalls 1.78 per issued instruction against 0.01 in fp16). In a network
+// the tf32 conv before writes its output rounded to TF32 (OUT_TF32), which lands exact.
+template <int Vec> struct FloatVec;
+template <> struct FloatVec<4> { typedef float4 type; };
+template <> struct FloatVec<2> { typedef float2 type; };
+
+// sb: the stage's B tile; this thread splits its vector kc of rows row0, row0 + ROW_STEP, ...
+
+template <bool CrossBf16>
+__device__ __forceinline__ void split_b_tile(float* smem, int stage, int row0, int kc)
+{
+    float* sb = smem + stage * STAGE_WORDS + A_WORDS;
+    typedef typename FloatVec<VEC>::type vec_t;
+#pragma unroll
+    for (int i = 0; i < BN_ROWS; ++i) {
+        const int n = row0 + i * ROW_STEP;
+        vec_t* p = reinterpret_cast<vec_t*>(sb + (B_VEC_OFFSET(n, kc)) / 4);
+        vec_t v = *p;
+        const float* f = reinterpret_cast<const float*>(&v);
+        if constexpr (CrossBf16) {
+            // B's second tile in BF16: a row holds the exact residuals, then the truncated
+            // TF32 big parts (as wgmma reads the first tile), each rounded to nearest: 2 * VEC
+            // bytes at element k of the row and as many at 32 + k.
+            // cvt.rn.bf16x2 puts its first operand in the high half: the later element.
+            unsigned small[VEC / 2], big[VEC / 2];
+#pragma unroll
+            for (int e = 0; e < VEC; e += 2) {
+                const float b0 = __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u);
+                const float b1 = __uint_as_float(__float_as_uint(f[e + 1]) & 0xFFFFE000u);
+                asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
+                    : "=r"(small[e / 2]) : "f"(f[e + 1] - b1), "f"(f[e] - b0));
+                asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(big[e / 2]) : "f"(b1), "f"(b0));
+            }
+            const unsigned row = smem_u32(sb + B_WORDS) + n * 128, phase = (n & 7) << 4;
+            const unsigned lo = row + ((kc * VEC * 2) ^ phase);
+            const unsigned hi = row + ((64 + kc * VEC * 2) ^ phase);
+            if constexpr (VEC == 4) {
+                asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
+                             :: "r"(lo), "r"(small[0]), "r"(small[1]) : "memory");
+                asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
+                             :: "r"(hi), "r"(big[0]), "r"(big[1]) : "memory");
+            } else {
+                asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(lo), "r"(small[0]) : "memory");
+                asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(hi), "r"(big[0]) : "memory");
+            }
+        } else {
+            vec_t r;
+            float* small = reinterpret_cast<float*>(&r);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+                small[e] = __uint_as_float(
+                    to_tf32(f[e] - __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u)));
+            p[B_WORDS / VEC] = r;
+        }
+    }
+}
+"""
 
 COMPUTE = r"""
     float acc[MF][NF][4];
@@ -45,99 +142,30 @@ COMPUTE = r"""
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < KSTEPS; ++s) {
-#if MODE == 1 && CROSS_BF16
-            // The cross terms in BF16 (A's second tile [big | small] x B's [small | big], 64
-            // elements a 128-byte row, so a k16 step is 32 bytes as a TF32 k8 step is), then
-            // the big product in TF32, into the same partial sum. PTX promises the ordering of
-            // accumulations without a fence only between wgmmas of one shape; ptxas chains
-            // these k16 and k8 ones as it chains same-shape ones (no wait between them), and
-            // the outputs match float64 on every layer tested (tests/test_gpu_pipelined.py).
-            wgmma_cross(d, swizzle128_desc(sa + BM * 128 + s * 32),
-                        swizzle128_desc(sb + B_WORDS * 4 + s * 32), s > 0 || !fresh);
-#elif MODE == 1
-            // 3xTF32: each operand is a big + small TF32 pair (A's small tile follows its big
-            // one, as B's does); small x big and big x small first, the big product last. The
-            // first product of a partial sum's first K-tile (`fresh`) starts it.
-            wgmma_tile(d, swizzle128_desc(sa + BM * 128 + s * 32), swizzle128_desc(sb + s * 32),
-                       s > 0 || !fresh);
-            wgmma_tile(d, swizzle128_desc(sa + s * 32), swizzle128_desc(sb + B_WORDS * 4 + s * 32));
-#endif
+            if constexpr (MODE == 1 && CROSS_BF16) {
+                // The cross terms in BF16 (A's second tile [big | small] x B's [small | big], 64
+                // elements a 128-byte row, so a k16 step is 32 bytes as a TF32 k8 step is), then
+                // the big product in TF32, into the same partial sum. PTX promises the ordering of
+                // accumulations without a fence only between wgmmas of one shape; ptxas chains
+                // these k16 and k8 ones as it chains same-shape ones (no wait between them), and
+                // the outputs match float64 on every layer tested (tests/test_gpu_pipelined.py).
+                wgmma_cross(d, swizzle128_desc(sa + BM * 128 + s * 32),
+                            swizzle128_desc(sb + B_WORDS * 4 + s * 32), s > 0 || !fresh);
+            } else if constexpr (MODE == 1) {
+                // 3xTF32: each operand is a big + small TF32 pair (A's small tile follows its big
+                // one, as B's does); small x big and big x small first, the big product last. The
+                // first product of a partial sum's first K-tile (`fresh`) starts it.
+                wgmma_tile(d, swizzle128_desc(sa + BM * 128 + s * 32), swizzle128_desc(sb + s * 32),
+                           s > 0 || !fresh);
+                wgmma_tile(d, swizzle128_desc(sa + s * 32),
+                           swizzle128_desc(sb + B_WORDS * 4 + s * 32));
+            }
             wgmma_tile(d, swizzle128_desc(sa + s * 32), swizzle128_desc(sb + s * 32));
         }
         wgmma_commit();
     };
 """
 
-SPLIT_B = r"""
-#if MODE == 1
-    // wgmma reads a TF32 operand by dropping each float's low 13 bits. 3xTF32: the filters are
-    // split on the host; B's big part is the vector as it landed (wgmma truncates it), and each
-    // thread writes the exact residual, rounded to TF32, to B's small tile once its copies land.
-    // One vector load and store per copy, as it was copied: a warp's lanes cover whole 128-byte
-    // rows. Rounding the big part in place as well cost a store per vector and its
-    // shared-memory bandwidth: 4-9% on every AlexNet layer and the ResNet one (H200,
-    // 2026-11-26). The truncated big part leaves a residual up to 2^-10 of the input (not 2^-11), so
-    // the small part's rounding and the dropped small x small product err by up to 2^-21 of
-    // each product instead of 2^-22: on same-sign data at n = 64 the error went from 0.11 to
-    // 0.14-0.17 of the fp32 bound (n = 4,608: 0.022 to 0.025-0.028).
-    // TF32 (MODE 0) reads B as it landed, truncated: that errs by at most 2^-10 of each input,
-    // 1.5 * 2^-10 * sum|x*w| in all with the host-rounded filters, under the tf32 bound of
-    // 8 * sqrt(n) * 2^-11 * sum|x*w| at every n and whatever the signs. Rounding in place cost
-    // a shared-memory load and store per vector before each K-tile's barrier (ncu, AlexNet conv3:
-    // short-scoreboard stalls 1.78 per issued instruction against 0.01 in fp16). In a network
-    // the tf32 conv before writes its output rounded to TF32 (OUT_TF32), which lands exact.
-#if VEC == 4
-    typedef float4 vec_t;
-#else
-    typedef float2 vec_t;
-#endif
-    auto split_b = [&](int stage) {
-        float* sb = smem + stage * STAGE_WORDS + A_WORDS;
-#pragma unroll
-        for (int i = 0; i < BN_ROWS; ++i) {
-            const int n = row0 + i * ROW_STEP;
-            vec_t* p = reinterpret_cast<vec_t*>(sb + (B_VEC_OFFSET(n, kc)) / 4);
-            vec_t v = *p;
-            const float* f = reinterpret_cast<const float*>(&v);
-#if CROSS_BF16
-            // B's second tile in BF16: a row holds the exact residuals, then the truncated
-            // TF32 big parts (as wgmma reads the first tile), each rounded to nearest: 2 * VEC
-            // bytes at element k of the row and as many at 32 + k.
-            // cvt.rn.bf16x2 puts its first operand in the high half: the later element.
-            unsigned small[VEC / 2], big[VEC / 2];
-#pragma unroll
-            for (int e = 0; e < VEC; e += 2) {
-                const float b0 = __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u);
-                const float b1 = __uint_as_float(__float_as_uint(f[e + 1]) & 0xFFFFE000u);
-                asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
-                    : "=r"(small[e / 2]) : "f"(f[e + 1] - b1), "f"(f[e] - b0));
-                asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(big[e / 2]) : "f"(b1), "f"(b0));
-            }
-            const unsigned row = smem_u32(sb + B_WORDS) + n * 128, phase = (n & 7) << 4;
-            const unsigned lo = row + ((kc * VEC * 2) ^ phase);
-            const unsigned hi = row + ((64 + kc * VEC * 2) ^ phase);
-#if VEC == 4
-            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
-                         :: "r"(lo), "r"(small[0]), "r"(small[1]) : "memory");
-            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
-                         :: "r"(hi), "r"(big[0]), "r"(big[1]) : "memory");
-#else
-            asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(lo), "r"(small[0]) : "memory");
-            asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(hi), "r"(big[0]) : "memory");
-#endif
-#else
-            vec_t r;
-            float* small = reinterpret_cast<float*>(&r);
-#pragma unroll
-            for (int e = 0; e < VEC; ++e)
-                small[e] = __uint_as_float(
-                    to_tf32(f[e] - __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u)));
-            p[B_WORDS / VEC] = r;
-#endif
-        }
-    };
-#endif
-"""
 
 PIPELINE = r"""
     // STAGES-2 K-tiles of copies in flight and one group of wgmmas. At step it the barrier says
@@ -151,7 +179,6 @@ PIPELINE = r"""
         if (s < nk) load_tile(s, kbeg + s);
         cp_async_commit();
     }
-#if MODE == 1
     // 3xTF32: a span of PART_KTILES K-tiles' products goes to a fresh partial sum, added to the
     // running one with FP32 adds (round to nearest): the tensor cores' truncating accumulation
     // then spans those K-tiles, not the whole reduction (as in the mma.sync kernel). The add
@@ -161,38 +188,38 @@ PIPELINE = r"""
     // taking turns, one added while the other's group ran, made ptxas serialize every wgmma
     // of the kernel (C7514: other instructions read accumulators while a group is in flight).
     float part[MF][NF][4];
+    if constexpr (MODE == 1) {
 #pragma unroll
-    for (int j = 0; j < NF; ++j)
+        for (int j = 0; j < NF; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[0][j][e] = 0.0f;
-    fence_operands(part);
-#endif
+            for (int e = 0; e < 4; ++e) part[0][j][e] = 0.0f;
+        fence_operands(part);
+    }
     for (int it = 0; it < nk; ++it) {
         cp_async_wait<STAGES - 3>();
-#if MODE == 1
-        split_b(it % STAGES);
-#endif
+        if constexpr (MODE == 1)
+            split_b_tile<CROSS_BF16>(smem, it % STAGES, row0, kc);
         fence_proxy_async();
         __syncthreads();
         const int ahead = it + STAGES - 2;
         if (ahead < nk) load_tile(ahead % STAGES, kbeg + ahead);
         cp_async_commit();
-#if MODE == 1
-        compute(it % STAGES, part, it % PART_KTILES == 0);
-        if ((it + 1) % PART_KTILES == 0 || it + 1 == nk) {
-            wgmma_wait<0>();
-            fence_operands(part);
+        if constexpr (MODE == 1) {
+            compute(it % STAGES, part, it % PART_KTILES == 0);
+            if ((it + 1) % PART_KTILES == 0 || it + 1 == nk) {
+                wgmma_wait<0>();
+                fence_operands(part);
 #pragma unroll
-            for (int j = 0; j < NF; ++j)
+                for (int j = 0; j < NF; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[0][j][e] += part[0][j][e];
+                    for (int e = 0; e < 4; ++e) acc[0][j][e] += part[0][j][e];
+            } else {
+                wgmma_wait<1>();
+            }
         } else {
+            compute(it % STAGES, acc);
             wgmma_wait<1>();
         }
-#else
-        compute(it % STAGES, acc);
-        wgmma_wait<1>();
-#endif
     }
     wgmma_wait<0>();
     fence_operands(acc);
@@ -398,9 +425,8 @@ class Grid(Schedule):
         return [replace(base, split_k=s) for s in cost.split_options(shape, base)]
 
     def defines(self, shape, k, t, maths):
-        if maths == "3xtf32":
-            return {"PART_KTILES": part_ktiles(shape.reduction, t, k_tiles(k, t))}
-        return {}
+        spans = maths == "3xtf32"
+        return {"PART_KTILES": part_ktiles(shape.reduction, t, k_tiles(k, t)) if spans else 1}
 
 
 class Persistent(Schedule):
