@@ -19,7 +19,8 @@ EPILOGUE_SOURCE = r"""
 __device__ __forceinline__ float finish_value(float v, float b)
 {
     if (HAS_BIAS) v += b;
-    if (RELU) v = v < 0.0f ? 0.0f : v;  // not fmaxf: a NaN (an element computed wrong) stays visible
+    // not fmaxf: a NaN (an element computed wrong) stays visible
+    if (RELU) v = v < 0.0f ? 0.0f : v;
     return v;
 }
 

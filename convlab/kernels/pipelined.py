@@ -247,7 +247,8 @@ class Pipelined(Variant):
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         k = self.kernel_shape(shape)
-        return {"PERSISTENT": 0, "SWIZZLE": 0, **self.layout_defines(k), "C": k.C, "H": k.H, "W": k.W, "M": k.M,
+        return {"PERSISTENT": 0, "SWIZZLE": 0, **self.layout_defines(k),
+                "C": k.C, "H": k.H, "W": k.W, "M": k.M,
                 "KH": k.Kh, "KW": k.Kw, "STRIDE": k.stride, "PAD_H": k.pad_h,
                 "PAD_W": k.pad_w, "DIL": k.dilation, "G": k.groups,
                 "HAS_BIAS": int(k.bias), "RELU": int(epilogue in (RELU, ADD_RELU)),
