@@ -105,9 +105,12 @@ def structural_specs():
     yield softmax.softmax_kernel(5, 2049)
     # 16-bit activations (for a conv of that class after the op): every element type in and
     # out, fp16 and bf16 bits.
-    for i, (src, dst) in enumerate(HALF_PAIRS + BF16_PAIRS):
+    # Channels-last pools of 16 channels take 4 (float32 in) or 8 (16-bit in) a thread, their
+    # stores 8, 16 or 32 bytes wide.
+    for i, (src, dst) in enumerate(((np.float32, np.float32),) + HALF_PAIRS + BF16_PAIRS):
         for lay in LAYOUTS:
             yield pool.max_pool_kernel((2, 3, 13, 11), 3, 2, ACTS[i % 3], lay, src, dst)
+        yield pool.max_pool_kernel((2, 16, 13, 11), 3, 2, ACTS[i % 3], NHWC, src, dst, pad=1)
         yield activation.activation_kernel((3, 5), "relu", src, dst)
     for src, kept, dst in ((BF16, BF16, BF16), (np.float32, BF16, np.float32)):
         yield residual.add_kernel((3, 5), "relu", src, kept, dst)
@@ -162,6 +165,10 @@ def test_compiled_configurations_cover_every_choice():
                          "lrn_nhwc", "lrn_max_pool_nhwc", "global_avg_pool", "add_kept"}
     pads = {dict(s.defines)["PAD"] for s in ALL_SPECS if s.function == "max_pool"}
     assert {0, 1, 2} <= pads
+    widths = {(d["VEC"], d["IN_HALF"], d["OUT_HALF"], d["BF16_BITS"])
+              for d in (dict(s.defines) for s in ALL_SPECS if s.function == "max_pool")}
+    assert {(4, 0, 0, 0), (4, 0, 1, 0), (8, 1, 1, 0), (8, 1, 0, 0), (4, 0, 1, 1), (8, 1, 1, 1),
+            (8, 1, 0, 1), (1, 0, 0, 0), (1, 1, 1, 0)} <= widths
     kept = {(dict(s.defines)["IN_HALF"], dict(s.defines)["KEPT_HALF"], dict(s.defines)["OUT_HALF"])
             for s in ALL_SPECS if s.function == "add_kept"}
     assert {(0, 0, 0), (0, 1, 1), (1, 1, 1), (0, 1, 0), (1, 0, 1)} <= kept
@@ -558,6 +565,20 @@ def test_padded_max_pool_reference_is_a_literal_loop(rng):
     np.testing.assert_array_equal(got, np.maximum(want, 0))
     assert got.shape == (2, 3, pool.pooled_size(9, size, stride, pad),
                          pool.pooled_size(8, size, stride, pad))
+
+
+@pytest.mark.parametrize("channels,layout,dtype,vec", [
+    (64, NHWC, np.float16, 8), (64, NHWC, BF16, 8), (64, NHWC, np.float32, 4),
+    (12, NHWC, np.float32, 4), (12, NHWC, np.float16, 1), (3, NHWC, np.float32, 1),
+    (64, "nchw", np.float16, 1)])
+def test_channels_last_pools_take_sixteen_bytes_of_channels_a_thread(channels, layout, dtype,
+                                                                     vec):
+    shape = (3, channels, 9, 7)
+    assert pool.channels_per_thread(channels, layout, dtype) == vec
+    kernel = pool.max_pool_kernel(shape, 3, 2, layout=layout, in_dtype=dtype, pad=1)
+    assert dict(kernel.defines)["VEC"] == vec
+    threads = 3 * channels * 5 * 4 // vec
+    assert kernel.grid == (-(-threads // pool.BLOCK),)
 
 
 def test_max_pool_refuses_padding_past_half_the_window():

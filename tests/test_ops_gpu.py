@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from convlab.gpu import hardware, peaks, timer
-from convlab.ops import (dense, prepare_activation, prepare_dense, prepare_dense_cublas,
+from convlab.gpu.elements import BFLOAT16, values
+from convlab.kernels.igemm.packing import to_bf16_bits
+from convlab.ops import (dense, pool, prepare_activation, prepare_dense, prepare_dense_cublas,
                          prepare_lrn, prepare_lrn_max_pool, prepare_max_pool, prepare_softmax,
                          reference_activation, reference_dense, reference_lrn,
                          reference_lrn_max_pool, reference_max_pool, reference_softmax)
@@ -312,6 +314,69 @@ def test_channels_last_pool_and_lrn_give_the_nchw_bits(rng, shape, params, ps, p
         got = run_channels_last(nhwc, x)
         assert_within_bound(got, ref)
         assert np.array_equal(got, run_op(nchw, x)), nhwc.name
+
+
+F32, F16, BF16 = np.float32, np.float16, BFLOAT16
+
+
+def typed(a, dtype):
+    """Float values as `dtype`: bf16 bits rounded to nearest even, any other type by astype."""
+    return to_bf16_bits(a) if np.dtype(dtype) == BF16 else a.astype(dtype)
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [(F32, F32), (F32, F16), (F16, F16), (F16, F32),
+                                                (BF16, BF16), (BF16, F32), (F32, BF16)])
+@pytest.mark.parametrize("shape,size,stride,pad", [
+    pytest.param((2, 64, 17, 15), 3, 2, 1, marks=pytest.mark.smoke),  # ResNet's stem pool
+    ((3, 64, 16, 12), 2, 2, 0),  # VGG's
+    ((1, 24, 9, 9), 3, 1, 1)])
+def test_channels_last_pools_of_channel_vectors_give_the_nchw_bits(rng, shape, size, stride,
+                                                                   pad, in_dtype, out_dtype):
+    """A thread pooling 16 bytes of adjacent channels (pool.channels_per_thread) gives what the
+    NCHW kernel, one output a thread, gives: the max is one of the inputs, so the bits agree in
+    every element type; windows cut by the padding and activations of either sign included."""
+    x = typed(signed(rng, shape), in_dtype)
+    assert pool.channels_per_thread(shape[1], "nhwc", in_dtype) > 1
+    nhwc = prepare_max_pool(shape, size, stride, "relu", "nhwc", in_dtype, out_dtype, pad)
+    nchw = prepare_max_pool(shape, size, stride, "relu", "nchw", in_dtype, out_dtype, pad)
+    got = run_channels_last(nhwc, x)
+    assert np.array_equal(got, run_op(nchw, x))
+    exact = reference_max_pool(values(x), size, stride, "relu", pad).values
+    assert np.array_equal(values(got), values(typed(exact, out_dtype)))
+
+
+@pytest.mark.parametrize("shape,size,stride,pad", [((64, 64, 224, 224), 2, 2, 0),
+                                                   ((128, 64, 112, 112), 3, 2, 1)],
+                         ids=["vgg16-pool1-b64", "resnet50-stem-pool-b128"])
+def test_channels_last_fp16_pools_run_near_the_copy_ceiling(rng, shape, size, stride, pad):
+    """A pool reads its input once and writes its output once: VGG-16's first pool and
+    ResNet-50's stem pool in fp16, channels-last, move those bytes at 70% of the measured copy
+    bandwidth or more. With one channel a thread (2-byte loads) they ran at 63% and 41% on an
+    H200 (results/h200/vgg16-pools-20261129/logs/pool-timing.log); 16 bytes a thread, at 103%
+    and 84%."""
+    import cupy
+
+    x = cupy.asarray(signed(rng, shape).astype(np.float16))
+    op = prepare_max_pool(shape, size, stride, None, "nhwc", np.float16, np.float16, pad)
+    y = cupy.empty(op.output_shape, dtype=np.float16)
+    ms = timer.time_device(lambda: op(x, y), timer.TimingPolicy(min_runs=20, budget_s=2)).median_ms
+    moved = x.nbytes + y.nbytes
+    copy_gbps = peaks.ceilings().copy_gbps
+    print(f"\n{op.name} {shape}: {ms:.4f} ms, {moved / ms / 1e6:.0f} GB/s "
+          f"(copy {copy_gbps:.0f} GB/s)")
+    assert moved / ms / 1e6 >= 0.7 * copy_gbps
+
+
+def test_channels_last_pool_refuses_a_misaligned_view():
+    import cupy
+
+    shape = (1, 8, 4, 4)
+    op = prepare_max_pool(shape, 2, 2, layout="nhwc", in_dtype=F16, out_dtype=F16)
+    backing = cupy.zeros(int(np.prod(shape)) + 1, dtype=np.float16)
+    shifted = backing[1:].reshape(shape)  # 2 bytes past a 16-byte boundary
+    y = cupy.empty(op.output_shape, dtype=np.float16)
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        op(shifted, y)
 
 
 # --- fp16 activations (for an fp16 conv after the op) -------------------------------------------
