@@ -556,7 +556,8 @@ def device(ceilings, refresh, as_json):
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False, path_type=Path),
               help="A weights file for --model (ImageNet models: from `convlab import-weights`).")
 @click.option("--batch", "batches", default=None,
-              help="Comma-separated batch sizes (default: 10,100,1000,10000; 128 for the ImageNet models).")
+              help="Comma-separated batch sizes (default: the --layer's B; 128 for the ImageNet "
+                   "models; else 10,100,1000,10000).")
 @click.option("--cold", is_flag=True, help="Flush the L2 cache before every timed run.")
 @click.option("--budget", type=float, default=timer.DEFAULT_BUDGET_S, show_default=True,
               help="Seconds of timing per row at most, once 10 runs are in.")

@@ -291,6 +291,13 @@ def test_a_failed_cudnn_row_is_no_basis():
     assert rows[2].speedup_cudnn == pytest.approx(2.0) and rows[2].cudnn_basis == "cudnn"
 
 
+def test_a_compared_layer_runs_at_its_own_batch_unless_told():
+    """--layer names its batch (B): a 64-image layer is not swept at 10 to 10,000 images, whose
+    largest would not fit the device for an ImageNet-sized layer."""
+    assert compare.plan("naive", None, "64,3,24,24,8,3,1,1", None).batches == [64]
+    assert compare.plan("naive", None, "64,3,24,24,8,3,1,1", "2,4").batches == [2, 4]
+
+
 def test_compare_plans_cudnn_rows_in_both_layouts():
     p = compare.plan("pipelined-fp16", None, "8,16,12,12,16,3,1,1", "8")
     assert p.kernels == ["pipelined-fp16", "cudnn", "cudnn-nhwc", "cudnn-tf32", "cudnn-nhwc-tf32",

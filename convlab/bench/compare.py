@@ -461,15 +461,15 @@ def plan(kernels: str | None, model: str | None, layer: str | None, batches: str
          weights_path: str | os.PathLike | None = None, verify: str = "sample",
          timeout_s: float | None = None) -> Plan:
     """Validate the command's arguments before any timing starts (kernel files are loaded
-    here: a file that cannot be is an error before anything runs). Without `batches`: a named
-    model's default batch size, else SWEEP_BATCHES."""
+    here: a file that cannot be is an error before anything runs). Without `batches`: the
+    layer's own batch (its B), a named model's default batch size, else SWEEP_BATCHES."""
     if model is not None and layer is not None:
         raise ConvlabError("give --model or --layer, not both")
     if bias and layer is None:
         raise ConvlabError("--bias goes with --layer (a model's layers have the bias they have)")
     if layer is not None:
         base = parse_layer(layer, bias)
-        batch_list = lab.parse_batches(SWEEP_BATCHES if batches is None else batches, None)
+        batch_list = lab.parse_batches(str(base.B) if batches is None else batches, None)
         check_layer_memory(base.with_batch(batch_list[-1]))
         spec = None
 
