@@ -28,6 +28,10 @@ from .verify import Reference, unit_roundoff
 
 ALTERNATIVE_IMAGES = 4
 MATCH_FRACTION = 0.99  # an explanation must fit this share of the outputs it is compared on
+# An image counts as wholly wrong with this share of its outputs wrong: a zeroed image's outputs
+# whose references lie within their bounds of zero pass by coincidence, a few of each image
+# (the CI run of 2026-11-28 met one of 147), and a per-image pattern needs no finer line.
+WHOLE_IMAGE_FRACTION = 0.9
 ROUNDING_RATIO = 100.0  # errors within this many bounds look like rounding, not a bug
 COARSEST_ROUNDING = 2.0 ** -7  # coarser than bf16's 2^-8: no arithmetic rounds that badly
 WINDOW_BUDGET = 20_000_000  # elements of the im2col windows the per-channel tests may build
@@ -316,9 +320,7 @@ def _shape_words(bad: np.ndarray, labels: Sequence[int] | None, K: int) -> tuple
                 words.append(f"the errors concentrate in {name} {ranges(heavy)}")
     if B > 1:
         per_image = bad.reshape(B, -1).mean(axis=1)
-        # A wrong image may hold a few outputs that pass by coincidence (a zeroed output whose
-        # reference is within its bound of zero), so "whole" allows them.
-        whole = np.flatnonzero(per_image >= MATCH_FRACTION)
+        whole = np.flatnonzero(per_image >= WHOLE_IMAGE_FRACTION)
         clean = np.flatnonzero(per_image == 0.0)
         if len(whole) and len(whole) + len(clean) == B and len(clean):
             shown = [labels[i] for i in whole] if labels is not None else whole
