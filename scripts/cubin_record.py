@@ -1,6 +1,7 @@
 """A pytest plugin for compare_cubins.py: records a SHA-256 of every cubin NVRTC builds while the
-tests run, and of the build of every shipped tuning, into the JSON file CUBIN_RECORD names
-(CUBIN_RECORD_SHIPPED=0 leaves the shipped tunings out).
+tests run, and of the build of every shipped tuning (of their sections but the debug ones:
+machine_code_digest), into the JSON file CUBIN_RECORD names (CUBIN_RECORD_SHIPPED=0 leaves the
+shipped tunings out).
 
 A test's cubins are keyed "test | program | arch": the test whose run (setup, fixtures and
 teardown included) compiled it, the name NVRTC was given for the program (compile_cubin names
@@ -28,15 +29,33 @@ from unittest import mock
 import pytest
 
 from convlab.gpu import jit
+from convlab.gpu.cubin import sections
 
 _nvrtc_compile = jit.nvrtc_compile
 _records: dict[str, list[str]] = defaultdict(list)
 _test = ["(collection)"]
 
 
+NOBITS = 8  # an ELF section that occupies no bytes of the file (shared memory): only its size
+
+
+def machine_code_digest(cubin: bytes) -> str:
+    """A SHA-256 of the cubin's sections but the debug ones: the line table -lineinfo adds (the
+    kernel-file checks compile with it) names the directory NVRTC ran in, which differs
+    between the two trees, and follows the source's lines, comments included."""
+    digest = hashlib.sha256()
+    for section in sections(cubin):
+        if "debug" in section.name:
+            continue
+        digest.update(f"{section.name} {section.type} {section.flags} {section.size}".encode())
+        if section.type != NOBITS:
+            digest.update(cubin[section.offset:section.offset + section.size])
+    return digest.hexdigest()
+
+
 def _recording(program, source, options, arch=jit.CHECK_ARCH):
     result = _nvrtc_compile(program, source, options, arch)
-    digest = "no cubin" if result.cubin is None else hashlib.sha256(result.cubin).hexdigest()
+    digest = "no cubin" if result.cubin is None else machine_code_digest(result.cubin)
     _records[f"{_test[0]} | {program} | {arch}"].append(digest)
     return result
 
@@ -83,7 +102,7 @@ def shipped_builds() -> dict[str, str]:
                                       built.arch or jit.CHECK_ARCH)
             key = (f"shipped | {entry['variant']} | {json.dumps(entry['shape'], sort_keys=True)}"
                    f" | {entry['epilogue']} | {json.dumps(entry['config'], sort_keys=True)}")
-            hashes[key] = hashlib.sha256(cubin).hexdigest()
+            hashes[key] = machine_code_digest(cubin)
     return hashes
 
 
