@@ -32,7 +32,8 @@ SOURCE = (r"""
 // Compile-time: C H W M KH KW STRIDE PAD_H PAD_W DIL G (shape), HAS_BIAS RELU, MODE, BM BN BK
 // WARPS_M WARPS_N STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the
 // NHWC kernel), IN_HALF 0, OUT_HALF and BF16_BITS (the output as fp16 or bf16 bits, for a conv
-// of that class after it: `writing`).
+// of that class after it: `writing`), and PERSISTENT 0 and SWIZZLE 0: the shared pieces read
+// the wgmma schedules' switches too, and every build passes them, so no piece defaults one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
           + ELEMENT_SOURCE + epilogue.KEPT_SOURCE

@@ -70,7 +70,9 @@ SOURCE = (r"""
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under
 // HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, MIN_BLOCKS (blocks per SM),
 // PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA; HALO and
-// HALO_ROWS; PART_KTILES (3xTF32 in the grid schedule) and CROSS_BF16.
+// HALO_ROWS; WGMMA_N and WGMMA_TAIL (the MMA's N, and the halo's extra N); PART_KTILES (above
+// 1 for 3xTF32 in the grid schedule) and CROSS_BF16. Every build passes each of them, 0 or 1
+// where its schedule or maths has no use for it, so no piece defaults one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + wgmma.INSTRUCTIONS
           + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS
