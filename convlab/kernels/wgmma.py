@@ -8,7 +8,7 @@ from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
 from .igemm import epilogue, gather_nhwc, halo, mainloop, persistent, splitk, wgmma
 
-SOURCE = (r"""
+KERNELS = (r"""
 // wgmma: changes from channels-last -- that kernel fed mma.sync, a warp-wide 16x8 product whose
 // operands each warp first loads into registers (ldmatrix, fragment loads): at one or two
 // 8-warp blocks per SM the tensor pipe sat idle 40-60% of the time on the MMAs' dependencies
@@ -75,13 +75,17 @@ SOURCE = (r"""
 // where its schedule or maths has no use for it, so no piece defaults one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + wgmma.INSTRUCTIONS
-          + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS
+          + wgmma.MAINLOOP_STEP_DECLARATION + EPILOGUE_SOURCE + ELEMENT_SOURCE
+          + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS
           + "#if HALO\n" + halo.KERNEL + "#elif PERSISTENT\n" + persistent.KERNEL + "#else\n"
           + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.LOADER_LANE
                             + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B
                             + wgmma.COMPUTE + wgmma.PIPELINE + splitk.SPLIT_K_REDUCE
                             + epilogue.STORE_NHWC)
           + "#endif\n")
+# The family's kernels without their mainloop step, which a kernel file may write instead
+# (`#include <convlab/wgmma>`: userkernel.library); the variants' source adds the library's.
+SOURCE = KERNELS + wgmma.MAINLOOP_STEP
 
 from dataclasses import replace  # noqa: E402
 from functools import lru_cache  # noqa: E402

@@ -172,17 +172,7 @@ KERNEL = r"""
                     const int p = tap / KW, s = tap - p * KW;
                     const unsigned sa = a0 + stage * A_BYTES + wg_rows;
                     const unsigned sb = sp + (p * PW + s) * 128;
-                    wgmma_fence();
-#pragma unroll
-                    for (int ks = 0; ks < KSTEPS; ++ks) {
-                        if constexpr (WGMMA_N > 0)
-                            wgmma_tile(acc, swizzle128_desc(sa + ks * 32),
-                                       swizzle128_desc(sb + ks * 32));
-                        if constexpr (WGMMA_TAIL > 0)
-                            wgmma_tail(acc, swizzle128_desc(sa + ks * 32),
-                                       swizzle128_desc(sb + ks * 32 + WGMMA_N * 128));
-                    }
-                    wgmma_commit();
+                    mainloop_step(sa, sb, acc, false);
                     wgmma_wait<1>();
                     if (!A_RESIDENT && kt > 0) mbar_arrive(aempty0 + 8 * ((j - 1) % STAGES));
                     if (tap == 0 && cc > 0) mbar_arrive(pempty0 + 8 * ((u - 1) % PATCH_STAGES));

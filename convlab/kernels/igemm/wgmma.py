@@ -127,6 +127,58 @@ __device__ __forceinline__ void split_b_tile(float* smem, int stage, int row0, i
 }
 """
 
+# The mainloop's step, one K-tile's products: every schedule calls mainloop_step, declared before
+# the kernels and defined after them, so a kernel file may define its own and take the rest of
+# the family as it is (`convlab new NAME --from wgmma-fp16`; userkernel.library).
+MAINLOOP_STEP_DECLARATION = r"""
+// One K-tile's products into d: this warpgroup's 64 rows of the stage's A tile, at shared
+// address sa, times the B tile at sb, issued as one group of wgmmas and committed. `fresh`: the
+// first product starts a new sum (3xTF32's partial sums); the other maths add into d as it is.
+template <int MFrags, int NFrags>
+__device__ __forceinline__ void mainloop_step(unsigned sa, unsigned sb,
+                                              float (&d)[MFrags][NFrags][4], bool fresh);
+"""
+
+MAINLOOP_STEP = r"""
+// Both tiles lie in 128-byte rows, K-major, with the descriptors' 128-byte swizzle. Each k-step
+// moves the descriptors 32 bytes along the rows (the swizzle acts on address bits 4-6 against
+// 7-9, which a step inside the row leaves alone). Under the halo schedule N is WGMMA_N +
+// WGMMA_TAIL: the tail's B rows follow the first WGMMA_N.
+template <int MFrags, int NFrags>
+__device__ __forceinline__ void mainloop_step(unsigned sa, unsigned sb,
+                                              float (&d)[MFrags][NFrags][4], bool fresh)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < KSTEPS; ++s) {
+        if constexpr (MODE == 1 && CROSS_BF16) {
+            // The cross terms in BF16 (A's second tile [big | small] x B's [small | big], 64
+            // elements a 128-byte row, so a k16 step is 32 bytes as a TF32 k8 step is), then
+            // the big product in TF32, into the same partial sum. PTX promises the ordering of
+            // accumulations without a fence only between wgmmas of one shape; ptxas chains
+            // these k16 and k8 ones as it chains same-shape ones (no wait between them), and
+            // the outputs match float64 on every layer tested (tests/test_gpu_pipelined.py).
+            wgmma_cross(d, swizzle128_desc(sa + BM * 128 + s * 32),
+                        swizzle128_desc(sb + B_WORDS * 4 + s * 32), s > 0 || !fresh);
+        } else if constexpr (MODE == 1) {
+            // 3xTF32: each operand is a big + small TF32 pair (A's small tile follows its big
+            // one, as B's does); small x big and big x small first, the big product last. The
+            // first product of a partial sum's first K-tile (`fresh`) starts it.
+            wgmma_tile(d, swizzle128_desc(sa + BM * 128 + s * 32), swizzle128_desc(sb + s * 32),
+                       s > 0 || !fresh);
+            wgmma_tile(d, swizzle128_desc(sa + s * 32),
+                       swizzle128_desc(sb + B_WORDS * 4 + s * 32));
+        }
+        if constexpr (WGMMA_N > 0)
+            wgmma_tile(d, swizzle128_desc(sa + s * 32), swizzle128_desc(sb + s * 32));
+        if constexpr (WGMMA_TAIL > 0)
+            wgmma_tail(d, swizzle128_desc(sa + s * 32),
+                       swizzle128_desc(sb + s * 32 + WGMMA_N * 128));
+    }
+    wgmma_commit();
+}
+"""
+
 COMPUTE = r"""
     float acc[MF][NF][4];
 #pragma unroll
@@ -135,37 +187,11 @@ COMPUTE = r"""
         for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
     fence_operands(acc);
 
-    // Warpgroup wg multiplies rows 64wg..64wg+63 of the A tile by the whole B tile into d; each
-    // k-step moves the descriptors 32 bytes along the 128-byte rows (the swizzle acts on address
-    // bits 4-6 against 7-9, which a step inside the row leaves alone).
+    // Warpgroup wg multiplies rows 64wg..64wg+63 of the A tile by the whole B tile.
     const unsigned wg_rows = (warp / 4) * 64 * 128;
     auto compute = [&](int stage, float (&d)[MF][NF][4], bool fresh = true) {
-        const unsigned sa = smem_u32(smem + stage * STAGE_WORDS) + wg_rows;
-        const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS);
-        wgmma_fence();
-#pragma unroll
-        for (int s = 0; s < KSTEPS; ++s) {
-            if constexpr (MODE == 1 && CROSS_BF16) {
-                // The cross terms in BF16 (A's second tile [big | small] x B's [small | big], 64
-                // elements a 128-byte row, so a k16 step is 32 bytes as a TF32 k8 step is), then
-                // the big product in TF32, into the same partial sum. PTX promises the ordering of
-                // accumulations without a fence only between wgmmas of one shape; ptxas chains
-                // these k16 and k8 ones as it chains same-shape ones (no wait between them), and
-                // the outputs match float64 on every layer tested (tests/test_gpu_pipelined.py).
-                wgmma_cross(d, swizzle128_desc(sa + BM * 128 + s * 32),
-                            swizzle128_desc(sb + B_WORDS * 4 + s * 32), s > 0 || !fresh);
-            } else if constexpr (MODE == 1) {
-                // 3xTF32: each operand is a big + small TF32 pair (A's small tile follows its big
-                // one, as B's does); small x big and big x small first, the big product last. The
-                // first product of a partial sum's first K-tile (`fresh`) starts it.
-                wgmma_tile(d, swizzle128_desc(sa + BM * 128 + s * 32), swizzle128_desc(sb + s * 32),
-                           s > 0 || !fresh);
-                wgmma_tile(d, swizzle128_desc(sa + s * 32),
-                           swizzle128_desc(sb + B_WORDS * 4 + s * 32));
-            }
-            wgmma_tile(d, swizzle128_desc(sa + s * 32), swizzle128_desc(sb + s * 32));
-        }
-        wgmma_commit();
+        mainloop_step(smem_u32(smem + stage * STAGE_WORDS) + wg_rows,
+                      smem_u32(smem + stage * STAGE_WORDS + A_WORDS), d, fresh);
     };
 """
 
