@@ -7,15 +7,20 @@ import signal
 import sys
 import textwrap
 import time
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
 
 from convlab.errors import ConvlabError
 from convlab.gpu import isolate
+from convlab.gpu.cubin import sections
 from convlab.gpu.isolate import run_isolated
+from convlab.gpu.jit import compile_cubin
 from convlab.kernels import VARIANTS
+from convlab.kernels.igemm.wgmma import MAINLOOP_STEP
 from convlab.kernels.tiled import pick_tile
+from convlab.kernels.wgmma import KERNELS, Wgmma
 from convlab.models import get_model
 from convlab.shapes import ConvShape
 from convlab.userkernel import expressions
@@ -209,7 +214,10 @@ def test_scaffold_from_every_rung_loads_and_compiles(tmp_path, origin):
     built_in = VARIANTS[origin]
     assert kernel.variant.name == "mine" and kernel.variant.precision == built_in.precision
     assert f"// convlab: summary = mine, started from {origin}" in made.files[0].read_text()
-    assert built_in.source in made.files[0].read_text()  # the rung's source, opening comment included
+    if isinstance(built_in, Wgmma):  # the family's mainloop step; the rest is included
+        assert MAINLOOP_STEP in made.files[0].read_text()
+    else:
+        assert built_in.source in made.files[0].read_text()  # the rung's source, opening comment included
     shapes = {n: s for n, s in get_model("ece408").conv_shapes(100).items() if built_in.supports(s)}
     # a rung for 3x3 layers takes the first; one for depthwise layers the second; one for
     # reductions of 1,024 terms or more (wgmma-split-bf16) the third
@@ -537,3 +545,65 @@ def test_all_features_leaves_rectangular_and_dilated_filters_out(tmp_path):
     named = text.replace("features = all", "features = pad, rectangular, dilation")
     w = load_kernel_file(write(tmp_path, "named.cu", named)).variant
     assert w.supports(inception)
+
+
+# --- a kernel file that writes only the mainloop (the wgmma family's pieces) ------------------
+
+WGMMA_LAYER = ConvShape(4, 64, 12, 12, 64, 3, pad=1)
+
+
+def machine_code(cubin: bytes) -> dict[str, bytes]:
+    """A cubin's code sections by name: what runs, without the line tables and names."""
+    return {s.name: cubin[s.offset:s.offset + s.size] for s in sections(cubin)
+            if s.name.startswith(".text")}
+
+
+def test_a_wgmma_scaffold_holds_only_its_mainloop_step(tmp_path):
+    made = scaffold("mine", "wgmma-fp16", tmp_path)
+    text = made.files[0].read_text()
+    assert "#include <convlab/wgmma>" in text and MAINLOOP_STEP in text
+    assert len(text.splitlines()) < 80  # the family's 2,000 lines stay in the library
+    source = load_kernel_file(made.files[0]).variant.source
+    assert KERNELS in source and MAINLOOP_STEP in source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("origin", ["wgmma-fp16", "wgmma-split-bf16"])
+def test_an_unchanged_wgmma_scaffold_builds_the_rungs_machine_code(tmp_path, origin):
+    """The include and the library's own step compile to the rung's code, byte for byte, on
+    every schedule the rung offers the layer (grid, persistent, halo)."""
+    built_in = VARIANTS[origin]
+    mine = load_kernel_file(scaffold("mine", origin, tmp_path).files[0]).variant
+    shape = WGMMA_LAYER if origin == "wgmma-fp16" else replace(WGMMA_LAYER, C=128)
+    schedules = {}
+    for config in built_in.configs(shape, "relu"):
+        schedules.setdefault(config.schedule, config)
+    assert {"grid", "persistent"} <= set(schedules)
+    for config in schedules.values():
+        ours, theirs = (v.configured(config) for v in (mine, built_in))
+        options = tuple(o for o in ours.compile_options(shape, "relu") if o != "-lineinfo")
+        assert options == tuple(theirs.compile_options(shape, "relu"))
+        assert machine_code(compile_cubin("mine", ours.source, options, built_in.arch)) == \
+            machine_code(compile_cubin(origin, theirs.source, options, built_in.arch)), config
+
+
+def test_check_names_the_lines_of_a_wgmma_scaffolds_own_step(tmp_path):
+    made = scaffold("mine", "wgmma-fp16", tmp_path)
+    lines = made.files[0].read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "wgmma_commit();" in line)
+    lines[at] += " undefined_thing;"
+    made.files[0].write_text("\n".join(lines) + "\n")
+    report = check_file(made.files[0], {"layer": WGMMA_LAYER})
+    assert not report.ok
+    text = "\n".join(report.messages)
+    assert f"{made.files[0]}:{at + 1}: error" in text and "undefined_thing" in text
+
+
+def test_an_unknown_library_header_is_refused_at_its_line(tmp_path):
+    made = scaffold("mine", "wgmma-fp16", tmp_path)
+    text = made.files[0].read_text()
+    line = text[:text.index("#include <convlab/wgmma>")].count("\n") + 1
+    made.files[0].write_text(text.replace("<convlab/wgmma>", "<convlab/wmma>"))
+    with pytest.raises(KernelFileError, match=rf"mine.cu:{line}: no library header "
+                                              r"<convlab/wmma>; there is <convlab/wgmma>"):
+        load_kernel_file(made.files[0])

@@ -61,6 +61,22 @@ def test_header_scaffold_runs_general_layers_with_relu(tmp_path, origin):
     assert result.check.passed, result.check.reason
 
 
+WGMMA_LAYER = ConvShape(16, 64, 28, 28, 128, 3, pad=1, bias=True)
+
+
+def test_a_wgmma_scaffold_runs_its_own_mainloop_step(tmp_path):
+    """The kernel file holds only mainloop_step and includes the rest of the family: as
+    scaffolded it passes on the tiling the rung picks; a step that drops the last k-step of
+    every K-tile fails the check (the library's gathers and epilogue did not hide it)."""
+    variant = load_kernel_file(kernel_file(tmp_path, "wgmma-fp16")).variant
+    result = lab.run_layer(WGMMA_LAYER, variant, POLICY, epilogue="relu")
+    assert result.check.passed, result.check.reason
+    short = load_kernel_file(kernel_file(
+        tmp_path, "wgmma-fp16", [("for (int s = 0; s < KSTEPS; ++s)",
+                                  "for (int s = 0; s < KSTEPS - 1; ++s)")], "short")).variant
+    assert not lab.run_layer(WGMMA_LAYER, short, POLICY, epilogue="relu").check.passed
+
+
 def test_isolated_run_returns_the_record(tmp_path):
     path = kernel_file(tmp_path)
     record = run_isolated("convlab.bench.filejobs:time_layer",

@@ -34,6 +34,8 @@ A kernel file is one of two things.
    `Pipelined` or `Wgmma`, needs its Form: `convlab new --from` writes it as VARIANT). A class
    attribute `source_path` (a Path) names the .cu file its source was read from, so compiler
    messages point into it. A .cu whose header says `launch = NAME.py` is loaded through that module.
+   Such a .cu may include the library's device code (`#include <convlab/wgmma>`, expanded by
+   userkernel.library.source_of) and define only what that leaves to it.
 
 Every kernel file compiles with -lineinfo (compute-sanitizer and profilers then name source
 lines). A loaded file carries its text and a content hash for result records.

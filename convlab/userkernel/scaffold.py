@@ -3,7 +3,9 @@
 naive and tiled launch with geometry a header can state, so they become a lone NAME.cu. The
 other rungs pick tilings, stage weights or size shared memory in Python: their NAME.cu comes
 with a NAME.py whose Variant subclasses the rung's class and compiles NAME.cu instead of the
-built-in source, so it launches exactly like the rung until the user changes it.
+built-in source, so it launches exactly like the rung until the user changes it. A wgmma
+rung's NAME.cu holds only the family's mainloop step and includes the rest from the library
+(`#include <convlab/wgmma>`: userkernel.library).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from ..errors import ConvlabError
 from ..kernels import VARIANTS, get_variant
 from ..kernels.base import Variant
+from ..kernels.igemm.wgmma import MAINLOOP_STEP
+from ..kernels.wgmma import Wgmma
 from .kernelfile import KernelFileError, find_parameters
 
 DEFAULT_FROM = "naive"
@@ -53,6 +57,16 @@ LAUNCH_RESOURCES = {
     "constant": ("from convlab.kernels.tiled import pick_tile",
                  "tile = pick_tile(shape)\n        return tile * tile, 0"),
 }
+
+
+# What a wgmma rung's NAME.cu holds instead of the family's 2,000 lines.
+WGMMA_BODY = """
+// The wgmma family's kernels, all but their mainloop step: the gathers that fill each stage's
+// shared memory, the grid, persistent and halo schedules, split-K and the epilogues
+// (`convlab show wgmma-fp16` prints them). Every schedule calls mainloop_step, below, for each
+// K-tile; as written it is the library's own, and builds the rung's machine code.
+#include <convlab/wgmma>
+""" + MAINLOOP_STEP
 
 
 @dataclass
@@ -117,7 +131,8 @@ def cu_text(name: str, variant: Variant) -> tuple[str, str | None]:
     note = (f"// {name}.py launches it exactly like {variant.name} (grid, block, shared memory,\n"
             "// compile-time constants); change it there when your kernel's launch changes.\n")
     head = _preamble(name, variant.name, note) + summary + f"// convlab: launch = {name}.py\n"
-    return head + variant.source, py_text(name, variant)
+    body = WGMMA_BODY if isinstance(variant, Wgmma) else variant.source
+    return head + body, py_text(name, variant)
 
 
 def _class_name(name: str) -> str:
@@ -140,6 +155,10 @@ def py_text(name: str, variant: Variant) -> str:
                   '        """Threads per block and dynamic shared memory bytes of a launch (for\n'
                   '        `convlab check`\'s occupancy)."""\n'
                   f"        {resources[1]}\n")
+    source = "SOURCE_PATH.read_text()"
+    if isinstance(variant, Wgmma):  # its #include <convlab/wgmma> expanded
+        imports += "from convlab.userkernel.library import source_of\n"
+        source = "source_of(SOURCE_PATH)"
     return (f'"""{name}: launch code for {name}.cu, started from convlab\'s {variant.name} '
             f'variant.\n\n'
             f"convlab loads this module for {name}.cu (its header says `launch = {name}.py`). The\n"
@@ -150,7 +169,7 @@ def py_text(name: str, variant: Variant) -> str:
             f"{standard}\n"
             f"{imports}\n"
             f'SOURCE_PATH = Path(__file__).with_name("{name}.cu")\n'
-            + (_family_class(name, variant, method) if getattr(variant, "form", None)
+            + (_family_class(name, variant, method, source) if getattr(variant, "form", None)
                else _rung_class(name, variant, method)))
 
 
@@ -164,14 +183,14 @@ def _rung_class(name: str, variant: Variant, method: str) -> str:
             f"{method}")
 
 
-def _family_class(name: str, variant: Variant, method: str) -> str:
+def _family_class(name: str, variant: Variant, method: str, source: str) -> str:
     """A family's member is its class with a Form (name, precision, maths) and the activations
     it reads: the kernel file's takes the rung's, under its own name."""
     return (f'ORIGIN = get_variant("{variant.name}")\n'
             f'FORM = replace(ORIGIN.form, name="{name}",\n'
             f'               summary="{name}.cu, launched like {variant.name}")\n\n\n'
             f"class {_class_name(name)}({type(variant).__name__}):\n"
-            "    source = SOURCE_PATH.read_text()\n"
+            f"    source = {source}\n"
             "    source_path = SOURCE_PATH\n"
             f"{method}\n\n"
             f"VARIANT = {_class_name(name)}(FORM, ORIGIN.activations)\n")
