@@ -17,7 +17,10 @@ from convlab.bench import compare, filejobs, guard, lab, records
 from convlab.cli import main
 from convlab.errors import ConvlabError
 from convlab.gpu import hardware, peaks, timer
+from convlab.gpu.cubin import sections
+from convlab.gpu.jit import compile_cubin
 from convlab.kernels import VARIANTS
+from convlab.kernels.igemm.wgmma import MAINLOOP_STEP
 from convlab.models import DEFAULT_MODEL, get_model
 from convlab.net.plan import plan_network
 from convlab.shapes import ConvShape
@@ -378,7 +381,7 @@ def doc_blocks(language: str) -> list[str]:
 
 
 def test_the_documented_kernel_files_compile_for_the_course_layers(tmp_path):
-    cu, _header_keys = doc_blocks("cuda")
+    cu, _header_keys, _step = doc_blocks("cuda")
     (py,) = doc_blocks("python")
     (tmp_path / "mine.cu").write_text(cu)
     (tmp_path / "mine.py").write_text(py)
@@ -390,6 +393,34 @@ def test_the_documented_kernel_files_compile_for_the_course_layers(tmp_path):
     refused = load_kernel_file(tmp_path / "mine.cu").variant.supports(
         get_model("alexnet").conv_shapes(1)["conv1"])
     assert not refused and "stride" in refused.reason
+
+
+@pytest.mark.slow
+def test_the_documented_mainloop_step_builds_wgmma_fp16s_code(tmp_path):
+    """The guide's wgmma step (fp16's products alone) in a scaffold from wgmma-fp16: on the
+    grid and persistent schedules it builds the rung's machine code, as the library's own step
+    does."""
+    *_, step = doc_blocks("cuda")
+    made = scaffold("mine", "wgmma-fp16", tmp_path).files[0]
+    text = made.read_text()
+    assert step.startswith("#include <convlab/wgmma>\n") and MAINLOOP_STEP in text
+    made.write_text(text[:text.index("#include <convlab/wgmma>")] + step)
+    mine = load_kernel_file(made).variant
+    built_in = VARIANTS["wgmma-fp16"]
+    shape = ConvShape(4, 64, 12, 12, 64, 3, pad=1)
+    schedules = {}
+    for config in built_in.configs(shape, "relu"):
+        schedules.setdefault(config.schedule, config)
+    for schedule in ("grid", "persistent"):
+        ours, theirs = (v.configured(schedules[schedule]) for v in (mine, built_in))
+        options = tuple(theirs.compile_options(shape, "relu"))
+        assert machine_code(compile_cubin("mine", ours.source, options, built_in.arch)) == \
+            machine_code(compile_cubin("wgmma-fp16", theirs.source, options, built_in.arch))
+
+
+def machine_code(cubin: bytes) -> dict[str, bytes]:
+    return {s.name: cubin[s.offset:s.offset + s.size] for s in sections(cubin)
+            if s.name.startswith(".text")}
 
 
 def test_the_documented_commands_use_options_that_exist():
