@@ -228,6 +228,15 @@ def test_no_device_piece_opens_a_brace_another_closes(no_gpu):
     assert not unbalanced
 
 
+def test_the_mma_sync_mainloop_picks_its_maths_by_if_constexpr():
+    """The mma.sync mainloop (fp16/bf16, tf32, 3xTF32; either layout) holds no preprocessor
+    conditional: every branch is compiled, and checked, in every build."""
+    from convlab.kernels.igemm import mainloop
+
+    assert "if constexpr (MODE == 1)" in mainloop.COMPUTE
+    assert not PREPROCESSOR_SWITCH.findall(mainloop.COMPUTE)
+
+
 def test_the_wgmma_kernel_is_chosen_by_types_not_switches():
     """The assembled wgmma source (every schedule, maths and element type) holds at most 20
     preprocessor conditionals; the rest is templates and `if constexpr`."""

@@ -254,106 +254,105 @@ COMPUTE = r"""
 
     auto compute = [&](int stage) {
         const float* sa = smem + stage * STAGE_WORDS;
-#if HALF
-        const uint4* sa4 = reinterpret_cast<const uint4*>(sa);
-        const unsigned sb = smem_u32(sa + A_WORDS);
+        if constexpr (HALF) {
+            const uint4* sa4 = reinterpret_cast<const uint4*>(sa);
+            const unsigned sb = smem_u32(sa + A_WORDS);
 #pragma unroll
-        for (int s = 0; s < KSTEPS; ++s) {
-            uint4 a[MF];
-            unsigned b[NF][2];
+            for (int s = 0; s < KSTEPS; ++s) {
+                uint4 a[MF];
+                unsigned b[NF][2];
 #pragma unroll
-            for (int i = 0; i < MF; ++i) a[i] = sa4[((wm * MF + i) * KSTEPS + s) * 32 + lane];
+                for (int i = 0; i < MF; ++i) a[i] = sa4[((wm * MF + i) * KSTEPS + s) * 32 + lane];
 #pragma unroll
-            for (int j = 0; j < NF; j += 2) {
-#if NHWC
-                // lanes 0-7: pixels of n-tile j at k 0-7, 8-15: at k 8-15; 16-31: n-tile j+1
-                const int n = wn * WN + (j + (lane >> 4)) * 8 + (lane & 7);
-                const int k = s * 16 + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], sb + (n * B_LD + k) * 2);
-#else
-                // lanes 0-7: k 0-7 of n-tile j, 8-15: k 8-15, 16-23 / 24-31: the same for j+1
-                const int row = s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int col = wn * WN + (j + (lane >> 4)) * 8;
-                ldmatrix_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1],
-                                  sb + (row * B_LD + col) * 2);
-#endif
+                for (int j = 0; j < NF; j += 2) {
+                    if constexpr (NHWC) {
+                        // lanes 0-7: pixels of n-tile j at k 0-7, 8-15: at k 8-15; 16-31: n-tile j+1
+                        const int n = wn * WN + (j + (lane >> 4)) * 8 + (lane & 7);
+                        const int k = s * 16 + ((lane >> 3) & 1) * 8;
+                        ldmatrix_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1],
+                                    sb + (n * B_LD + k) * 2);
+                    } else {
+                        // lanes 0-7: k 0-7 of n-tile j, 8-15: k 8-15, 16-23 / 24-31: the same for j+1
+                        const int row = s * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                        const int col = wn * WN + (j + (lane >> 4)) * 8;
+                        ldmatrix_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1],
+                                          sb + (row * B_LD + col) * 2);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < MF; ++i)
+#pragma unroll
+                    for (int j = 0; j < NF; ++j) mma_16(acc[i][j], a[i], b[j]);
+            }
+        } else {
+            const float4* sa4 = reinterpret_cast<const float4*>(sa);
+            const float* sb = sa + A_WORDS;
+            // 3xTF32 (MODE 1): this K-tile's products go to a fresh accumulator, added to the
+            // running sum with an FP32 add (round to nearest): the tensor cores' truncating
+            // accumulation then acts on 3*BK/8 additions of one tile's size, not on the whole
+            // reduction. Its small parts (al, bl) exist in that mode only.
+            float part[MODE == 1 ? MF : 1][NF][4];
+            if constexpr (MODE == 1) {
+#pragma unroll
+                for (int i = 0; i < MF; ++i)
+#pragma unroll
+                    for (int j = 0; j < NF; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
             }
 #pragma unroll
-            for (int i = 0; i < MF; ++i)
+            for (int s = 0; s < KSTEPS; ++s) {
+                unsigned a[MF][4], b[NF][2];
 #pragma unroll
-                for (int j = 0; j < NF; ++j) mma_16(acc[i][j], a[i], b[j]);
-        }
-#else
-        const float4* sa4 = reinterpret_cast<const float4*>(sa);
-        const float* sb = sa + A_WORDS;
-#if MODE == 1
-        // This K-tile's products go to a fresh accumulator, added to the running sum with an
-        // FP32 add (round to nearest): the tensor cores' truncating accumulation then acts on
-        // 3*BK/8 additions of one tile's size, not on the whole reduction.
-        float part[MF][NF][4];
+                for (int i = 0; i < MF; ++i) {
+                    const float4 v = sa4[((wm * MF + i) * KSTEPS + s) * 32 + lane];
+                    a[i][0] = __float_as_uint(v.x); a[i][1] = __float_as_uint(v.y);
+                    a[i][2] = __float_as_uint(v.z); a[i][3] = __float_as_uint(v.w);
+                }
+                unsigned al[MODE == 1 ? MF : 1][4], bl[MODE == 1 ? NF : 1][2];
+                if constexpr (MODE == 1) {
 #pragma unroll
-        for (int i = 0; i < MF; ++i)
-#pragma unroll
-            for (int j = 0; j < NF; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
-#endif
-#pragma unroll
-        for (int s = 0; s < KSTEPS; ++s) {
-            unsigned a[MF][4], b[NF][2];
-#pragma unroll
-            for (int i = 0; i < MF; ++i) {
-                const float4 v = sa4[((wm * MF + i) * KSTEPS + s) * 32 + lane];
-                a[i][0] = __float_as_uint(v.x); a[i][1] = __float_as_uint(v.y);
-                a[i][2] = __float_as_uint(v.z); a[i][3] = __float_as_uint(v.w);
-            }
-#if MODE == 1
-            unsigned al[MF][4], bl[NF][2];
-#pragma unroll
-            for (int i = 0; i < MF; ++i) {
-                const float4 v = sa4[BM * BK / 4 + ((wm * MF + i) * KSTEPS + s) * 32 + lane];
-                al[i][0] = __float_as_uint(v.x); al[i][1] = __float_as_uint(v.y);
-                al[i][2] = __float_as_uint(v.z); al[i][3] = __float_as_uint(v.w);
-            }
-#endif
-#pragma unroll
-            for (int j = 0; j < NF; ++j) {
-#if NHWC
-                const float* bp = sb + (wn * WN + j * 8 + g8) * B_LD + s * 8 + t4;
-                const float f0 = bp[0], f1 = bp[4];
-#else
-                const float* bp = sb + (s * 8 + t4) * B_LD + wn * WN + j * 8 + g8;
-                const float f0 = bp[0], f1 = bp[4 * B_LD];
-#endif
-                b[j][0] = to_tf32(f0);
-                b[j][1] = to_tf32(f1);
-#if MODE == 1
-                bl[j][0] = to_tf32(f0 - __uint_as_float(b[j][0]));
-                bl[j][1] = to_tf32(f1 - __uint_as_float(b[j][1]));
-#endif
-            }
-#pragma unroll
-            for (int i = 0; i < MF; ++i)
+                    for (int i = 0; i < MF; ++i) {
+                        const float4 v = sa4[BM * BK / 4 + ((wm * MF + i) * KSTEPS + s) * 32 + lane];
+                        al[i][0] = __float_as_uint(v.x); al[i][1] = __float_as_uint(v.y);
+                        al[i][2] = __float_as_uint(v.z); al[i][3] = __float_as_uint(v.w);
+                    }
+                }
 #pragma unroll
                 for (int j = 0; j < NF; ++j) {
-#if MODE == 1
-                    mma_tf32(part[i][j], al[i], b[j]);
-                    mma_tf32(part[i][j], a[i], bl[j]);
-                    mma_tf32(part[i][j], a[i], b[j]);
-#else
-                    mma_tf32(acc[i][j], a[i], b[j]);
-#endif
+                    // NHWC: B is [n][k]; NCHW: [k][n]
+                    const float* bp = NHWC ? sb + (wn * WN + j * 8 + g8) * B_LD + s * 8 + t4
+                                           : sb + (s * 8 + t4) * B_LD + wn * WN + j * 8 + g8;
+                    const float f0 = bp[0], f1 = bp[NHWC ? 4 : 4 * B_LD];
+                    b[j][0] = to_tf32(f0);
+                    b[j][1] = to_tf32(f1);
+                    if constexpr (MODE == 1) {
+                        bl[j][0] = to_tf32(f0 - __uint_as_float(b[j][0]));
+                        bl[j][1] = to_tf32(f1 - __uint_as_float(b[j][1]));
+                    }
                 }
+#pragma unroll
+                for (int i = 0; i < MF; ++i)
+#pragma unroll
+                    for (int j = 0; j < NF; ++j) {
+                        if constexpr (MODE == 1) {
+                            mma_tf32(part[i][j], al[i], b[j]);
+                            mma_tf32(part[i][j], a[i], bl[j]);
+                            mma_tf32(part[i][j], a[i], b[j]);
+                        } else {
+                            mma_tf32(acc[i][j], a[i], b[j]);
+                        }
+                    }
+            }
+            if constexpr (MODE == 1) {
+#pragma unroll
+                for (int i = 0; i < MF; ++i)
+#pragma unroll
+                    for (int j = 0; j < NF; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
+            }
         }
-#if MODE == 1
-#pragma unroll
-        for (int i = 0; i < MF; ++i)
-#pragma unroll
-            for (int j = 0; j < NF; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
-#endif
-#endif
     };
 """
 
