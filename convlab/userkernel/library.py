@@ -16,11 +16,6 @@ HEADERS = {"convlab/wgmma": wgmma.KERNELS}
 INCLUDE = re.compile(r"(?m)^[ \t]*#[ \t]*include[ \t]*<(convlab/[^>\n]*)>[^\n]*$")
 
 
-def includes(text: str) -> list[str]:
-    """The library headers a kernel file's text includes, in order."""
-    return [m.group(1) for m in INCLUDE.finditer(text)]
-
-
 def expand(text: str, path: Path) -> str:
     """`text` with every `#include <convlab/NAME>` line replaced by that header's code. #line
     directives around it keep NVRTC's line numbers the file's own, so its messages name the
