@@ -17,7 +17,7 @@ from convlab.bench import compare, filejobs, guard, lab, records
 from convlab.cli import main
 from convlab.errors import ConvlabError
 from convlab.gpu import hardware, peaks, timer
-from convlab.gpu.cubin import sections
+from convlab.gpu.cubin import code_sections
 from convlab.gpu.jit import compile_cubin
 from convlab.kernels import VARIANTS
 from convlab.kernels.igemm.wgmma import MAINLOOP_STEP
@@ -414,13 +414,8 @@ def test_the_documented_mainloop_step_builds_wgmma_fp16s_code(tmp_path):
     for schedule in ("grid", "persistent"):
         ours, theirs = (v.configured(schedules[schedule]) for v in (mine, built_in))
         options = tuple(theirs.compile_options(shape, "relu"))
-        assert machine_code(compile_cubin("mine", ours.source, options, built_in.arch)) == \
-            machine_code(compile_cubin("wgmma-fp16", theirs.source, options, built_in.arch))
-
-
-def machine_code(cubin: bytes) -> dict[str, bytes]:
-    return {s.name: cubin[s.offset:s.offset + s.size] for s in sections(cubin)
-            if s.name.startswith(".text")}
+        assert code_sections(compile_cubin("mine", ours.source, options, built_in.arch)) == \
+            code_sections(compile_cubin("wgmma-fp16", theirs.source, options, built_in.arch))
 
 
 def test_the_documented_commands_use_options_that_exist():

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from convlab.errors import ConvlabError
 from convlab.gpu import isolate
-from convlab.gpu.cubin import sections
+from convlab.gpu.cubin import code_sections
 from convlab.gpu.isolate import run_isolated
 from convlab.gpu.jit import compile_cubin
 from convlab.kernels import VARIANTS
@@ -552,12 +552,6 @@ def test_all_features_leaves_rectangular_and_dilated_filters_out(tmp_path):
 WGMMA_LAYER = ConvShape(4, 64, 12, 12, 64, 3, pad=1)
 
 
-def machine_code(cubin: bytes) -> dict[str, bytes]:
-    """A cubin's code sections by name: what runs, without the line tables and names."""
-    return {s.name: cubin[s.offset:s.offset + s.size] for s in sections(cubin)
-            if s.name.startswith(".text")}
-
-
 def test_a_wgmma_scaffold_holds_only_its_mainloop_step(tmp_path):
     made = scaffold("mine", "wgmma-fp16", tmp_path)
     text = made.files[0].read_text()
@@ -583,8 +577,8 @@ def test_an_unchanged_wgmma_scaffold_builds_the_rungs_machine_code(tmp_path, ori
         ours, theirs = (v.configured(config) for v in (mine, built_in))
         options = tuple(o for o in ours.compile_options(shape, "relu") if o != "-lineinfo")
         assert options == tuple(theirs.compile_options(shape, "relu"))
-        assert machine_code(compile_cubin("mine", ours.source, options, built_in.arch)) == \
-            machine_code(compile_cubin(origin, theirs.source, options, built_in.arch)), config
+        assert code_sections(compile_cubin("mine", ours.source, options, built_in.arch)) == \
+            code_sections(compile_cubin(origin, theirs.source, options, built_in.arch)), config
 
 
 def test_check_names_the_lines_of_a_wgmma_scaffolds_own_step(tmp_path):

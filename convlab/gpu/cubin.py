@@ -100,6 +100,13 @@ def sections(cubin: bytes) -> list[Section]:
     return [Section(name(r[0]), r[1], r[2], r[4], r[5], r[7]) for r in raw]
 
 
+def code_sections(cubin: bytes) -> dict[str, bytes]:
+    """The cubin's machine code, its .text sections by name: what two builds share when they
+    run the same instructions, whatever their line tables and symbol names."""
+    return {s.name: cubin[s.offset:s.offset + s.size] for s in sections(cubin)
+            if s.name.startswith(".text")}
+
+
 def _symbols(cubin: bytes, table: list[Section]) -> list[str]:
     symtab = next(s for s in table if s.name == ".symtab")
     strtab = next(s for s in table if s.name == ".strtab")
