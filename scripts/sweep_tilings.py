@@ -137,11 +137,8 @@ def run_task(task, count, policy):
     """One task: every candidate timed on one problem (CUDA events around queued launches,
     timer.time_device), its output checked against float64 on a sampled image and the
     edge rows; or the cell's cuDNN rows through the lab."""
-    import cupy
-
-    from convlab.bench import guard, lab
+    from convlab.bench import lab
     from convlab.bench.tune import failure_reason
-    from convlab.gpu import timer
     from convlab.kernels import get_variant
     from convlab.shapes import ConvShape
 
@@ -164,22 +161,34 @@ def run_task(task, count, policy):
     record["own"] = variant.config_for(shape, epilogue).as_dict()
     record["offered"] = len(variant.configs(shape, epilogue))
     compile_all(variant, shape, epilogue, configs)
-    layer = guard.Layer(shape, problem.weights, problem.bias, epilogue, variant.precision)
     for config in configs:
-        entry = {"config": config}
-        try:
-            op = variant.configured(config).prepare(shape, problem.weights, epilogue,
-                                                    problem.bias)
-            x = op.stage(problem.x)
-            y = cupy.full(op.output_shape, cupy.nan, dtype=op.output_dtype)
-            timing = timer.time_device(lambda: op(x, y), policy)
-            check = guard.verify_output(layer, problem.x, op.output(y))
-            entry.update(median_ms=timing.median_ms, min_ms=timing.min_ms, rse=timing.rse,
-                         passed=check.passed, bound_ratio=check.bound_ratio)
-        except Exception as exc:  # noqa: BLE001 - a tiling that fails is a data point
-            entry.update(error=failure_reason(exc))
-        record["candidates"].append(entry)
+        record["candidates"].append({"config": config, **time_tiling(
+            variant, config, shape, epilogue, problem, policy)})
     return record
+
+
+def time_tiling(variant, config, shape, epilogue, problem, policy) -> dict:
+    """One tiling of `variant` on `problem` (lab.LayerProblem), timed alone (CUDA events
+    around queued launches, timer.time_device) into a NaN-filled output, then checked against
+    float64 on the guard's sampled images: median_ms, min_ms, rse, passed and bound_ratio, or
+    the error that stopped it (a tiling that fails is a data point)."""
+    import cupy
+
+    from convlab.bench import guard
+    from convlab.bench.tune import failure_reason
+    from convlab.gpu import timer
+
+    layer = guard.Layer(shape, problem.weights, problem.bias, epilogue, variant.precision)
+    try:
+        op = variant.configured(config).prepare(shape, problem.weights, epilogue, problem.bias)
+        x = op.stage(problem.x)
+        y = cupy.full(op.output_shape, cupy.nan, dtype=op.output_dtype)
+        timing = timer.time_device(lambda: op(x, y), policy)
+        check = guard.verify_output(layer, problem.x, op.output(y))
+        return {"median_ms": timing.median_ms, "min_ms": timing.min_ms, "rse": timing.rse,
+                "passed": check.passed, "bound_ratio": check.bound_ratio}
+    except Exception as exc:  # noqa: BLE001
+        return {"error": failure_reason(exc)}
 
 
 def worker(args):

@@ -115,16 +115,16 @@ MANY_TILES = [ConvShape(16, 32, 48, 48, 160, 3, pad=1, groups=2, bias=True),
 
 
 def persistent_tilings(variant, shape):
-    """The cost model's first persistent tiling of each gather (cp.async, the copy engine's)
-    at each count of MMA warpgroups and of blocks per SM, with and without registers moved to
-    the MMA warps (setmaxnreg)."""
+    """The cost model's first persistent tiling of each gather (cp.async, the copy engine's,
+    alone or in two-block clusters) at each count of MMA warpgroups and of blocks per SM, with
+    and without registers moved to the MMA warps (setmaxnreg)."""
     chosen = {}
     k = variant.kernel_shape(shape)
     for t in variant.ranked(shape):
         if t.schedule == "persistent":
             moved = wgmma.register_split(k, t, variant.maths)[0] > 0
-            chosen.setdefault((t.gather, t.warps_m, wgmma.blocks_per_sm(t, variant.maths),
-                               moved), t)
+            chosen.setdefault((t.gather, t.cluster, t.warps_m,
+                               wgmma.blocks_per_sm(t, variant.maths), moved), t)
     return list(chosen.values())
 
 
@@ -298,6 +298,29 @@ TMA_SHAPES = [ConvShape(3, 64, 9, 11, 40, 3, pad=1, bias=True),
 TMA_VARIANTS = [get_variant(n) for n in ("wgmma", "wgmma-fp16", "wgmma-bf16")]
 
 
+def float32_output(op, x):
+    """The prepared op's float32 output on input `x`, written over a poisoned buffer."""
+    import cupy
+
+    y = cupy.empty(op.output_shape, dtype=np.float32)
+    poison(y)
+    op(op.stage(cupy.asarray(x)), y)
+    return cupy.asnumpy(op.output(y))
+
+
+def narrowest_and_widest(tilings):
+    """Of each count of MMA warpgroups, the narrowest N (fewest stages) and the widest (most
+    stages)."""
+    chosen = []
+    for warps in (4, 8):
+        mine = [t for t in tilings if t.warps_m == warps]
+        if mine:
+            chosen += [min(mine, key=lambda t: (t.bn, t.stages)),
+                       max(mine, key=lambda t: (t.bn, -t.stages))]
+    assert chosen
+    return chosen
+
+
 @pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.smoke) if i in (3, 9) else s
                                    for i, s in enumerate(TMA_SHAPES)],
                          ids=lambda s: f"B{s.B}-{s.brief()}")
@@ -307,17 +330,9 @@ def test_the_tma_gather_lands_what_the_cp_async_gather_does(variant, shape, rng)
     put there, so each persistent "tma" tiling's output has the bits of its "tap" twin's (one
     and two warpgroups, the narrowest and widest N), and matches float64; a second input
     buffer gets its own map."""
-    import cupy
-
     skip_off_its_gpu(variant, shape)
-    ranked = [t for t in variant.ranked(shape) if t.gather == "tma"]
-    chosen = []
-    for warps in (4, 8):
-        mine = [t for t in ranked if t.warps_m == warps]
-        if mine:
-            chosen += [min(mine, key=lambda t: (t.bn, t.stages)),
-                       max(mine, key=lambda t: (t.bn, -t.stages))]
-    assert chosen
+    chosen = narrowest_and_widest(
+        [t for t in variant.ranked(shape) if t.gather == "tma" and t.cluster == 1])
     x, w, b = random_problem(shape, rng, signed=True)
     x2 = rng.standard_normal(x.shape).astype(np.float32)
     epilogue = RELU if shape.bias else None
@@ -327,17 +342,54 @@ def test_the_tma_gather_lands_what_the_cp_async_gather_does(variant, shape, rng)
         for gather in ("tap", "tma"):
             op = variant.configured(dataclasses.replace(t, gather=gather)).prepare(
                 shape, w, epilogue, b)
-            for data in (x, x2):
-                y = cupy.empty(op.output_shape, dtype=np.float32)
-                poison(y)
-                op(op.stage(cupy.asarray(data)), y)
-                outputs.append(cupy.asnumpy(op.output(y)))
+            outputs += [float32_output(op, data) for data in (x, x2)]
         if not (np.array_equal(outputs[0], outputs[2]) and np.array_equal(outputs[1], outputs[3])):
             failures.append(f"{t.brief()}: not the tap gather's bits")
         result = compare(outputs[2], reference_output(x, w, shape, epilogue, b), variant.precision)
         if not result.passed:
             failures.append(f"{t.brief()}: {result.reason}")
     assert not failures, "\n".join(failures)
+
+
+# Layers whose groups split into an even count of m-tiles, for two-block clusters: two tiles of
+# 64 or 128 channels (a partial second one at 130), groups, strides, a 1x1, batch and pixel
+# tails, and more tiles than the grid holds.
+CLUSTER_SHAPES = [ConvShape(3, 64, 9, 11, 128, 3, pad=1, bias=True),
+                  ConvShape(2, 128, 13, 13, 256, 3, pad=1, groups=2),
+                  ConvShape(7, 64, 6, 5, 130, 3, pad=3),
+                  ConvShape(5, 64, 17, 15, 256, 5, stride=2, pad=2, bias=True),
+                  ConvShape(6, 192, 8, 8, 128, 1, stride=2),
+                  ConvShape(24, 64, 56, 56, 128, 3, pad=1)]
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.smoke) if i in (2, 5) else s
+                                   for i, s in enumerate(CLUSTER_SHAPES)],
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", TMA_VARIANTS, ids=lambda v: v.name)
+def test_a_cluster_computes_the_bits_of_its_blocks_alone(variant, shape, rng):
+    """Two blocks on neighbouring m-tiles take one B copy into both stages: each cluster
+    tiling's output (one and two warpgroups, the narrowest and widest N) has the bits of the
+    same tiling run a block alone, twice in a row (the cluster's barriers start each launch
+    afresh), and matches float64; the first one's 16-bit output (the stores' 16-byte path) is
+    its float32 output rounded."""
+    skip_off_its_gpu(variant, shape)
+    chosen = narrowest_and_widest([t for t in variant.ranked(shape) if t.cluster == 2])
+    x, w, b = random_problem(shape, rng, signed=True)
+    epilogue = RELU if shape.bias else None
+    failures = []
+    for t in dict.fromkeys(chosen):
+        outputs = []
+        for cluster in (1, 2, 2):
+            op = variant.configured(dataclasses.replace(t, cluster=cluster)).prepare(
+                shape, w, epilogue, b)
+            outputs.append(float32_output(op, x))
+        if not (np.array_equal(outputs[0], outputs[1]) and np.array_equal(outputs[1], outputs[2])):
+            failures.append(f"{t.brief()}: not the bits of its blocks alone")
+        result = compare(outputs[1], reference_output(x, w, shape, epilogue, b), variant.precision)
+        if not result.passed:
+            failures.append(f"{t.brief()}: {result.reason}")
+    assert not failures, "\n".join(failures)
+    check_relaunch_and_fp16(variant, chosen[0], shape, x, w, b)
 
 
 @pytest.mark.smoke

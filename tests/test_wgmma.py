@@ -553,12 +553,16 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks(
                          ids=lambda v: v.name)
 def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
     """Every persistent tap tiling of a layer with whole channel chunks has its "tma" twin,
-    which packs the same filters; the stem's 3 channels get none."""
+    which packs the same filters, and each unsplit one its two-block cluster where the layer's
+    m-tiles pair up; the stem's 3 channels get none."""
     conv3 = SHAPES[2]
     ranked = variant.ranked(conv3)
     taps = {dataclasses.replace(t, gather="tma") for t in ranked
             if t.schedule == "persistent" and t.gather == "tap"}
-    assert taps and taps == {t for t in ranked if t.gather == "tma"}
+    assert taps and taps == {t for t in ranked if t.gather == "tma" and t.cluster == 1}
+    pairs = {dataclasses.replace(t, cluster=2) for t in taps
+             if t.split_k == 1 and -(-conv3.M // t.bm) % 2 == 0}
+    assert pairs and pairs == {t for t in ranked if t.cluster == 2}
     assert any(t.gather == "tma" for t in variant.configs(conv3))
     assert not any(t.gather == "tma" for t in variant.ranked(SHAPES[6]))
     t = next(iter(taps))
@@ -667,3 +671,98 @@ def test_the_element_types_compile_alone():
         "        + Tf32RoundedElement::from(y[3]) + Float32Element::from(y[4]);\n}\n")
     result = jit.nvrtc_compile("elements.cu", source, ("-std=c++17",), "sm_90a")
     assert result.cubin is not None, result.log
+
+
+def cluster(t: tiling.Tiling) -> tiling.Tiling:
+    return dataclasses.replace(t, schedule="persistent", gather="tma", cluster=2)
+
+
+def test_a_cluster_pairs_the_m_tiles_of_the_copy_engines_gather():
+    """Two blocks share each B copy: the persistent schedule with the copy engine's gather, no
+    split-K, and a layer whose groups make an even count of m-tiles; the mma.sync family and
+    other cluster sizes are refused with the reason."""
+    fp16 = get_variant("wgmma-fp16")
+    t = tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tap")
+    assert not fp16.tiling_problem(cluster(t))
+    for wrong in (dataclasses.replace(cluster(t), gather="tap"),
+                  dataclasses.replace(cluster(t), split_k=2),
+                  dataclasses.replace(t, cluster=2)):
+        assert "shares the copy engine's B copy" in fp16.tiling_problem(wrong)
+    assert "one of 1, 2" in fp16.tiling_problem(dataclasses.replace(cluster(t), cluster=4))
+    assert "clusters are wgmma's" in get_variant("channels-last-fp16").tiling_problem(
+        dataclasses.replace(t, cluster=2))
+    assert not fp16.shape_problem(ConvShape(2, 64, 9, 9, 130, 3, pad=1), cluster(t))  # 2 tiles
+    assert "makes" not in fp16.shape_problem(ConvShape(2, 64, 9, 9, 256, 3, pad=1), cluster(t))
+    odd = fp16.shape_problem(ConvShape(2, 64, 9, 9, 128, 3, pad=1), cluster(t))
+    assert "a cluster of 2 blocks takes 2 m-tiles of a group: 128 channels make 1" in odd
+    grouped = ConvShape(2, 128, 9, 9, 256, 3, pad=1, groups=2)  # 128 channels a group
+    assert "make 1" in fp16.shape_problem(grouped, cluster(t))
+    assert not fp16.shape_problem(grouped, cluster(dataclasses.replace(t, bm=64, warps_m=4)))
+
+
+def test_a_cluster_tiling_reads_and_launches_in_whole_clusters(monkeypatch):
+    """Its dict names the cluster (a block alone's does not, as before clusters), its brief
+    ends ' c2', its kernel is told CLUSTER, and its grid holds whole clusters."""
+    monkeypatch.setattr(hardware, "current",
+                        lambda: dataclasses.replace(hardware.H100, sms=131))
+    fp16 = get_variant("wgmma-fp16")
+    t = cluster(tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tap"))
+    assert t.as_dict()["cluster"] == 2 and "cluster" not in dataclasses.replace(
+        t, cluster=1).as_dict()
+    assert tiling.Tiling.of(t.as_dict()) == t and t.brief().endswith(" tma ws c2")
+    shape = ConvShape(64, 64, 56, 56, 256, 3, pad=1)
+    assert "-DCLUSTER=2" in fp16.configured(t).compile_options(shape, "relu")
+    assert "-DCLUSTER=1" in fp16.configured(dataclasses.replace(t, cluster=1)).compile_options(
+        shape, "relu")
+    assert wgmma.blocks_per_sm(t, "fp16") == 1
+    assert fp16.launch_grid(shape, t) == (130, 1, 1)
+    assert fp16.launch_grid(shape, dataclasses.replace(t, cluster=1)) == (131, 1, 1)
+    few = ConvShape(1, 64, 8, 8, 256, 3, pad=1)  # 2 m-tiles x 1 pixel tile
+    assert fp16.launch_grid(few, t) == (2, 1, 1)
+
+
+@pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16")],
+                         ids=lambda v: v.name)
+def test_a_cluster_tiling_builds_as_a_cluster_without_spills(variant):
+    """The widest two-warpgroup cluster tiling builds without spills or serialized wgmmas."""
+    bn = 256 if variant.maths != "tf32" else 128
+    t = cluster(tiling.Tiling(128, bn, wgmma.k_elements(variant.maths), 8, 1, 4, 1, "tap"))
+    shape = ConvShape(64, 128, 56, 56, 256, 3, pad=1)
+    v = variant.configured(t)
+    options = v.compile_options(shape, "relu") + ("-Xptxas=-v",)
+    result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
+    assert result.cubin is not None, result.log
+    assert " 0 bytes spill stores" in result.log, result.log
+    assert not [c for c in SERIALIZED + ("C7508",) if c in result.log], result.log
+
+
+def test_the_own_choice_is_the_corrections_best_of_every_candidate():
+    """The fitted correction orders every candidate, not only the analytic model's first
+    MAX_CONFIGS: on UNet's 256-channel 3x3 at batch 128 the analytic model ranks the 128x256
+    tilings below its first 16, and the correction (and the H200) put them first. A cluster
+    tiling follows its twin, a block alone, and is never the own choice; the tuner's list
+    keeps CLUSTER_CONFIGS of them."""
+    from convlab.kernels.igemm import learned
+
+    shape = ConvShape(128, 256, 64, 64, 256, 3, pad=1, bias=True)
+    for name in ("wgmma", "wgmma-fp16"):
+        variant = get_variant(name)
+        ranked = variant.ranked(shape)
+        k = variant.kernel_shape(shape)
+
+        def score(t):
+            return learned.score(k, t, variant.maths, variant.tiling_estimate(shape, t))
+        best = min((t for t in ranked if t.cluster == 1), key=score)
+        offered = variant.configs(shape, "relu")
+        assert offered[0] == best and best.bn == 256
+        assert best not in tiling_diverse_first(ranked)
+        clusters = [t for t in offered if t.cluster == 2]
+        assert len(clusters) == W.CLUSTER_CONFIGS
+        for t in clusters:
+            assert offered.index(dataclasses.replace(t, cluster=1)) < offered.index(t)
+
+
+def tiling_diverse_first(ranked):
+    from convlab.kernels.igemm.cost import diverse
+
+    return diverse(tuple(t for t in ranked if t.cluster == 1), tiling.MAX_CONFIGS)

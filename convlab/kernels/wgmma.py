@@ -104,17 +104,20 @@ from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
 from .pipelined import Form, Pipelined  # noqa: E402
 
 HALO_CONFIGS = 4
+CLUSTER_CONFIGS = 4  # of MAX_CONFIGS; see Wgmma.configs
 
 
 @lru_cache(maxsize=256)
 def _offered(k: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...]:
     ranked = wgmma.ranked(k, maths, kept_bytes)
-    halo_tilings = diverse(tuple(t for t in ranked if t.schedule == "halo"), HALO_CONFIGS)
-    others = diverse(tuple(t for t in ranked if t.schedule != "halo"),
-                     MAX_CONFIGS - len(halo_tilings))
-    chosen = sorted(others + halo_tilings, key=ranked.index)
-    return tuple(sorted(chosen, key=lambda t: learned.score(
-        k, t, maths, wgmma.estimate(k, t, maths, kept_bytes))))
+    by_score = sorted(ranked, key=lambda t: learned.score(
+        k, t, maths, wgmma.estimate(k, t, maths, kept_bytes)))
+    halo_tilings = diverse(tuple(t for t in by_score if t.schedule == "halo"), HALO_CONFIGS)
+    clusters = diverse(tuple(t for t in by_score if t.cluster > 1), CLUSTER_CONFIGS)
+    others = diverse(tuple(t for t in by_score if t.schedule != "halo" and t.cluster == 1),
+                     MAX_CONFIGS - len(halo_tilings) - len(clusters))
+    chosen = set(others + halo_tilings + clusters)
+    return tuple(t for t in by_score if t in chosen)
 
 
 class Wgmma(Pipelined):
@@ -168,11 +171,11 @@ class Wgmma(Pipelined):
 
     def defines(self, shape, epilogue=None):
         """The schedule's, over the switches it leaves alone (no halo, no copy-engine gather,
-        the tile's N one wgmma), and OUT_TF32 in tf32: every tf32 output is stored rounded to TF32
+        a block its own cluster, the tile's N one wgmma), and OUT_TF32 in tf32: every tf32 output is stored rounded to TF32
         (gpu.elements' to_out), since a next tf32 conv reads it exact so; a pool or a layer
         compared alone gets the same rounding, within the tf32 bound."""
         t = self.config_for(shape, epilogue)
-        return {**super().defines(shape, epilogue), "HALO": 0, "GATHER_TMA": 0,
+        return {**super().defines(shape, epilogue), "HALO": 0, "GATHER_TMA": 0, "CLUSTER": 1,
                 "WGMMA_N": t.bn, "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
                 **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths),
                 **({"OUT_TF32": 1} if self.maths == "tf32" else {})}
@@ -185,11 +188,11 @@ class Wgmma(Pipelined):
 
     def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
         """Persistent and halo: as many blocks as the GPU holds at once (or units of work, a
-        tile's K-split each, if fewer)."""
+        tile's K-split each, if fewer), in whole clusters."""
         if not wgmma.schedule_of(t).warp_specialised:
             return super().launch_grid(k, t)
         slots = hardware.current().sms * wgmma.blocks_per_sm(t, self.maths, k)
-        return (min(output_tiles(k, t) * t.split_k, slots), 1, 1)
+        return (min(output_tiles(k, t) * t.split_k, slots - slots % t.cluster), 1, 1)
 
     def tiling_problem(self, t: Tiling) -> str:
         return wgmma.tiling_problem(t, self.maths)
@@ -204,11 +207,19 @@ class Wgmma(Pipelined):
         return wgmma.estimate(self.kernel_shape(shape), t, self.maths)
 
     def configs(self, shape, epilogue=None):
-        """The cost model's diverse list, as the pipelined family's, with HALO_CONFIGS of it
-        kept for the halo schedule where the layer has halo tilings (its cost model is the
-        youngest, and would otherwise leave it out of the tuner's runs on layers it ranks
-        below the others); ordered by the fitted correction (igemm.learned), so the first is
-        the variant's own choice and autotune's first few are its best guesses. An add-relu
+        """Every candidate ordered by the fitted correction (igemm.learned), so the first is
+        the variant's own choice and autotune's first few are its best guesses; of them,
+        MAX_CONFIGS spread over block tiles (`diverse`), HALO_CONFIGS kept for the halo
+        schedule where the layer has halo tilings (its cost model is the youngest, and would
+        otherwise leave it out of the tuner's runs on layers it ranks below the others) and
+        CLUSTER_CONFIGS for two-block clusters, which the correction cannot tell from the same
+        tiling a block alone: each follows its twin, the own choice is never one, and the tuner
+        finds where they win. The correction once ordered only the analytic model's first
+        MAX_CONFIGS, which left out the 128x256 tilings that were fastest on large layers at
+        batch 128: choosing over every candidate, the own choice changed on 61 of 200 tf32 and
+        65 of 200 fp16 suite cells and ran them 1.08x and 1.07x faster (geometric means; 13 of
+        the 126 slower by over 3%, the worst 0.75x; H200, 2026-11-29,
+        results/h200/own-choice-20261129/). An add-relu
         conv that stores 16-byte vectors is ranked with its kept read
         (igemm.wgmma.KEPT_EXPOSURE); one whose stores go an element at a time (3xTF32, or a
         group's channels off 16 bytes) is ranked as the plain conv: its read is unmeasured, and

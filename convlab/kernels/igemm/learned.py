@@ -1,6 +1,7 @@
-"""The wgmma variants' own choice: the analytic cost model's candidates (igemm.wgmma.ranked,
-spread by `diverse`: what `convlab tune` offers) reordered by a correction fitted on measured
-sweeps, so that a layer nobody tuned gets a tiling near the best of that list.
+"""The wgmma variants' own choice: the analytic cost model's candidates (igemm.wgmma.ranked)
+reordered by a correction fitted on measured sweeps, so that a layer nobody tuned gets a
+tiling near the best of them (kernels.wgmma's `_offered` orders every candidate by it and
+keeps a short, spread list for `convlab tune`).
 
 The analytic model ranks by modelled time; on an H100 its first choice was within 1.10x of
 the best of its own list on half of 266 (layer, batch, maths) cells of the public suites and

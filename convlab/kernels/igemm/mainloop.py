@@ -185,6 +185,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
 # schedule's BODY: the launch bounds name the loader warpgroup and the blocks per SM; shared
 # memory starts on 1 KB for the swizzle.
 WARP_SPECIALISED_KERNEL = r"""extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
+#if CLUSTER > 1
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
 conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
              const int4* __restrict__ table, const float* __restrict__ bias,
              out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch

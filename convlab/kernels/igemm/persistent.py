@@ -54,6 +54,34 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// An arrival on the barrier at the same shared-memory offset in every block of the cluster: a
+// stage of the "tma" gather's two-block clusters is written by both blocks' copies (the first
+// block's B copy lands in both), so each block's loader waits for both blocks' MMA threads.
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar)
+{
+#pragma unroll
+    for (unsigned rank = 0; rank < CLUSTER; ++rank) {
+        unsigned remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+        asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+    }
+}
+
+// Every thread of the cluster: after it, the other block's barriers are initialised (at the
+// start) or no longer read from this block (at the end, before either block may exit).
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank()
+{
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
 // The copy engine's descriptor of the input (gpu.tensormap encodes it on the host), passed by
 // value: a launch's parameters are constant, so the copies read it without a fence.
 struct __align__(64) TensorMap { unsigned long long bytes[16]; };
@@ -70,6 +98,20 @@ __device__ __forceinline__ void im2col_copy(unsigned dst, const TensorMap& map, 
                  ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n"
                  :: "r"(dst), "l"(&map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar),
                     "h"((unsigned short)q), "h"((unsigned short)p) : "memory");
+}
+
+// im2col_copy into every block of the cluster, at the same offsets, each completing on its own
+// block's barrier there.
+__device__ __forceinline__ void im2col_copy_multicast(unsigned dst, const TensorMap& map, int c,
+                                                      int w, int h, int n, int q, int p,
+                                                      unsigned bar)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col"
+                 ".mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8}, %9;\n"
+                 :: "r"(dst), "l"(&map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar),
+                    "h"((unsigned short)q), "h"((unsigned short)p),
+                    "h"((unsigned short)((1u << CLUSTER) - 1)) : "memory");
 }
 
 // The register store's 16-byte path (igemm.epilogue) in the persistent schedule: fp16 or bf16
@@ -228,16 +270,21 @@ PROLOGUE = r"""
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, GATHER_TMA ? 1 : LOADERS + 1);  // each loader, A's expect_tx
-            mbar_init(empty0 + 8 * s, THREADS);
+            // a cluster's MMA warps arrive once a warp, on every block's barrier
+            mbar_init(empty0 + 8 * s, CLUSTER > 1 ? CLUSTER * NWARPS : THREADS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if constexpr (CLUSTER > 1)
+        cluster_sync();
+    else
+        __syncthreads();
     // A unit of work is one K-split of one output tile; a tile's splits are neighbours in
     // the list, so they run at once and the last one's reads of the others' partial tiles
     // find them in L2. Tiles m fastest (neighbours share their input rows in L2), then
     // pixels, then groups; block b takes units b, b + gridDim.x, ...: both roles walk the
-    // same list.
+    // same list. In a two-block cluster (no split-K, an even count of m-tiles, an even grid)
+    // the blocks' units are m-tiles 2i and 2i + 1 of the same pixels: one B tile for both.
 #define UNIT_COORDS(u) \
     const int split = (u) % SPLIT_K; \
     const int tile_id = (u) / SPLIT_K; \
@@ -253,6 +300,10 @@ ROLES = r"""
 $LOADER
     } else {
 $CONSUMER
+    }
+    if constexpr (CLUSTER > 1) {
+        __syncwarp();
+        cluster_sync();
     }
 """
 
@@ -317,7 +368,10 @@ LOADER_K_TILES = r"""
 LOADER_TMA = r"""
         // Each K-tile is two copies, A's bulk one and B's im2col box, whose bytes the stage's
         // full barrier counts: no loader waits for its copies, fences or publishes them, so
-        // every free stage has its copies in flight, and one thread issues them all.
+        // every free stage has its copies in flight, and one thread issues them all. In a
+        // cluster, the first block's B copy fills both blocks' stages (its empty barrier
+        // counts both blocks' MMA warps), which halves B's reads from L2.
+        const bool copies_b = CLUSTER == 1 || cluster_rank() == 0;
         if (tid == 0) {
             int j = 0;
             for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -336,8 +390,15 @@ LOADER_TMA = r"""
                     mbar_arrive_expect(bar, (A_WORDS + B_WORDS) * 4);
                     bulk_copy(sa, wtiles + (long long)kt * A_VECS, A_WORDS * 4, bar);
                     const int cc = kt / KK, tap = kt - cc * KK, p = tap / KW;
-                    im2col_copy(sa + A_WORDS * 4, im2col_map, group * CG + cc * BK, w0, h0, b,
-                                (tap - p * KW) * DIL, p * DIL, bar);
+                    if constexpr (CLUSTER > 1) {
+                        if (copies_b)
+                            im2col_copy_multicast(sa + A_WORDS * 4, im2col_map,
+                                                  group * CG + cc * BK, w0, h0, b,
+                                                  (tap - p * KW) * DIL, p * DIL, bar);
+                    } else {
+                        im2col_copy(sa + A_WORDS * 4, im2col_map, group * CG + cc * BK, w0, h0,
+                                    b, (tap - p * KW) * DIL, p * DIL, bar);
+                    }
                 }
             }
         }
@@ -357,6 +418,14 @@ CONSUMER = r"""
         // the MMA threads' barriers.
         __shared__ int split_arrivals;
         auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" :: "n"(THREADS) : "memory"); };
+        auto release = [&](int stage) {
+            if constexpr (CLUSTER > 1) {
+                __syncwarp();
+                if (lane == 0) mbar_arrive_cluster(empty0 + 8 * stage);
+            } else {
+                mbar_arrive(empty0 + 8 * stage);
+            }
+        };
         int j = 0;
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
             UNIT_COORDS(u)
@@ -382,7 +451,7 @@ CONSUMER = r"""
                     compute(stage, part);
                     wgmma_wait<0>();
                     fence_operands(part);
-                    mbar_arrive(empty0 + 8 * stage);
+                    release(stage);
 #pragma unroll
                     for (int f = 0; f < NF; ++f)
 #pragma unroll
@@ -390,12 +459,12 @@ CONSUMER = r"""
                 } else {
                     compute(stage, acc);
                     wgmma_wait<1>();
-                    if (kt > kbeg) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+                    if (kt > kbeg) release((j - 1) % STAGES);
                 }
             }
             if constexpr (MODE != 1) {
                 wgmma_wait<0>();
-                mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+                release((j - 1) % STAGES);
             }
             fence_operands(acc);
             if constexpr (SPLIT_K > 1) {

@@ -39,7 +39,9 @@ class Tiling(Config):
     tile, every thread both copies and multiplies; "persistent": wgmma only, a block per SM slot
     walks the tiles, a loader warpgroup copying for the MMA warpgroups; "halo": as persistent,
     but a tile is `rows` whole output rows whose input patch is copied once for all the taps,
-    and `stages` counts A's buffers alone)."""
+    and `stages` counts A's buffers alone). `cluster` 2 (the persistent schedule with the
+    copy engine's gather): two blocks on neighbouring m-tiles of the same pixels, one B copy
+    landing in both."""
 
     bm: int
     bn: int
@@ -51,6 +53,7 @@ class Tiling(Config):
     gather: str
     schedule: str = "grid"
     rows: int = 0
+    cluster: int = 1
 
     @property
     def tap_order(self) -> bool:
@@ -58,11 +61,14 @@ class Tiling(Config):
         return self.gather in ("tap", "tma")
 
     def as_dict(self) -> dict:
-        """Config's dict, less `rows` where the schedule has none (0): the grid and persistent
-        schedules' tilings read in tables and caches as they did before the halo schedule."""
+        """Config's dict, less `rows` where the schedule has none (0) and `cluster` where a
+        block is its own (1): tilings read in tables and caches as they did before the halo
+        schedule and the clusters."""
         d = super().as_dict()
         if not self.rows:
             del d["rows"]
+        if self.cluster == 1:
+            del d["cluster"]
         return d
 
     @property
@@ -100,11 +106,12 @@ class Tiling(Config):
 
     def brief(self) -> str:
         """'128x128x32 2x2w s3 k1 tap' (' ws' after it: the persistent, warp-specialised
-        schedule; ' halo4': the halo schedule, 4 output rows a tile): short enough for an
-        80-column table."""
+        schedule; ' halo4': the halo schedule, 4 output rows a tile; ' c2' after that: two-block
+        clusters): short enough for an 80-column table."""
         ws = {"grid": "", "persistent": " ws"}.get(self.schedule, f" {self.schedule}{self.rows}")
+        cluster = f" c{self.cluster}" if self.cluster != 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk} {self.warps_m}x{self.warps_n}w s{self.stages} "
-                f"k{self.split_k} {self.gather}{ws}")
+                f"k{self.split_k} {self.gather}{ws}{cluster}")
 
 
 def k_step(maths: str) -> int:
@@ -160,6 +167,8 @@ def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
         return f"schedule must be 'grid', not {t.schedule!r}"
     if t.rows:
         return "rows must be 0 (rows are the halo schedule's, which needs wgmma)"
+    if t.cluster != 1:
+        return "cluster must be 1 (clusters are wgmma's persistent schedule's)"
     if t.warps_m * t.warps_n not in (4, 8):
         return "the warp grid must hold 4 or 8 warps (128 or 256 threads)"
     if t.bm % (16 * t.warps_m):
