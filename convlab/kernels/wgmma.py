@@ -171,9 +171,10 @@ class Wgmma(Pipelined):
 
     def defines(self, shape, epilogue=None):
         """The schedule's, over the switches it leaves alone (no halo, no copy-engine gather,
-        a block its own cluster, the tile's N one wgmma), and OUT_TF32 in tf32: every tf32 output is stored rounded to TF32
-        (gpu.elements' to_out), since a next tf32 conv reads it exact so; a pool or a layer
-        compared alone gets the same rounding, within the tf32 bound."""
+        a block its own cluster, the tile's N one wgmma), and OUT_TF32 in tf32: every tf32
+        output is stored rounded to TF32 (gpu.elements' to_out), since a next tf32 conv reads
+        it exact so; a pool or a layer compared alone gets the same rounding, within the tf32
+        bound."""
         t = self.config_for(shape, epilogue)
         return {**super().defines(shape, epilogue), "HALO": 0, "GATHER_TMA": 0, "CLUSTER": 1,
                 "WGMMA_N": t.bn, "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
