@@ -20,9 +20,8 @@ from convlab.bench import guard, lab, suites  # noqa: E402
 from convlab.gpu import timer  # noqa: E402
 from convlab.gpu.jit import cubin_file  # noqa: E402
 from convlab.kernels import get_variant  # noqa: E402
+from convlab.kernels import wgmma as W  # noqa: E402
 from convlab.kernels.igemm import learned, wgmma as IW  # noqa: E402
-from convlab.kernels.igemm.cost import diverse  # noqa: E402
-from convlab.kernels.igemm.tiling import MAX_CONFIGS  # noqa: E402
 from sweep_tilings import time_tiling  # noqa: E402
 
 POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
@@ -32,10 +31,8 @@ def first_sixteen(k, maths):
     """The correction's order over the analytic model's diverse first MAX_CONFIGS (four of
     them halo tilings where the layer has them), blocks alone: the choice before 2026-11-29."""
     ranked = tuple(t for t in IW.ranked(k, maths) if t.cluster == 1)
-    halo = diverse(tuple(t for t in ranked if t.schedule == "halo"), 4)
-    others = diverse(tuple(t for t in ranked if t.schedule != "halo"), MAX_CONFIGS - len(halo))
-    chosen = sorted(others + halo, key=ranked.index)
-    return sorted(chosen, key=lambda t: learned.score(k, t, maths, IW.estimate(k, t, maths)))
+    return sorted(W._spread(ranked, 0),
+                  key=lambda t: learned.score(k, t, maths, IW.estimate(k, t, maths)))
 
 
 def main():
