@@ -35,6 +35,14 @@ def is_channels_last(a) -> bool:
     return a.ndim == 4 and a.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
+def dense_in(wanted: str, shape: tuple[int, ...], layout: str) -> bool:
+    """Whether a dense array of logical (B, C, H, W) `shape` in memory format `layout` is dense
+    in `wanted` too, as is_channels_last and flags.c_contiguous find it, without the array:
+    where C or H*W is 1 the two orders are one."""
+    _, c, h, w = shape
+    return wanted == layout or c == 1 or h * w == 1
+
+
 def memory_view(a, layout: str):
     """The array in its memory order, C-contiguous: a itself for NCHW, (B, H, W, C) for NHWC."""
     return a.transpose(0, 2, 3, 1) if layout == NHWC else a

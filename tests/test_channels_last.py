@@ -8,11 +8,13 @@ import pytest
 
 from convlab.gpu.jit import build_options, compile_cubin
 from convlab.kernels import RELU, get_variant
+from convlab.kernels.base import StagedBuffer
 from convlab.kernels.igemm import gather_nhwc, packing, staging, tiling
 from convlab.models import Conv, get_model
 from convlab.net.network import flattened_columns, half_next
 from convlab.oracle.reference import conv2d_with_magnitude
-from convlab.shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_last, memory_view
+from convlab.shapes import (NCHW, NHWC, ConvShape, channels_last, dense_in, is_channels_last,
+                            memory_view)
 
 VARIANTS = [get_variant(n) for n in ("channels-last", "channels-last-3xtf32",
                                      "channels-last-fp16", "channels-last-bf16")]
@@ -154,6 +156,48 @@ def test_half_maths_pipeline_deeper_than_two_stages_over_nhwc():
 def test_channels_pad_to_whole_vectors(cg, maths, padded, vec):
     assert tiling.padded_group_channels(cg, maths) == padded
     assert tiling.channel_vector(padded, maths) == vec
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (2, 1, 5, 7), (2, 6, 1, 1), (1, 4, 1, 9)])
+def test_dense_in_finds_what_the_arrays_flags_do(shape):
+    """Whether a dense array of one memory format is also dense in the other, without the
+    array: as numpy finds it on the array itself (C or H*W of 1 makes the two orders one)."""
+    nchw = np.zeros(shape, np.float32)
+    nhwc = channels_last(np.zeros(shape, np.float32))
+    for a, layout in ((nchw, NCHW), (nhwc, NHWC)):
+        assert dense_in(NHWC, shape, layout) == is_channels_last(a), layout
+        assert dense_in(NCHW, shape, layout) == a.flags.c_contiguous, layout
+
+
+def test_a_staging_names_the_buffer_it_writes_before_any_input_exists():
+    """ChannelsLastStaging and NchwStaging say what they write for an input of a type, shape and
+    memory format (a network places it in its arena): the padded channels-last tensor of the
+    maths' type, the NCHW one, or nothing where the kernel reads the input as it is."""
+    shape = ConvShape(2, 6, 5, 7, 8, 3, pad=1, groups=2)  # 3 channels a group -> 4
+    tf32 = packing.ChannelsLastStaging(shape, 4, "tf32")
+    want = StagedBuffer((2, 8, 5, 7), np.dtype(np.float32), NHWC)
+    assert tf32.buffer(np.float32, (2, 6, 5, 7), NCHW) == want
+    assert tf32.buffer(np.float32, (2, 6, 5, 7), NHWC) == want  # padded all the same
+    assert tf32.buffer(np.float32, (2, 8, 5, 7), NHWC) is None
+    assert tf32.buffer(np.float32, (2, 8, 5, 7), NCHW) == want
+    assert tf32.buffer(np.float32, (2, 8, 1, 1), NCHW) is None  # an FC input: both orders
+    fp16 = packing.ChannelsLastStaging(ConvShape(2, 8, 5, 7, 8, 3), 8, "fp16")
+    assert fp16.buffer(np.float16, (2, 8, 5, 7), NHWC) is None
+    assert fp16.buffer(np.float32, (2, 8, 5, 7), NHWC) == StagedBuffer(
+        (2, 8, 5, 7), np.dtype(np.float16), NHWC)
+    assert packing.ChannelsLastStaging(shape, 4, "bf16").buffer(
+        np.float32, (2, 6, 5, 7), NCHW).dtype == np.uint16
+    nchw = packing.NchwStaging("fp16")
+    assert nchw.buffer(np.float16, (2, 6, 5, 7), NCHW) is None
+    assert nchw.buffer(np.float32, (2, 6, 5, 7), NCHW) == StagedBuffer(
+        (2, 6, 5, 7), np.dtype(np.float16), NCHW)
+    assert nchw.buffer(np.float16, (2, 6, 5, 7), NHWC) == StagedBuffer(
+        (2, 6, 5, 7), np.dtype(np.float16), NCHW)
+    raw = np.zeros(want.nbytes, np.uint8)
+    view = want.view(raw)
+    assert view.shape == (2, 8, 5, 7) and is_channels_last(view) and np.shares_memory(view, raw)
+    view[1, 2, 3, 4] = 1.5
+    assert raw.view(np.float32).reshape(2, 5, 7, 8)[1, 3, 4, 2] == 1.5
 
 
 @pytest.mark.parametrize("maths", ["tf32", "3xtf32", "fp16", "bf16"])

@@ -736,6 +736,30 @@ def test_channels_last_staging_transposes_pads_and_passes_staged_input_through(r
 
 
 @pytest.mark.smoke
+@pytest.mark.parametrize("maths", ["tf32", "fp16"])
+def test_staging_into_a_shared_buffer_writes_its_padding(maths, rng):
+    """A network's arena hands a conv's staging a buffer other steps wrote before: converting a
+    channels-last input (not the images' NCHW float32, whose kernel writes every channel), the
+    staging zeroes the padding channels itself and writes into the buffer it was given."""
+    import cupy
+
+    from convlab.shapes import channels_last
+
+    shape = ConvShape(2, 6, 5, 7, 8, 3, pad=1, groups=2)  # 3 channels a group -> 4
+    x = rng.standard_normal(shape.input_shape).astype(np.float32)
+    nhwc = channels_last(cupy.ascontiguousarray(cupy.asarray(x).transpose(0, 2, 3, 1))
+                         .reshape(x.shape))
+    dtype = packing.stage_dtype(maths)
+    size = 2 * 8 * 5 * 7 * np.dtype(dtype).itemsize
+    used = channels_last(cupy.full(size, 0xFF, dtype=np.uint8).view(dtype).reshape(2, 8, 5, 7))
+    staged = packing.ChannelsLastStaging(shape, 4, maths)(nhwc, used)
+    assert staged is used
+    memory = cupy.asnumpy(staged.transpose(0, 2, 3, 1)).reshape(2, 5, 7, 2, 4)
+    expected = x.transpose(0, 2, 3, 1).reshape(2, 5, 7, 2, 3).astype(dtype)
+    assert np.array_equal(memory[..., :3], expected) and (memory[..., 3] == 0).all()
+
+
+@pytest.mark.smoke
 @pytest.mark.parametrize("maths", ["tf32", "fp16", "bf16"])
 @pytest.mark.parametrize("shape", [ConvShape(3, 3, 13, 11, 8, 3), ConvShape(2, 64, 5, 3, 8, 1),
                                    ConvShape(2, 6, 4, 9, 8, 3, groups=2),

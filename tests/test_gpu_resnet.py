@@ -274,9 +274,9 @@ def test_pytorch_runs_resnet50_with_batch_norm_in_eval_mode(tmp_path, monkeypatc
 def test_a_16_bit_network_holds_its_projection_shortcuts_as_16_bit(tmp_path, monkeypatch, name,
                                                                   half):
     """wgmma-fp16 writes each downsample conv's output as fp16 (the block's input was kept
-    fp16), wgmma-bf16 as bf16 bits; the steps' outputs are views of one arena; at batch 1 the
-    split-K convs share one workspace, and the network still computes the float64 forward's
-    classes."""
+    fp16), wgmma-bf16 as bf16 bits; the steps' outputs, the stem's converted input and the one
+    workspace the split-K convs share at batch 1 are views of one arena, and the network still
+    computes the float64 forward's classes."""
     from convlab.net.network import Network
 
     monkeypatch.setenv("CONVLAB_CACHE_DIR", str(tmp_path))
@@ -296,6 +296,11 @@ def test_a_16_bit_network_holds_its_projection_shortcuts_as_16_bit(tmp_path, mon
     split = [s.label for s in net.conv_steps
              if s.variant.config_for(s.shape, s.epilogue).split_k > 1]
     assert split and net.split_k.floats > 0, split
+    # the stem's converted images and the split-K workspace are views of the same arena
+    stem = net.conv_steps[0]
+    assert stem.staged is not stem.input and stem.staged.dtype == half
+    arena = net.steps[0].output.data.mem.ptr
+    assert stem.staged.data.mem.ptr == arena and net.split_k.arrays()[0].data.mem.ptr == arena
     result = lab.run(plan, timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3))
     failures = [f"{x.label}: {x.check.reason}" for x in (*result.layers, *result.steps)
                 if x.check and not x.check.passed]

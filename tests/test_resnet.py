@@ -16,12 +16,14 @@ from convlab import models
 from convlab.bench import lab
 from convlab.cli import main
 from convlab.errors import DataError
+from convlab.kernels.base import StagedBuffer, Staging
 from convlab.models import (IMAGENET, AddKept, BatchNorm, Conv, Dense, GlobalAvgPool, Keep,
                             MaxPool, ModelSpec, ReLU, Softmax, Swap, get_model, random_weights)
 from convlab.net import importer, state_dict
 from convlab.net.network import (ARENA_ALIGNMENT, Network, arena_offsets, half_next,
                                   shortcut_as_half)
 from convlab.oracle import reference
+from convlab.shapes import channels_last
 
 # torchvision's counts: resnet50 25,557,032 parameters (+ 53,120 batch-norm running means and
 # as many variances, which the state dict holds too); vgg16 138,357,544.
@@ -828,6 +830,84 @@ def test_split_k_convs_share_the_largest_workspace(monkeypatch):
     scratch.reserve(8192, 4)
     bigger, _ = scratch.arrays()
     assert bigger.size == 8192 and scratch._retired == [(ws, counters)]
+
+
+class _CopyStaging(Staging):
+    """A staging in NumPy for the cpu variant: the input copied into a channels-last buffer
+    (what a channels-last kernel's staging writes), counted."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, x, out):
+        self.calls += 1
+        if out is None:
+            out = channels_last(np.empty(x.shape, np.float32))
+        out[...] = x
+        return out
+
+    def buffer(self, dtype, shape, layout):
+        return StagedBuffer(tuple(shape), np.dtype(np.float32), "nhwc")
+
+
+def _staging_split_k_cpu():
+    """The cpu variant with every conv staging its input (_CopyStaging) and the 1x1 convs
+    reserving split-K space, as a channels-last tensor-core variant would."""
+    from convlab.kernels.cpu import Cpu
+    from convlab.kernels.igemm.splitk import installed_scratch
+
+    class StagingCpu(Cpu):
+        def prepare(self, shape, weights, epilogue=None, bias=None):
+            op = super().prepare(shape, weights, epilogue, bias)
+            op.stage_input = _CopyStaging()
+            if shape.K == 1 and installed_scratch() is not None:
+                installed_scratch().reserve(shape.M * shape.Ho * shape.Wo, 4)
+            return op
+
+    return StagingCpu()
+
+
+def test_staged_inputs_and_the_split_k_workspace_live_in_the_arena(tiny, monkeypatch):
+    """A conv's converted input is a view of the network's arena alive for its step alone,
+    the split-K workspace one alive from the first step that splits to the last; neither
+    shares a byte with a buffer alive beside it, and the pass still computes the float64
+    forward, through the staging (a network's staged inputs and workspace sat outside the
+    arena: VGG-16's conv1_1 input and fc6's workspace put tf32's peak 51 MiB over PyTorch
+    eager's at batch 64 on an H200, 2026-11-28)."""
+    import sys
+    import types
+
+    fake = types.SimpleNamespace(float32=np.float32, int32=np.int32,
+                                 empty=lambda n, dtype: np.empty(n, dtype),
+                                 zeros=lambda n, dtype: np.zeros(n, dtype))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    net = Network(tiny, lab.network_plan(tiny.spec, _staging_split_k_cpu(), 2))
+    arena = net.steps[0].output.base
+    last, _ = net._reads()
+    convs = [j for j, s in enumerate(net.steps) if s.is_conv]
+    splitting = [j for j, s in enumerate(net.steps) if s.splits_k]
+    assert len(convs) == 8
+    assert splitting == [j for j in convs if net.steps[j].shape.K == 1] and len(splitting) == 5
+    ws = net.split_k.arrays()[0]
+    assert ws.base is arena and ws.size == net.split_k.floats
+
+    def alive(j):
+        return [s.output for k, s in enumerate(net.steps) if k <= j <= last[k]]
+
+    for j in convs:
+        staged = net.steps[j].op._staging
+        assert staged.base is arena, net.steps[j].label
+        assert not any(np.shares_memory(staged, out) for out in alive(j)), net.steps[j].label
+    for j in range(splitting[0], splitting[-1] + 1):
+        assert not any(np.shares_memory(ws, out) for out in alive(j)), net.steps[j].label
+        if j in convs:
+            assert not np.shares_memory(ws, net.steps[j].op._staging), net.steps[j].label
+    x = lab.load_input(tiny.spec, 2)
+    want = reference.forward(tiny.folded, x, dtype=np.float64)
+    np.testing.assert_allclose(net.forward(x), want, rtol=1e-3, atol=1e-5)
+    for j in convs:
+        op = net.steps[j].op
+        assert op.stage_input.calls == 1 and net.steps[j].staged is op._staging
 
 
 def test_a_run_records_the_tiling_of_the_variant_that_prepared_each_step(tiny, monkeypatch):

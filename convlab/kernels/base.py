@@ -122,6 +122,40 @@ def pooled_shape(shape: ConvShape) -> tuple[int, int, int, int]:
     return (shape.B, shape.M, shape.Ho // 2, shape.Wo // 2)
 
 
+@dataclass(frozen=True)
+class StagedBuffer:
+    """The buffer an op's staging writes an input into: its logical shape, element type and
+    memory format."""
+
+    shape: tuple[int, int, int, int]
+    dtype: np.dtype
+    layout: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+    def view(self, raw):
+        """The buffer over `raw` (a flat byte array of nbytes): the logical (B, C, H, W) array
+        the staging writes into."""
+        dense = raw.view(self.dtype).reshape(self.shape)
+        return channels_last(dense) if self.layout == NHWC else dense
+
+
+class Staging:
+    """An Op's stage_input that can say, before any input exists, what it writes for one: a
+    network places that buffer in its arena, alive for the one step that reads it."""
+
+    def __call__(self, x, out):
+        raise NotImplementedError
+
+    def buffer(self, dtype, shape: tuple[int, int, int, int],
+               layout: str) -> StagedBuffer | None:
+        """For a dense input of this element type, logical shape and memory format: the
+        buffer this staging writes it into (None: the kernel reads such an input as it is)."""
+        raise NotImplementedError
+
+
 @dataclass
 class Op:
     """A prepared convolution: `op(x, y)` runs it on device (or host) arrays.
@@ -168,6 +202,19 @@ class Op:
         if reuse and staged is not x:
             self._staging = staged
         return staged
+
+    def staging_buffer(self, dtype, shape: tuple[int, int, int, int],
+                       layout: str) -> StagedBuffer | None:
+        """What stage(x, reuse=True) writes for a dense input x of this element type, logical
+        shape and memory format, where the staging can say (Staging.buffer); else None."""
+        if isinstance(self.stage_input, Staging):
+            return self.stage_input.buffer(dtype, shape, layout)
+        return None
+
+    def stage_into(self, buffer) -> None:
+        """stage(x, reuse=True) writes into `buffer` (what staging_buffer described, placed by
+        the caller: a network's arena) instead of one it allocates."""
+        self._staging = buffer
 
     def run_once(self, x, xp):
         """Stage `x` (host or device; xp is NumPy or CuPy), launch once into a fresh NaN-filled

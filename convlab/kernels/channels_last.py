@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 from ..shapes import FEATURES, NHWC, ConvShape, is_channels_last  # noqa: E402
 from .base import ADD_RELU, RELU  # noqa: E402
-from .igemm.packing import stage_channels_last  # noqa: E402
+from .igemm.packing import ChannelsLastStaging  # noqa: E402
 from .igemm.tiling import Tiling, channel_vector, padded_group_channels  # noqa: E402
 
 
@@ -72,8 +72,7 @@ class NhwcActivations:
     def stager(self, shape: ConvShape, maths: str):
         """NCHW or channels-last float32 in; NHWC out, converted and channel-padded (an input
         that is already what the kernel reads passes through untouched)."""
-        cg = self.kernel_shape(shape, maths).Cg
-        return lambda x, out: stage_channels_last(x, out, shape, cg, maths)
+        return ChannelsLastStaging(shape, self.kernel_shape(shape, maths).Cg, maths)
 
     def input_problem(self, x, k: ConvShape, name: str) -> str:
         if x.ndim != 4 or x.shape[1] != k.C or not is_channels_last(x):

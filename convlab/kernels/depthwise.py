@@ -176,7 +176,7 @@ from ..shapes import SQUARE_FEATURES, NHWC, ConvShape, is_channels_last  # noqa:
 from .base import (RELU, Arithmetic, Config, Op, Support, Variant, blocks,  # noqa: E402
                    check_inputs, check_supported)
 from .general import device_bias, layer_defines  # noqa: E402
-from .igemm.packing import stage_channels_last, stage_dtype, to_bf16_bits  # noqa: E402
+from .igemm.packing import ChannelsLastStaging, stage_dtype, to_bf16_bits  # noqa: E402
 from .igemm.tiling import element_bytes, padded_group_channels  # noqa: E402
 
 # Filter registers a thread holds (K*K taps of VEC channels): the heuristic's budget, and any
@@ -409,7 +409,7 @@ class Depthwise(Variant):
             kernel(launch_grid, block, (x, w, b, y), shared_mem=smem)
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue,
-                  lambda x, out: stage_channels_last(x, out, ungrouped, cp, maths),
+                  ChannelsLastStaging(ungrouped, cp, maths),
                   layout=NHWC, output_dtype=self.output_dtype)
 
 

@@ -54,7 +54,7 @@ from .base import (ADD_RELU, RELU, Arithmetic, Op, Support, Variant, check_input
                    check_supported, device_weights, direct_arithmetic, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
-from .igemm.packing import pack_weights, stage_dtype, stage_nchw  # noqa: E402
+from .igemm.packing import NchwStaging, pack_weights, stage_dtype  # noqa: E402
 from .igemm.splitk import installed_scratch  # noqa: E402
 from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,  # noqa: E402
                            output_tiles, shape_problem, smem_bytes, tiling_problem)
@@ -108,7 +108,7 @@ class NchwActivations:
         """The Op's stage_input: fp16/bf16 conversion of the NCHW input (None for 4-byte maths)."""
         if maths not in ("fp16", "bf16"):
             return None
-        return lambda x, out: stage_nchw(x, out, maths)
+        return NchwStaging(maths)
 
     def input_problem(self, x, k: ConvShape, name: str) -> str:
         return ""

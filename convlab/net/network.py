@@ -32,6 +32,7 @@ from .. import ops, tuning
 from ..ops.base import apply_activation
 from ..gpu.elements import FLOAT32, HALF_TYPES, values
 from ..kernels import ADD_RELU, RELU, TANH_POOL, Variant, takes_tunings
+from ..kernels.base import StagedBuffer
 from ..kernels.igemm.splitk import SplitKScratch, shared_split_k
 from ..models import (LRN, AddKept, Conv, Dense, Flatten, GlobalAvgPool, Keep, MaxPool, ReLU,
                       Softmax, Swap, Tanh, Weights)
@@ -85,6 +86,7 @@ class Step:
     # Computes each output element from the input's element there (and the kept one's) only:
     # it may write over its input (a residual add, an activation).
     elementwise: bool = False
+    splits_k: bool = False  # its op takes the network's split-K workspace (SplitKScratch)
 
     @property
     def is_conv(self) -> bool:
@@ -316,6 +318,7 @@ class Network:
                 continue
             if isinstance(layer, (Conv, Dense)):
                 tag = _tagger(layer.name)
+            reservations = self.split_k.reservations
             dense = isinstance(layer, Dense) and self.plan.variant_for(layer) is not None
             if isinstance(layer, Conv):
                 decision = self.plan.convs[layer.name]
@@ -343,6 +346,7 @@ class Network:
             view = (self.batch, layer.out_features) if dense else None
             flattened = None
             step.label = _unique(step.label, labels)
+            step.splits_k = self.split_k.reservations > reservations
             self.steps.append(step)
             layout = step.op.layout if step.op.layout in LAYOUTS else NCHW
             dtype = step.op.output_dtype
@@ -385,13 +389,31 @@ class Network:
                 and step.in_view is None and step.convert_to is None
                 and np.dtype(self.steps[k].op.output_dtype) == np.dtype(step.op.output_dtype))
 
+    def _staged_buffers(self, source: list[int | None]) -> dict[int, StagedBuffer]:
+        """The conv steps whose op converts its input before reading it (Op.stage), each with
+        the buffer it converts into: the input as the step receives it, from the network's
+        input (float32 NCHW) or the step whose output it is."""
+        found = {}
+        for j, step in enumerate(self.steps):
+            if not step.is_conv or step.op.stage_input is None:
+                continue
+            k = source[j]
+            dtype = self.input.dtype if k is None else np.dtype(self.steps[k].op.output_dtype)
+            shape = step.in_view or (step.shape.B, step.shape.C, step.shape.H, step.shape.W)
+            buffer = step.op.staging_buffer(dtype, shape, step.in_layout)
+            if buffer is not None:
+                found[j] = buffer
+        return found
+
     def _allocate(self) -> None:
         """Every step's output buffer as a view of one arena, placed by arena_offsets: a step's
         bytes are reused by a later one once nothing reads them any more, so a forward holds
         about the largest set of activations alive at once, not all of them. An elementwise
         step that is the last to read its input writes over it (_writes_over_input): a
-        residual add then holds two activations, not three. Each step's input therefore holds
-        what it read only until a later step, or the step itself, overwrites it:
+        residual add then holds two activations, not three. A conv's converted input (its
+        op's staging buffer) lives in the arena for that step alone, and the split-K
+        workspace from the first step that splits to the last. Each step's input therefore
+        holds what it read only until a later step, or the step itself, overwrites it:
         forward(until=step) computes it again."""
         last, source = self._reads()
         sizes = [int(np.prod(s.op.output_shape)) * np.dtype(s.op.output_dtype).itemsize
@@ -402,13 +424,27 @@ class Network:
                 owner[j] = owner[source[j]]
         buffers = sorted(set(owner))
         lives = [(b, max(last[j] for j in range(len(sizes)) if owner[j] == b)) for b in buffers]
-        offsets, total = arena_offsets([sizes[b] for b in buffers], lives)
-        at = dict(zip(buffers, offsets))
+        extents = [sizes[b] for b in buffers]
+        staged = self._staged_buffers(source)
+        for j, buffer in staged.items():
+            extents.append(buffer.nbytes)
+            lives.append((j, j))
+        splitting = [j for j, step in enumerate(self.steps) if step.splits_k]
+        if splitting:
+            extents.append(self.split_k.floats * np.dtype(np.float32).itemsize)
+            lives.append((splitting[0], splitting[-1]))
+        offsets, total = arena_offsets(extents, lives)
         arena = self.xp.empty(total, dtype=np.uint8)
+        at = dict(zip(buffers, offsets))
         for j, step in enumerate(self.steps):
             offset, dtype = at[owner[j]], np.dtype(step.op.output_dtype)
             step.output = arena[offset:offset + sizes[j]].view(dtype).reshape(
                 step.op.output_shape)
+        for (j, buffer), offset in zip(staged.items(), offsets[len(buffers):]):
+            self.steps[j].op.stage_into(buffer.view(arena[offset:offset + buffer.nbytes]))
+        if splitting:
+            offset = offsets[-1]
+            self.split_k.place(arena[offset:offset + extents[-1]].view(np.float32))
 
     def _add_step(self, layers, i, in_shape, tag, layout, dtype, kept) -> tuple[Step, int]:
         """A residual add, with the ReLU after it where there is one: on the GPU one kernel

@@ -2,12 +2,13 @@
 into big and small TF32 parts for 3xTF32, bf16 bits for bf16), and the fp16/bf16 staging of
 the input, done once outside the timed region."""
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from ...shapes import NCHW, NHWC, ConvShape, channels_last, is_channels_last
-from ..base import blocks
+from ...shapes import NCHW, NHWC, ConvShape, channels_last, dense_in, is_channels_last
+from ..base import Staging, StagedBuffer, blocks
 from ..tensorcore import round_tf32
 from .staging import nchw_to_nhwc
 from .tiling import HALF_MATHS, Tiling, channel_vector, k_tiles, m_tiles
@@ -140,7 +141,7 @@ def stage_nchw(x, out, maths: str):
 
     if x.dtype == stage_dtype(maths) and x.flags.c_contiguous:
         return x
-    if out is None or out.shape != x.shape:
+    if out is None or out.shape != x.shape or not out.flags.c_contiguous:
         out = cupy.empty(x.shape, dtype=stage_dtype(maths))
     _convert(x, out, maths)
     return out
@@ -159,16 +160,22 @@ def stage_channels_last(x, out, shape: ConvShape, group_channels: int, maths: st
         return x
     B, _, H, W = x.shape
     G = shape.groups
+    staged = (B, G * group_channels, H, W)
+    if out is not None and (out.shape != staged or out.dtype != dtype
+                            or not is_channels_last(out)):
+        out = None
     if x.dtype == np.float32 and x.flags.c_contiguous:
         # images entering the network (NCHW memory, also when C == 1): one kernel of ours,
         # which writes the padding too
         if out is None:
-            out = channels_last(cupy.empty((B, G * group_channels, H, W), dtype=dtype))
+            out = channels_last(cupy.empty(staged, dtype=dtype))
         vec = channel_vector(group_channels, maths)
         nchw_to_nhwc(shape.C, G, group_channels, H * W, vec, maths)(x, out)
         return out
-    if out is None:
-        out = channels_last(cupy.zeros((B, G * group_channels, H, W), dtype=dtype))
+    if out is None:  # zeroed once: the padding channels are never written below
+        out = channels_last(cupy.zeros(staged, dtype=dtype))
+    elif group_channels != shape.Cg:  # a buffer shared with other steps (a network's arena)
+        out.transpose(0, 2, 3, 1).reshape(B, H, W, G, group_channels)[..., shape.Cg:] = 0
     memory = out.transpose(0, 2, 3, 1)
     if is_channels_last(x) and group_channels == shape.Cg:  # a conversion of the type only
         _convert(x.transpose(0, 2, 3, 1).reshape(-1), memory.reshape(-1), maths)
@@ -176,3 +183,39 @@ def stage_channels_last(x, out, shape: ConvShape, group_channels: int, maths: st
         source = x.transpose(0, 2, 3, 1).reshape(B, H, W, G, shape.Cg)
         _convert(source, memory.reshape(B, H, W, G, group_channels)[..., :shape.Cg], maths)
     return out
+
+
+@dataclass(frozen=True)
+class ChannelsLastStaging(Staging):
+    """stage_channels_last for one layer, as an Op's stage_input."""
+
+    shape: ConvShape
+    group_channels: int
+    maths: str
+
+    def __call__(self, x, out):
+        return stage_channels_last(x, out, self.shape, self.group_channels, self.maths)
+
+    def buffer(self, dtype, shape, layout):
+        B, C, H, W = shape
+        channels = self.shape.groups * self.group_channels
+        passes = (np.dtype(dtype) == np.dtype(stage_dtype(self.maths)) and C == channels
+                  and dense_in(NHWC, shape, layout))
+        return None if passes else StagedBuffer((B, channels, H, W),
+                                                np.dtype(stage_dtype(self.maths)), NHWC)
+
+
+@dataclass(frozen=True)
+class NchwStaging(Staging):
+    """stage_nchw in the maths' element type, as an Op's stage_input."""
+
+    maths: str
+
+    def __call__(self, x, out):
+        return stage_nchw(x, out, self.maths)
+
+    def buffer(self, dtype, shape, layout):
+        passes = (np.dtype(dtype) == np.dtype(stage_dtype(self.maths))
+                  and dense_in(NCHW, shape, layout))
+        return None if passes else StagedBuffer(tuple(shape), np.dtype(stage_dtype(self.maths)),
+                                                NCHW)

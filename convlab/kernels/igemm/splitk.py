@@ -69,11 +69,27 @@ class SplitKScratch:
     def __init__(self):
         self.floats = 0
         self.tiles = 0
+        self.reservations = 0  # how many ops reserved: a network learns which steps use it
         self._arrays: tuple | None = None
         self._retired: list[tuple] = []
 
     def reserve(self, floats: int, tiles: int) -> None:
         self.floats, self.tiles = max(self.floats, floats), max(self.tiles, tiles)
+        self.reservations += 1
+
+    def place(self, ws) -> None:
+        """Take `ws` (float32, at least `floats` of them: a view of a network's arena, alive
+        over the steps that split) as the partial tiles; the counters stay arrays of their
+        own, zeroed once, since the last split leaves them at zero and nothing else writes
+        them."""
+        import cupy
+
+        if ws.size < self.floats:
+            raise ValueError(f"a split-K workspace of {ws.size} floats for ops that reserved "
+                             f"{self.floats}")
+        if self._arrays is not None:
+            self._retired.append(self._arrays)
+        self._arrays = (ws, cupy.zeros(max(self.tiles, 1), dtype=cupy.int32))
 
     def arrays(self) -> tuple:
         """(ws, counters) on the device, large enough for every op reserved so far (asked at
