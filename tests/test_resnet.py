@@ -23,7 +23,7 @@ from convlab.net import importer, state_dict
 from convlab.net.network import (ARENA_ALIGNMENT, Network, arena_offsets, half_next,
                                   shortcut_as_half)
 from convlab.oracle import reference
-from convlab.shapes import channels_last
+from convlab.shapes import channels_last, dense_in
 
 # torchvision's counts: resnet50 25,557,032 parameters (+ 53,120 batch-norm running means and
 # as many variances, which the state dict holds too); vgg16 138,357,544.
@@ -833,11 +833,13 @@ def test_split_k_convs_share_the_largest_workspace(monkeypatch):
 
 
 class _CopyStaging(Staging):
-    """A staging in NumPy for the cpu variant: the input copied into a channels-last buffer
-    (what a channels-last kernel's staging writes), counted."""
+    """A staging in NumPy for the cpu variant: a float32 input copied into a channels-last
+    buffer (what a channels-last kernel's staging writes), counted; what the network asked
+    `buffer` about, kept."""
 
     def __init__(self):
         self.calls = 0
+        self.asked = []
 
     def __call__(self, x, out):
         self.calls += 1
@@ -847,6 +849,9 @@ class _CopyStaging(Staging):
         return out
 
     def buffer(self, dtype, shape, layout):
+        self.asked.append((np.dtype(dtype), tuple(shape), layout))
+        if np.dtype(dtype) == np.float32 and dense_in("nhwc", shape, layout):
+            return None
         return StagedBuffer(tuple(shape), np.dtype(np.float32), "nhwc")
 
 
@@ -862,6 +867,7 @@ def _staging_split_k_cpu():
             op.stage_input = _CopyStaging()
             if shape.K == 1 and installed_scratch() is not None:
                 installed_scratch().reserve(shape.M * shape.Ho * shape.Wo, 4)
+                op.shares_split_k = True
             return op
 
     return StagingCpu()
@@ -885,11 +891,18 @@ def test_staged_inputs_and_the_split_k_workspace_live_in_the_arena(tiny, monkeyp
     arena = net.steps[0].output.base
     last, _ = net._reads()
     convs = [j for j, s in enumerate(net.steps) if s.is_conv]
-    splitting = [j for j, s in enumerate(net.steps) if s.splits_k]
+    splitting = [j for j in convs if net.steps[j].op.shares_split_k]
     assert len(convs) == 8
     assert splitting == [j for j in convs if net.steps[j].shape.K == 1] and len(splitting) == 5
+    # each conv's staging was asked about its input as it arrives: float32 NCHW of its shape
+    for j in convs:
+        s = net.steps[j].shape
+        assert net.steps[j].op.stage_input.asked == [
+            (np.dtype(np.float32), (s.B, s.C, s.H, s.W), "nchw")], net.steps[j].label
     ws = net.split_k.arrays()[0]
     assert ws.base is arena and ws.size == net.split_k.floats
+    with pytest.raises(RuntimeError, match="placed in an arena"):
+        net.split_k.reserve(1, 1)  # its bytes are other steps' outside the splitting ones
 
     def alive(j):
         return [s.output for k, s in enumerate(net.steps) if k <= j <= last[k]]
@@ -905,9 +918,10 @@ def test_staged_inputs_and_the_split_k_workspace_live_in_the_arena(tiny, monkeyp
     x = lab.load_input(tiny.spec, 2)
     want = reference.forward(tiny.folded, x, dtype=np.float64)
     np.testing.assert_allclose(net.forward(x), want, rtol=1e-3, atol=1e-5)
-    for j in convs:
+    for j in convs:  # each wrote its arena buffer, not one of its own
         op = net.steps[j].op
         assert op.stage_input.calls == 1 and net.steps[j].staged is op._staging
+        assert net.steps[j].staged.base is arena, net.steps[j].label
 
 
 def test_a_run_records_the_tiling_of_the_variant_that_prepared_each_step(tiny, monkeypatch):

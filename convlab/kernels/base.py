@@ -173,13 +173,15 @@ class Op:
     output_shape: tuple[int, ...]
     compile_seconds: float = 0.0
     epilogue: str | None = None
-    # stage_input(x, out): the staged input, written into `out` where one is given
+    # stage_input(x, out): the staged input, written into `out` where one is given; a Staging
+    # can also name that buffer before any input exists (staging_buffer)
     stage_input: Callable[[object, object], object] | None = None
     capturable: bool = True  # only kernel launches on the given buffers: a CUDA graph can hold it
     note: str = ""  # what the op chose when prepared, for the record (cuDNN's fused ReLU)
     layout: str = NCHW
     output_dtype: np.dtype = FLOAT32  # what `launch` writes into y (Variant.writing)
     kept: object = None  # what an add-relu op adds: set before each call, like ops.AddOp's
+    shares_split_k: bool = False  # its split-K workspace is the installed SplitKScratch's
     # Variants that cannot write into a caller's buffer (cuDNN through PyTorch) return their own.
     _result: object = None
     _staging: object = None
@@ -194,8 +196,11 @@ class Op:
             self._result = self.launch(x, y, self.kept)
 
     def stage(self, x, reuse: bool = False):
-        """x as `launch` reads it. With `reuse`, a conversion goes into a buffer the op keeps
-        for the next call with reuse (a network's passes), so a CUDA graph can replay it."""
+        """x as `launch` reads it. With `reuse`, a conversion goes into one buffer on every
+        call with reuse (a network's passes), so a CUDA graph can replay it: the one stage_into
+        gave (a view of a network's arena, whose bytes other steps use), else one the first
+        such call allocates. A staging that cannot write the given buffer (another shape or
+        type than it was placed for) allocates one of its own, which is kept from then on."""
         if self.stage_input is None:
             return x
         staged = self.stage_input(x, self._staging if reuse else None)

@@ -349,4 +349,5 @@ class Pipelined(Variant):
             kernel(grid, block, args, shared_mem=smem)
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stager(shape),
-                  layout=self.layout, output_dtype=self.output_dtype)
+                  layout=self.layout, output_dtype=self.output_dtype,
+                  shares_split_k=shared is not None)

@@ -86,7 +86,6 @@ class Step:
     # Computes each output element from the input's element there (and the kept one's) only:
     # it may write over its input (a residual add, an activation).
     elementwise: bool = False
-    splits_k: bool = False  # its op takes the network's split-K workspace (SplitKScratch)
 
     @property
     def is_conv(self) -> bool:
@@ -275,13 +274,11 @@ class Network:
         self.fallback_layers = plan.fallback_layers
         spec = plan.spec
         self.input = xp.empty((self.batch, *spec.input_shape), dtype=xp.float32)
-        # the steps launch one at a time: their split-K convs share one workspace, allocated
-        # here with the buffers, not at a launch a CUDA graph may be capturing
+        # the steps launch one at a time: their split-K convs share one workspace, placed in
+        # the arena with the buffers, not allocated at a launch a CUDA graph may be capturing
         self.split_k = SplitKScratch()
         with shared_split_k(self.split_k):
             self._plan(plan.spec.layers)
-        if self.split_k.floats:
-            self.split_k.arrays()
 
     # --- planning ---------------------------------------------------------------------------
     def _plan(self, layers: tuple) -> None:
@@ -318,7 +315,6 @@ class Network:
                 continue
             if isinstance(layer, (Conv, Dense)):
                 tag = _tagger(layer.name)
-            reservations = self.split_k.reservations
             dense = isinstance(layer, Dense) and self.plan.variant_for(layer) is not None
             if isinstance(layer, Conv):
                 decision = self.plan.convs[layer.name]
@@ -346,7 +342,6 @@ class Network:
             view = (self.batch, layer.out_features) if dense else None
             flattened = None
             step.label = _unique(step.label, labels)
-            step.splits_k = self.split_k.reservations > reservations
             self.steps.append(step)
             layout = step.op.layout if step.op.layout in LAYOUTS else NCHW
             dtype = step.op.output_dtype
@@ -429,7 +424,8 @@ class Network:
         for j, buffer in staged.items():
             extents.append(buffer.nbytes)
             lives.append((j, j))
-        splitting = [j for j, step in enumerate(self.steps) if step.splits_k]
+        splitting = [j for j, step in enumerate(self.steps)
+                     if step.is_conv and step.op.shares_split_k]
         if splitting:
             extents.append(self.split_k.floats * np.dtype(np.float32).itemsize)
             lives.append((splitting[0], splitting[-1]))

@@ -141,7 +141,8 @@ def stage_nchw(x, out, maths: str):
 
     if x.dtype == stage_dtype(maths) and x.flags.c_contiguous:
         return x
-    if out is None or out.shape != x.shape or not out.flags.c_contiguous:
+    if (out is None or out.shape != x.shape or out.dtype != stage_dtype(maths)
+            or not out.flags.c_contiguous):
         out = cupy.empty(x.shape, dtype=stage_dtype(maths))
     _convert(x, out, maths)
     return out
@@ -151,8 +152,9 @@ def stage_channels_last(x, out, shape: ConvShape, group_channels: int, maths: st
     """A logical (B, C, H, W) input, NCHW or channels-last, as the channels-last kernel reads
     it: memory (B, H, W, G*group_channels) of the maths' element type, each group's channels
     padded with zeros to `group_channels`. An input that is already that is used as it is;
-    otherwise `out` (allocated zeroed if None: the padding channels are never written)
-    receives it. Contiguous NCHW float32 (images as they enter) takes staging.nchw_to_nhwc."""
+    otherwise `out` receives it: one allocated here where it is None or not that tensor, and
+    a given one gets its padding written too (a network's arena hands over bytes other steps
+    wrote). Contiguous NCHW float32 (images as they enter) takes staging.nchw_to_nhwc."""
     import cupy
 
     dtype = stage_dtype(maths)

@@ -62,20 +62,24 @@ class SplitKScratch:
     on one stream, so one workspace the size of the largest serves them all, where each op's
     own add up (ResNet-50's fp16 network at batch 1: 30.6 MiB over 26 ops, the largest 1.75
     MiB). The last split of a tile sets its count back to zero, so each launch finds them as it
-    needs them. The arrays are allocated at the first launch (a Network asks for them when it
-    is built), for every op reserved by then; an op reserved later that needs more gets larger
-    ones, and the smaller stay alive for whatever captured them (a CUDA graph)."""
+    needs them. The arrays are allocated at the first launch, for every op reserved by then (a
+    Network places the partial tiles in its arena instead, `place`); an op reserved later that
+    needs more gets larger ones, and the smaller stay alive for whatever captured them (a CUDA
+    graph)."""
 
     def __init__(self):
         self.floats = 0
         self.tiles = 0
-        self.reservations = 0  # how many ops reserved: a network learns which steps use it
         self._arrays: tuple | None = None
         self._retired: list[tuple] = []
+        self._placed = False
 
     def reserve(self, floats: int, tiles: int) -> None:
+        if self._placed:
+            # a placed workspace's bytes are other buffers' outside the steps it was placed for
+            raise RuntimeError("a split-K workspace placed in an arena serves only the ops "
+                               "reserved before it was placed")
         self.floats, self.tiles = max(self.floats, floats), max(self.tiles, tiles)
-        self.reservations += 1
 
     def place(self, ws) -> None:
         """Take `ws` (float32, at least `floats` of them: a view of a network's arena, alive
@@ -90,6 +94,7 @@ class SplitKScratch:
         if self._arrays is not None:
             self._retired.append(self._arrays)
         self._arrays = (ws, cupy.zeros(max(self.tiles, 1), dtype=cupy.int32))
+        self._placed = True
 
     def arrays(self) -> tuple:
         """(ws, counters) on the device, large enough for every op reserved so far (asked at
