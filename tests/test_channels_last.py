@@ -174,20 +174,20 @@ def test_a_staging_names_the_buffer_it_writes_before_any_input_exists():
     memory format (a network places it in its arena): the padded channels-last tensor of the
     maths' type, the NCHW one, or nothing where the kernel reads the input as it is."""
     shape = ConvShape(2, 6, 5, 7, 8, 3, pad=1, groups=2)  # 3 channels a group -> 4
-    tf32 = packing.ChannelsLastStaging(shape, 4, "tf32")
+    tf32 = staging.ChannelsLastStaging(shape, 4, "tf32")
     want = StagedBuffer((2, 8, 5, 7), np.dtype(np.float32), NHWC)
     assert tf32.buffer(np.float32, (2, 6, 5, 7), NCHW) == want
     assert tf32.buffer(np.float32, (2, 6, 5, 7), NHWC) == want  # padded all the same
     assert tf32.buffer(np.float32, (2, 8, 5, 7), NHWC) is None
     assert tf32.buffer(np.float32, (2, 8, 5, 7), NCHW) == want
     assert tf32.buffer(np.float32, (2, 8, 1, 1), NCHW) is None  # an FC input: both orders
-    fp16 = packing.ChannelsLastStaging(ConvShape(2, 8, 5, 7, 8, 3), 8, "fp16")
+    fp16 = staging.ChannelsLastStaging(ConvShape(2, 8, 5, 7, 8, 3), 8, "fp16")
     assert fp16.buffer(np.float16, (2, 8, 5, 7), NHWC) is None
     assert fp16.buffer(np.float32, (2, 8, 5, 7), NHWC) == StagedBuffer(
         (2, 8, 5, 7), np.dtype(np.float16), NHWC)
-    assert packing.ChannelsLastStaging(shape, 4, "bf16").buffer(
+    assert staging.ChannelsLastStaging(shape, 4, "bf16").buffer(
         np.float32, (2, 6, 5, 7), NCHW).dtype == np.uint16
-    nchw = packing.NchwStaging("fp16")
+    nchw = staging.NchwStaging("fp16")
     assert nchw.buffer(np.float16, (2, 6, 5, 7), NCHW) is None
     assert nchw.buffer(np.float32, (2, 6, 5, 7), NCHW) == StagedBuffer(
         (2, 6, 5, 7), np.dtype(np.float16), NCHW)

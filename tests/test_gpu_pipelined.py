@@ -14,7 +14,7 @@ import pytest
 
 from convlab.errors import ConvlabError
 from convlab.kernels import RELU, get_variant, wgmma as W
-from convlab.kernels.igemm import packing, tiling, wgmma
+from convlab.kernels.igemm import packing, staging, tiling, wgmma
 from convlab.models import get_model
 from convlab.oracle.verify import compare, poison, random_problem, reference_output
 from convlab.shapes import ConvShape
@@ -749,10 +749,10 @@ def test_staging_into_a_shared_buffer_writes_its_padding(maths, rng):
     x = rng.standard_normal(shape.input_shape).astype(np.float32)
     nhwc = channels_last(cupy.ascontiguousarray(cupy.asarray(x).transpose(0, 2, 3, 1))
                          .reshape(x.shape))
-    dtype = packing.stage_dtype(maths)
+    dtype = staging.stage_dtype(maths)
     size = 2 * 8 * 5 * 7 * np.dtype(dtype).itemsize
     used = channels_last(cupy.full(size, 0xFF, dtype=np.uint8).view(dtype).reshape(2, 8, 5, 7))
-    staged = packing.ChannelsLastStaging(shape, 4, maths)(nhwc, used)
+    staged = staging.ChannelsLastStaging(shape, 4, maths)(nhwc, used)
     assert staged is used
     memory = cupy.asnumpy(staged.transpose(0, 2, 3, 1)).reshape(2, 5, 7, 2, 4)
     expected = x.transpose(0, 2, 3, 1).reshape(2, 5, 7, 2, 3).astype(dtype)
@@ -776,11 +776,11 @@ def test_the_staging_kernel_writes_what_numpy_would(shape, maths, rng):
     x = rng.standard_normal(shape.input_shape).astype(np.float32)
     x.reshape(-1)[:4] = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, -(1 + 3 * 2 ** -11)]  # ties
     gc = tiling.padded_group_channels(shape.Cg, maths)
-    dtype = packing.stage_dtype(maths)
+    dtype = staging.stage_dtype(maths)
     size = shape.B * shape.groups * gc * shape.H * shape.W
     nan = cupy.full(size * np.dtype(dtype).itemsize, 0xFF, dtype=np.uint8).view(dtype)  # all ones
     out = channels_last(nan.reshape(shape.B, shape.groups * gc, shape.H, shape.W))
-    staged = packing.stage_channels_last(cupy.asarray(x), out, shape, gc, maths)
+    staged = staging.stage_channels_last(cupy.asarray(x), out, shape, gc, maths)
     assert staged is out
     values = {"fp16": lambda a: a.astype(np.float16), "bf16": packing.to_bf16_bits}.get(
         maths, lambda a: a)(x)

@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 from ..shapes import FEATURES, NHWC, ConvShape, is_channels_last  # noqa: E402
 from .base import ADD_RELU, RELU  # noqa: E402
-from .igemm.packing import ChannelsLastStaging  # noqa: E402
+from .igemm.staging import ChannelsLastStaging  # noqa: E402
 from .igemm.tiling import Tiling, channel_vector, padded_group_channels  # noqa: E402
 
 

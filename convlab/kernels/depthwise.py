@@ -176,7 +176,8 @@ from ..shapes import SQUARE_FEATURES, NHWC, ConvShape, is_channels_last  # noqa:
 from .base import (RELU, Arithmetic, Config, Op, Support, Variant, blocks,  # noqa: E402
                    check_inputs, check_supported)
 from .general import device_bias, layer_defines  # noqa: E402
-from .igemm.packing import ChannelsLastStaging, stage_dtype, to_bf16_bits  # noqa: E402
+from .igemm.packing import to_bf16_bits  # noqa: E402
+from .igemm.staging import ChannelsLastStaging, stage_dtype  # noqa: E402
 from .igemm.tiling import element_bytes, padded_group_channels  # noqa: E402
 
 # Filter registers a thread holds (K*K taps of VEC channels): the heuristic's budget, and any

@@ -54,7 +54,8 @@ from .base import (ADD_RELU, RELU, Arithmetic, Op, Support, Variant, check_input
                    check_supported, device_weights, direct_arithmetic, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
-from .igemm.packing import NchwStaging, pack_weights, stage_dtype  # noqa: E402
+from .igemm.packing import pack_weights  # noqa: E402
+from .igemm.staging import NchwStaging, stage_dtype  # noqa: E402
 from .igemm.splitk import installed_scratch  # noqa: E402
 from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,  # noqa: E402
                            output_tiles, shape_problem, smem_bytes, tiling_problem)

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..kernels.igemm.packing import stage_dtype
+from ..kernels.igemm.staging import stage_dtype
 from ..ops.ingest import Ingest, InputTransform, Target, as_images, normalize
 from ..shapes import channels_last
 from .network import ConvStep, Network
