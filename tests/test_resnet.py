@@ -878,8 +878,8 @@ def test_staged_inputs_and_the_split_k_workspace_live_in_the_arena(tiny, monkeyp
     the split-K workspace one alive from the first step that splits to the last; neither
     shares a byte with a buffer alive beside it, and the pass still computes the float64
     forward, through the staging (a network's staged inputs and workspace sat outside the
-    arena: VGG-16's conv1_1 input and fc6's workspace put tf32's peak 51 MiB over PyTorch
-    eager's at batch 64 on an H200, 2026-11-28)."""
+    arena: VGG-16's first conv's converted images and its FC layers' workspace put tf32's
+    peak 51 MiB over PyTorch eager's at batch 64 on an H200, 2026-11-28)."""
     import sys
     import types
 
