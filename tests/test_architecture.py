@@ -243,3 +243,16 @@ def test_the_wgmma_kernel_is_chosen_by_types_not_switches():
     from convlab.kernels.wgmma import SOURCE
 
     assert len(PREPROCESSOR_SWITCH.findall(SOURCE)) <= 20
+
+
+def test_the_implicit_gemm_kernels_take_their_tiles_from_a_tile_walk():
+    """Which tile a block computes is the schedule's walk's (igemm.tile_walks): no other piece of
+    the implicit-GEMM families' sources reads blockIdx or gridDim, so the gather, the split-K
+    meeting and the epilogue serve every schedule alike."""
+    from convlab.kernels import channels_last, pipelined, wgmma
+    from convlab.kernels.igemm import tile_walks
+
+    for source in (pipelined.SOURCE, channels_last.SOURCE, wgmma.SOURCE):
+        assert tile_walks.SOURCE in source
+        rest = CODE_NOISE.sub("", source.replace(tile_walks.SOURCE, ""))
+        assert not re.findall(r"\b(blockIdx|gridDim)\b", rest)

@@ -649,6 +649,33 @@ def test_the_warpgroup_mma_piece_compiles_alone_and_holds_no_switches():
     assert result.cubin is not None, result.log
 
 
+
+def test_the_tile_walks_compile_alone_and_hold_no_switches():
+    """igemm.tile_walks is templates over the layer's constants, not -D switches: the grid,
+    persistent and halo walks, each with its split-K slot where it has one, instantiated by a
+    kernel of their own, no other source."""
+    from convlab.kernels.igemm import tile_walks
+
+    assert not CONDITIONAL.search(tile_walks.SOURCE)
+    source = tile_walks.SOURCE + (
+        'extern "C" __global__ void walks(long long* out, int npix, int batch)\n{\n'
+        "    using Grid = GridWalk<3, 4, 9>;\n"
+        "    const TileUnit g = Grid::unit();\n"
+        "    long long sum = Grid::slot(g) + g.split + g.mtile + g.ntile + g.kbeg + g.kend;\n"
+        "    const PersistentWalk<2, 4, 9, 2, 128> persistent(npix);\n"
+        "    for (int u = persistent.first(); u < persistent.units; u = persistent.next(u)) {\n"
+        "        const TileUnit p = persistent.unit(u);\n"
+        "        sum += persistent.slot(p) + p.split + p.mtile + p.ntile + p.group + p.kend;\n"
+        "    }\n"
+        "    const HaloWalk<4, 9, 2, 7, 4> halo(batch);\n"
+        "    for (int t = halo.first; t < halo.last; ++t) {\n"
+        "        const TileUnit h = halo.unit(t);\n"
+        "        sum += halo.filters(t) + h.mtile + h.group + h.image + h.h0 + h.kend;\n"
+        "    }\n"
+        "    out[threadIdx.x] = sum;\n}\n")
+    result = jit.nvrtc_compile("tile_walks.cu", source, ("-std=c++17",), "sm_90a")
+    assert result.cubin is not None, result.log
+
 def test_the_element_types_compile_alone():
     """gpu.elements' types need no switch: each converts both ways and the 16-bit ones unpack a
     pair, in a kernel of their own; ElementOf picks them by the switches' values."""

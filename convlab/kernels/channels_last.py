@@ -6,7 +6,7 @@ channel-padded once, where it enters). The wgmma family reads the same activatio
 
 from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
-from .igemm import epilogue, gather_nhwc, mainloop, splitk
+from .igemm import epilogue, gather_nhwc, mainloop, splitk, tile_walks
 
 SOURCE = (r"""
 // channels-last: changes from pipelined -- that kernel gathered B from NCHW, where the K
@@ -25,8 +25,8 @@ SOURCE = (r"""
 //
 // Compile-time: as pipelined, plus NHWC 1 and VEC (elements per copy).
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
+          + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
           + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.LOADER_LANE
                             + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B
                             + mainloop.COMPUTE + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE

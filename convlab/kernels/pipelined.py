@@ -9,7 +9,7 @@ order) is a compile-time choice: `configs()` lists the ones worth trying for a s
 
 from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
-from .igemm import epilogue, gather, mainloop, splitk
+from .igemm import epilogue, gather, mainloop, splitk, tile_walks
 
 SOURCE = (r"""
 // pipelined: changes from tensorcore -- that kernel staged a block's input rows in shared memory
@@ -35,8 +35,8 @@ SOURCE = (r"""
 // of that class after it: `writing`), and PERSISTENT 0 and SWIZZLE 0: the shared pieces read
 // the wgmma schedules' switches too, and every build passes them, so no piece defaults one.
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + EPILOGUE_SOURCE
-          + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
+          + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
           + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather.COLUMN_ORIGINS + mainloop.LOAD_A
                             + gather.GATHER_B + mainloop.COMPUTE + mainloop.PIPELINE
                             + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW))

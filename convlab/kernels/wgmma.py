@@ -6,7 +6,7 @@ and warp-specialised (igemm.persistent)."""
 
 from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
-from .igemm import epilogue, gather_nhwc, halo, mainloop, persistent, splitk, wgmma
+from .igemm import epilogue, gather_nhwc, halo, mainloop, persistent, splitk, tile_walks, wgmma
 
 KERNELS = (r"""
 // wgmma: changes from channels-last -- that kernel fed mma.sync, a warp-wide 16x8 product whose
@@ -74,7 +74,8 @@ KERNELS = (r"""
 // 1 for 3xTF32 in the grid schedule) and CROSS_BF16. Every build passes each of them, 0 or 1
 // where its schedule or maths has no use for it, so no piece defaults one.
 """
-          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + splitk.SPLIT_K_LAST + wgmma.INSTRUCTIONS
+          + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
+          + wgmma.INSTRUCTIONS
           + wgmma.MAINLOOP_STEP_DECLARATION + EPILOGUE_SOURCE + ELEMENT_SOURCE
           + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS
           + "#if HALO\n" + halo.KERNEL + "#elif PERSISTENT\n" + persistent.KERNEL + "#else\n"

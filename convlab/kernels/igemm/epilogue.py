@@ -43,7 +43,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p)
 # beside the float32 16-byte path, where it adds each as it stores it). Before the macro the
 # kernel defines ytile and pixel(q, at), as for STORE_REGISTERS_NHWC.
 PREFETCH_KEPT = r"""
-            if (ADD_KEPT && (MG % BM == 0 || mtile * BM + 16 * warp < MG))
+            if (ADD_KEPT && (MG % BM == 0 || unit.mtile * BM + 16 * warp < MG))
                 for (int c = lane; c < BN; c += 32) {
                     unsigned at;
                     if (pixel(c, at)) prefetch_l2(kept + (ytile - y) + 16 * warp + at);
@@ -69,22 +69,22 @@ STORE_NCHW = r"""
     long long yoff[BN / 32];
 #pragma unroll
     for (int i = 0; i < BN / 32; ++i) {
-        const int n = ntile * BN + lane + 32 * i;
+        const int n = unit.ntile * BN + lane + 32 * i;
         if (n < npix) {
             const int b = n / HWO;
-            yoff[i] = ((long long)b * M + group * MG) * HWO + (n - b * HWO);
+            yoff[i] = ((long long)b * M + unit.group * MG) * HWO + (n - b * HWO);
         } else {
             yoff[i] = -1;
         }
     }
     for (int m = warp; m < BM; m += NWARPS) {
-        const int mg = mtile * BM + m;
+        const int mg = unit.mtile * BM + m;
         if (mg >= MG) break;
 #pragma unroll
         for (int i = 0; i < BN / 32; ++i) {
             if (yoff[i] < 0) continue;
             y[yoff[i] + (long long)mg * HWO] =
-                to_out(finish_output(cs[m * C_LD + lane + 32 * i], bias, group * MG + mg));
+                to_out(finish_output(cs[m * C_LD + lane + 32 * i], bias, unit.group * MG + mg));
         }
     }
 """
@@ -107,15 +107,15 @@ STORE_NHWC = r"""
 
     // A warp stores one pixel at a time, lanes along consecutive output channels.
     for (int n = warp; n < BN; n += NWARPS) {
-        const int pix = ntile * BN + n;
+        const int pix = unit.ntile * BN + n;
         if (pix >= npix) break;
-        out_t* yrow = y + (long long)pix * M + group * MG;
+        out_t* yrow = y + (long long)pix * M + unit.group * MG;
 #pragma unroll
         for (int m = lane; m < BM; m += 32) {
-            const int mg = mtile * BM + m;
+            const int mg = unit.mtile * BM + m;
             if (mg < MG)
                 yrow[mg] = to_out(finish_output(plus_kept(cs[n * C_LD + m], kept, yrow + mg - y),
-                                                bias, group * MG + mg));
+                                                bias, unit.group * MG + mg));
         }
     }
 """
@@ -147,11 +147,11 @@ STORE_NHWC = r"""
 # as before, within 1% (H100, 2026-11-26).
 STORE_REGISTERS_NHWC = r"""
         {
-            const int m0 = mtile * BM + 16 * warp + g8;
+            const int m0 = unit.mtile * BM + 16 * warp + g8;
             const bool first = MG % BM == 0 || m0 < MG, second = MG % BM == 0 || m0 + 8 < MG;
             float b0 = 0.0f, b1 = 0.0f;
-            if (HAS_BIAS && first) b0 = __ldg(bias + group * MG + m0);
-            if (HAS_BIAS && second) b1 = __ldg(bias + group * MG + m0 + 8);
+            if (HAS_BIAS && first) b0 = __ldg(bias + unit.group * MG + m0);
+            if (HAS_BIAS && second) b1 = __ldg(bias + unit.group * MG + m0 + 8);
 #if VECTOR_STORE
             // A caller's y (or kept) may be a view that does not start on 16 bytes: element
             // stores then.
@@ -169,7 +169,7 @@ STORE_REGISTERS_NHWC = r"""
                     const unsigned row = scratch + sp * 32 + ((sh ^ (sp >> 2)) & 1) * 16;
                     const int lp = lane >> 1, lh = lane & 1;
                     const unsigned mine = scratch + lp * 32 + ((lh ^ (lp >> 2)) & 1) * 16;
-                    const bool live = MG % BM == 0 || mtile * BM + 16 * warp + 8 * lh < MG;
+                    const bool live = MG % BM == 0 || unit.mtile * BM + 16 * warp + 8 * lh < MG;
                     out_t* const yv = ytile + 16 * warp + 8 * lh;
                     // Pair q (n-blocks 2q, 2q + 1) adds the kept vector loaded KEPT_AHEAD pairs
                     // before.
@@ -220,12 +220,12 @@ STORE_REGISTERS_NHWC = r"""
                     const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
                     const int lc = lane >> 2, mv = 16 * warp + 4 * (lane & 3);
                     const unsigned mine = scratch + 4 * (16 * lc + ((mv & 15) ^ ((lc & 2) << 2)));
-                    const bool live = MG % BM == 0 || mtile * BM + mv < MG;
+                    const bool live = MG % BM == 0 || unit.mtile * BM + mv < MG;
                     float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     if (HAS_BIAS && live)
 #pragma unroll
                         for (int i = 0; i < 4; ++i)
-                            bias4[i] = __ldg(bias + group * MG + mtile * BM + mv + i);
+                            bias4[i] = __ldg(bias + unit.group * MG + unit.mtile * BM + mv + i);
                     out_t* const yv = ytile + mv;
                     // n-block f adds the kept vector loaded KEPT_AHEAD4 n-blocks before.
                     kept4_t ahead[KEPT_AHEAD4];

@@ -18,13 +18,13 @@ COLUMN_ORIGINS = r"""
     int ih0[NCOLS], iw0[NCOLS];
 #pragma unroll
     for (int i = 0; i < NCOLS; ++i) {
-        const int n = ntile * BN + col0 + i * COLT;
+        const int n = unit.ntile * BN + col0 + i * COLT;
         if (n < npix) {
             const int b = n / HWO, r = n - b * HWO;
             const int ho = r / WO, wo = r - ho * WO;
             ih0[i] = ho * STRIDE - PAD_H;
             iw0[i] = wo * STRIDE - PAD_W;
-            off[i] = ((long long)b * C + group * CG) * HWI + ih0[i] * W + iw0[i];
+            off[i] = ((long long)b * C + unit.group * CG) * HWI + ih0[i] * W + iw0[i];
         } else {
             ih0[i] = -(1 << 29);
             iw0[i] = 0;

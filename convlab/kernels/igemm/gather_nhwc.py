@@ -24,13 +24,13 @@ ROW_ORIGINS = r"""
     int ih0[BN_ROWS], iw0[BN_ROWS];
 #pragma unroll
     for (int i = 0; i < BN_ROWS; ++i) {
-        const int n = ntile * BN + row0 + i * ROW_STEP;
+        const int n = unit.ntile * BN + row0 + i * ROW_STEP;
         if (n < npix) {
             const int b = n / HWO, r = n - b * HWO;
             const int ho = r / WO, wo = r - ho * WO;
             ih0[i] = ho * STRIDE - PAD_H;
             iw0[i] = wo * STRIDE - PAD_W;
-            off[i] = (((long long)b * H + ih0[i]) * W + iw0[i]) * C + group * CG
+            off[i] = (((long long)b * H + ih0[i]) * W + iw0[i]) * C + unit.group * CG
                      + (GATHER_TAP ? kc * VEC : 0);
         } else {
             ih0[i] = -(1 << 29);

@@ -58,12 +58,9 @@ KERNEL = r"""
     const unsigned pempty0 = pfull0 + 8 * PATCH_STAGES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
-    // Tiles in (group, m-tile, image, row block) order; block b takes a contiguous run of
-    // them, so consecutive tiles share their filters and their patches' edge rows.
-    const int ntiles = batch * ROW_BLOCKS;
-    const long long tiles = (long long)G * MTILES * ntiles;  // < 2^31, checked by the host
-    const int first = (int)(tiles * blockIdx.x / gridDim.x);
-    const int last = (int)(tiles * (blockIdx.x + 1) / gridDim.x);
+    // Tiles in (group, m-tile, image, row block) order, a contiguous run of them a block
+    // (igemm.tile_walks).
+    const HaloWalk<MTILES, KTILES, G, ROW_BLOCKS, HALO_ROWS> walk(batch);
     if (tid == 0) {
 #pragma unroll 1
         for (int s = 0; s < STAGES; ++s) {
@@ -77,12 +74,6 @@ KERNEL = r"""
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-#define HALO_TILE(t) \
-    const int gm = (t) / ntiles; \
-    const int group = gm / MTILES; \
-    const int image = ((t) - gm * ntiles) / ROW_BLOCKS; \
-    const int h0 = ((t) - gm * ntiles - image * ROW_BLOCKS) * HALO_ROWS;
-
     if (warp >= NWARPS) {
         if constexpr (PRODUCER_REGS > 0) setmaxnreg_dec<PRODUCER_REGS>();
         if (warp == NWARPS) {
@@ -90,8 +81,8 @@ KERNEL = r"""
             // resident filters are copied only when the tile's (group, m-tile) changes.
             if (lane == 0) {
                 int j = 0, held = -1;
-                for (int t = first; t < last; ++t) {
-                    const int gm = t / ntiles;
+                for (int t = walk.first; t < walk.last; ++t) {
+                    const int gm = walk.filters(t);
                     if (A_RESIDENT && gm == held) continue;
                     held = gm;
                     const float4* wtiles = wpack + (long long)gm * KTILES * A_VECS;
@@ -120,9 +111,10 @@ KERNEL = r"""
                 fence_proxy_async();
                 mbar_arrive(pfull0 + 8 * (p % PATCH_STAGES));
             };
-            for (int t = first; t < last; ++t) {
-                HALO_TILE(t)
-                const elem_t* img = x + (long long)image * H * W * C + group * CG + kc * VEC;
+            for (int t = walk.first; t < walk.last; ++t) {
+                const TileUnit unit = walk.unit(t);
+                const elem_t* img = x + (long long)unit.image * H * W * C + unit.group * CG
+                                    + kc * VEC;
                 for (int cc = 0; cc < CCHUNKS; ++cc, ++u) {
                     if (u > 0) publish(u - 1);
                     const int ps = u % PATCH_STAGES;
@@ -130,7 +122,7 @@ KERNEL = r"""
                     const unsigned dst = patch0 + ps * PATCH_BYTES;
 #pragma unroll 4
                     for (int r = row0; r < PROWS; r += PATCHERS / 8) {
-                        const int ih = h0 - PAD_H + r / PW, iw = r % PW - PAD_W;
+                        const int ih = unit.h0 - PAD_H + r / PW, iw = r % PW - PAD_W;
                         cp_async_vec<VEC * ELEM_BYTES>(
                             dst + r * 128 + ((kc ^ (r & 7)) << 4),
                             img + ((long long)ih * W + iw) * C + cc * BK,
@@ -150,11 +142,11 @@ KERNEL = r"""
         // retired: one group stays in flight, so K-tile j's release follows the issue of j + 1.
         const unsigned wg_rows = (warp / 4) * 64 * 128;
         int j = 0, u = 0, round = 0, held = -1;
-        for (int t = first; t < last; ++t) {
-            HALO_TILE(t)
-            const int mtile = gm - group * MTILES;
+        for (int t = walk.first; t < walk.last; ++t) {
+            const int gm = walk.filters(t);
+            const TileUnit unit = walk.unit(t);
             const bool fresh = !A_RESIDENT || gm != held;
-            const bool keep = A_RESIDENT && t + 1 < last && (t + 1) / ntiles == gm;
+            const bool keep = A_RESIDENT && t + 1 < walk.last && walk.filters(t + 1) == gm;
             held = gm;
 #pragma unroll
             for (int f = 0; f < NF; ++f)
@@ -186,12 +178,12 @@ KERNEL = r"""
                 for (int kt = 0; kt < KTILES; ++kt) mbar_arrive(aempty0 + 8 * kt);
             fence_operands(acc);
             // GEMM column q is grid position (h0 + q / PW, q % PW), an output where that is one.
-            out_t* const ytile = y + ((long long)image * HO + h0) * WO * M + group * MG
-                                 + mtile * BM;
+            out_t* const ytile = y + ((long long)unit.image * HO + unit.h0) * WO * M
+                                 + unit.group * MG + unit.mtile * BM;
             auto pixel = [&](int q, unsigned& at) {
                 const int i = q / PW, col = q - i * PW;
                 at = (i * WO + col) * M;
-                return col < WO && i < HALO_ROWS && h0 + i < HO;
+                return col < WO && i < HALO_ROWS && unit.h0 + i < HO;
             };
 """ + epilogue.PREFETCH_KEPT + epilogue.STORE_REGISTERS_NHWC + r"""
         }

@@ -203,7 +203,7 @@ $BODY
 """
 
 # The grid schedule's kernel, around its BODY (gather, mainloop and epilogue): its parameters
-# and which tile, split and group this block computes.
+# and the unit of work (igemm.tile_walks) this block computes.
 GRID_KERNEL = r"""
 // wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
 // (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
@@ -222,18 +222,16 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    const int split = blockIdx.x % SPLIT_K;
-    const int tile = blockIdx.x / SPLIT_K;  // m-tile fastest: neighbours share their input tile
-    const int mtile = tile % MTILES;
-    const int ntile = tile / MTILES;
-    const int group = blockIdx.y;
+    using Walk = GridWalk<SPLIT_K, MTILES, KTILES>;
+    const TileUnit unit = Walk::unit();
     const int npix = batch * HWO;  // < 2^31, checked by the host
 $BODY
 }
 """
 
 LOAD_A = r"""
-    const float4* wtiles = wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
+    const float4* wtiles =
+        wpack + (long long)(unit.group * MTILES + unit.mtile) * KTILES * A_VECS;
     auto load_a = [&](int stage, int kt) {
         float* sa = smem + stage * STAGE_WORDS;
         const float4* src = wtiles + (long long)kt * A_VECS;
@@ -360,15 +358,14 @@ COMPUTE = r"""
 """
 
 PIPELINE = r"""
-    const int kbeg = (int)((long long)split * KTILES / SPLIT_K);
-    const int nk = (int)((long long)(split + 1) * KTILES / SPLIT_K) - kbeg;
+    const int nk = unit.kend - unit.kbeg;
 #if B_IN_REGISTERS
     // Two stages: A by cp.async, B (2-byte elements, below cp.async's 4-byte minimum) through
     // registers: loads for tile it+1 are issued before tile it's MMAs and stored after them.
     if (nk > 0) {
-        load_a(0, kbeg);
+        load_a(0, unit.kbeg);
         cp_async_commit();
-        gather_b(kbeg);
+        gather_b(unit.kbeg);
         store_b(0);
     }
     cp_async_wait<0>();
@@ -377,8 +374,8 @@ PIPELINE = r"""
         const int cur = it & 1;
         const bool more = it + 1 < nk;
         if (more) {
-            load_a(cur ^ 1, kbeg + it + 1);
-            gather_b(kbeg + it + 1);
+            load_a(cur ^ 1, unit.kbeg + it + 1);
+            gather_b(unit.kbeg + it + 1);
         }
         cp_async_commit();
         compute(cur);
@@ -394,14 +391,14 @@ PIPELINE = r"""
     // that count exact.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < nk) load_tile(s, kbeg + s);
+        if (s < nk) load_tile(s, unit.kbeg + s);
         cp_async_commit();
     }
     int read_stage = 0, write_stage = STAGES - 1;
     for (int it = 0; it < nk; ++it) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (it + STAGES - 1 < nk) load_tile(write_stage, kbeg + it + STAGES - 1);
+        if (it + STAGES - 1 < nk) load_tile(write_stage, unit.kbeg + it + STAGES - 1);
         cp_async_commit();
         compute(read_stage);
         read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;

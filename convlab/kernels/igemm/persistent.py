@@ -263,9 +263,7 @@ PROLOGUE = r"""
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
     const int npix = batch * HWO;  // < 2^31, checked by the host
-    const int ntiles = (npix + BN - 1) / BN;
-    const int tiles = G * MTILES * ntiles;
-    const int units = tiles * SPLIT_K;  // < 2^31, checked by the host
+    const PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN> walk(npix);
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
@@ -279,20 +277,6 @@ PROLOGUE = r"""
         cluster_sync();
     else
         __syncthreads();
-    // A unit of work is one K-split of one output tile; a tile's splits are neighbours in
-    // the list, so they run at once and the last one's reads of the others' partial tiles
-    // find them in L2. Tiles m fastest (neighbours share their input rows in L2), then
-    // pixels, then groups; block b takes units b, b + gridDim.x, ...: both roles walk the
-    // same list. In a two-block cluster (no split-K, an even count of m-tiles, an even grid)
-    // the blocks' units are m-tiles 2i and 2i + 1 of the same pixels: one B tile for both.
-#define UNIT_COORDS(u) \
-    const int split = (u) % SPLIT_K; \
-    const int tile_id = (u) / SPLIT_K; \
-    const int mtile = tile_id % MTILES; \
-    const int ntile = (tile_id / MTILES) % ntiles; \
-    const int group = tile_id / (MTILES * ntiles); \
-    const int kbeg = (int)((long long)split * KTILES / SPLIT_K); \
-    const int kend = (int)((long long)(split + 1) * KTILES / SPLIT_K);
 """
 
 ROLES = r"""
@@ -331,8 +315,8 @@ LOADER_UNITS = r"""
             mbar_arrive(full0 + 8 * stage);
         };
         int j = 0;
-        for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            UNIT_COORDS(u)
+        for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
+            const TileUnit unit = walk.unit(u);
 $BODY
         }
         cp_async_wait<0>();
@@ -340,7 +324,8 @@ $BODY
 """
 
 LOAD_A_BULK = r"""
-            const float4* wtiles = wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
+            const float4* wtiles =
+                wpack + (long long)(unit.group * MTILES + unit.mtile) * KTILES * A_VECS;
             auto load_a = [&](int stage, int kt) {
                 if (tid == 0) {
                     const unsigned bar = full0 + 8 * stage;
@@ -352,7 +337,7 @@ LOAD_A_BULK = r"""
 """
 
 LOADER_K_TILES = r"""
-            for (int kt = kbeg; kt < kend; ++kt, ++j) {
+            for (int kt = unit.kbeg; kt < unit.kend; ++kt, ++j) {
                 const int stage = j % STAGES;
                 mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
                 load_tile(stage, kt);
@@ -374,15 +359,15 @@ LOADER_TMA = r"""
         const bool copies_b = CLUSTER == 1 || cluster_rank() == 0;
         if (tid == 0) {
             int j = 0;
-            for (int u = blockIdx.x; u < units; u += gridDim.x) {
-                UNIT_COORDS(u)
+            for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
+                const TileUnit unit = walk.unit(u);
                 const float4* wtiles =
-                    wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
+                    wpack + (long long)(unit.group * MTILES + unit.mtile) * KTILES * A_VECS;
                 // the tile's first pixel, as the gather's ROW_ORIGINS finds it
-                const int n0 = ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
+                const int n0 = unit.ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
                 const int ho = r / WO, wo = r - ho * WO;
                 const int w0 = wo * STRIDE - PAD_W, h0 = ho * STRIDE - PAD_H;
-                for (int kt = kbeg; kt < kend; ++kt, ++j) {
+                for (int kt = unit.kbeg; kt < unit.kend; ++kt, ++j) {
                     const int stage = j % STAGES;
                     mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
                     const unsigned bar = full0 + 8 * stage;
@@ -393,11 +378,11 @@ LOADER_TMA = r"""
                     if constexpr (CLUSTER > 1) {
                         if (copies_b)
                             im2col_copy_multicast(sa + A_WORDS * 4, im2col_map,
-                                                  group * CG + cc * BK, w0, h0, b,
+                                                  unit.group * CG + cc * BK, w0, h0, b,
                                                   (tap - p * KW) * DIL, p * DIL, bar);
                     } else {
-                        im2col_copy(sa + A_WORDS * 4, im2col_map, group * CG + cc * BK, w0, h0,
-                                    b, (tap - p * KW) * DIL, p * DIL, bar);
+                        im2col_copy(sa + A_WORDS * 4, im2col_map, unit.group * CG + cc * BK,
+                                    w0, h0, b, (tap - p * KW) * DIL, p * DIL, bar);
                     }
                 }
             }
@@ -427,10 +412,11 @@ CONSUMER = r"""
             }
         };
         int j = 0;
-        for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            UNIT_COORDS(u)
-            out_t* const ytile = y + (long long)ntile * BN * M + group * MG + mtile * BM;
-            const int tile_pixels = npix - ntile * BN;
+        for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
+            const TileUnit unit = walk.unit(u);
+            out_t* const ytile =
+                y + (long long)unit.ntile * BN * M + unit.group * MG + unit.mtile * BM;
+            const int tile_pixels = npix - unit.ntile * BN;
             auto pixel = [&](int q, unsigned& at) {
                 at = q * M;
                 return q < tile_pixels;
@@ -441,7 +427,7 @@ CONSUMER = r"""
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[0][f][e] = 0.0f;
             fence_operands(acc);
-            for (int kt = kbeg; kt < kend; ++kt, ++j) {
+            for (int kt = unit.kbeg; kt < unit.kend; ++kt, ++j) {
                 const int stage = j % STAGES;
                 mbar_wait(full0 + 8 * stage, (j / STAGES) & 1);
                 if constexpr (MODE == 1) {
@@ -459,7 +445,7 @@ CONSUMER = r"""
                 } else {
                     compute(stage, acc);
                     wgmma_wait<1>();
-                    if (kt > kbeg) release((j - 1) % STAGES);
+                    if (kt > unit.kbeg) release((j - 1) % STAGES);
                 }
             }
             if constexpr (MODE != 1) {
@@ -468,7 +454,7 @@ CONSUMER = r"""
             }
             fence_operands(acc);
             if constexpr (SPLIT_K > 1) {
-                if (!split_k_last(&acc[0][0][0], ws, counters, tile_id, split, tid,
+                if (!split_k_last(&acc[0][0][0], ws, counters, walk.slot(unit), unit.split, tid,
                                   consumers_sync, &split_arrivals))
                     continue;
             }

@@ -48,8 +48,7 @@ __device__ __forceinline__ bool split_k_last(float* flat, float* __restrict__ ws
 SPLIT_K_REDUCE = r"""
     if constexpr (SPLIT_K > 1) {
         __shared__ int arrivals;
-        if (!split_k_last(&acc[0][0][0], ws, counters,
-                          (long long)group * (gridDim.x / SPLIT_K) + tile, split, tid,
+        if (!split_k_last(&acc[0][0][0], ws, counters, Walk::slot(unit), unit.split, tid,
                           [] { __syncthreads(); }, &arrivals))
             return;
     }

@@ -204,11 +204,10 @@ PIPELINE = r"""
     // that tile it has landed (each thread waited for its copies and fenced them) and that every
     // warpgroup has retired tile it-2's wgmmas (wait_group 1 after issuing tile it-1), so tile
     // it-2's stage, (it + STAGES - 2) % STAGES, takes tile it + STAGES - 2.
-    const int kbeg = (int)((long long)split * KTILES / SPLIT_K);
-    const int nk = (int)((long long)(split + 1) * KTILES / SPLIT_K) - kbeg;
+    const int nk = unit.kend - unit.kbeg;
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < nk) load_tile(s, kbeg + s);
+        if (s < nk) load_tile(s, unit.kbeg + s);
         cp_async_commit();
     }
     // 3xTF32: a span of PART_KTILES K-tiles' products goes to a fresh partial sum, added to the
@@ -234,7 +233,7 @@ PIPELINE = r"""
         fence_proxy_async();
         __syncthreads();
         const int ahead = it + STAGES - 2;
-        if (ahead < nk) load_tile(ahead % STAGES, kbeg + ahead);
+        if (ahead < nk) load_tile(ahead % STAGES, unit.kbeg + ahead);
         cp_async_commit();
         if constexpr (MODE == 1) {
             compute(it % STAGES, part, it % PART_KTILES == 0);
