@@ -358,14 +358,19 @@ COMPUTE = r"""
 """
 
 PIPELINE = r"""
-    const int nk = unit.kend - unit.kbeg;
+    // The unit's K range (unit.kbeg, unit.kend), reckoned here from the block's index: read from
+    // the unit, NVRTC built other split-K code, 3.3% slower on the shipped channels-last FC
+    // tiling (H200, 2026-11-29, results/h200/tile-walks-20261129/).
+    const int split = blockIdx.x % SPLIT_K;
+    const int kbeg = (int)((long long)split * KTILES / SPLIT_K);
+    const int nk = (int)((long long)(split + 1) * KTILES / SPLIT_K) - kbeg;
 #if B_IN_REGISTERS
     // Two stages: A by cp.async, B (2-byte elements, below cp.async's 4-byte minimum) through
     // registers: loads for tile it+1 are issued before tile it's MMAs and stored after them.
     if (nk > 0) {
-        load_a(0, unit.kbeg);
+        load_a(0, kbeg);
         cp_async_commit();
-        gather_b(unit.kbeg);
+        gather_b(kbeg);
         store_b(0);
     }
     cp_async_wait<0>();
@@ -374,8 +379,8 @@ PIPELINE = r"""
         const int cur = it & 1;
         const bool more = it + 1 < nk;
         if (more) {
-            load_a(cur ^ 1, unit.kbeg + it + 1);
-            gather_b(unit.kbeg + it + 1);
+            load_a(cur ^ 1, kbeg + it + 1);
+            gather_b(kbeg + it + 1);
         }
         cp_async_commit();
         compute(cur);
@@ -391,14 +396,14 @@ PIPELINE = r"""
     // that count exact.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < nk) load_tile(s, unit.kbeg + s);
+        if (s < nk) load_tile(s, kbeg + s);
         cp_async_commit();
     }
     int read_stage = 0, write_stage = STAGES - 1;
     for (int it = 0; it < nk; ++it) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (it + STAGES - 1 < nk) load_tile(write_stage, unit.kbeg + it + STAGES - 1);
+        if (it + STAGES - 1 < nk) load_tile(write_stage, kbeg + it + STAGES - 1);
         cp_async_commit();
         compute(read_stage);
         read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;

@@ -1,8 +1,9 @@
 """The tile schedulers' device side: which output tile, of which group, and which of its K-tiles
 a block computes next. A schedule's walk hands out TileUnits; the gather, the mainloop, the
 split-K meeting and the epilogue read the tile's coordinates from the unit (`unit.mtile`, ...),
-never from blockIdx, so one set of pieces serves every schedule (CUTLASS's tile schedulers and
-their work-tile info play the same part). Each walk is a template over the layer's constants,
+not from blockIdx, so one set of pieces serves every schedule (CUTLASS's tile schedulers and
+their work-tile info play the same part); only the grid schedule's pipelines reckon their K
+range from the block's index (their comment says why). Each walk is a template over the layer's constants,
 so this source compiles by itself (tests/test_wgmma.py)."""
 
 SOURCE = r"""

@@ -203,11 +203,15 @@ PIPELINE = r"""
     // STAGES-2 K-tiles of copies in flight and one group of wgmmas. At step it the barrier says
     // that tile it has landed (each thread waited for its copies and fenced them) and that every
     // warpgroup has retired tile it-2's wgmmas (wait_group 1 after issuing tile it-1), so tile
-    // it-2's stage, (it + STAGES - 2) % STAGES, takes tile it + STAGES - 2.
-    const int nk = unit.kend - unit.kbeg;
+    // it-2's stage, (it + STAGES - 2) % STAGES, takes tile it + STAGES - 2. The unit's K range
+    // is reckoned from the block's index, as in the mma.sync pipeline (mainloop.PIPELINE says
+    // why): read from the unit, NVRTC built other split-K code here too.
+    const int split = blockIdx.x % SPLIT_K;
+    const int kbeg = (int)((long long)split * KTILES / SPLIT_K);
+    const int nk = (int)((long long)(split + 1) * KTILES / SPLIT_K) - kbeg;
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < nk) load_tile(s, unit.kbeg + s);
+        if (s < nk) load_tile(s, kbeg + s);
         cp_async_commit();
     }
     // 3xTF32: a span of PART_KTILES K-tiles' products goes to a fresh partial sum, added to the
@@ -233,7 +237,7 @@ PIPELINE = r"""
         fence_proxy_async();
         __syncthreads();
         const int ahead = it + STAGES - 2;
-        if (ahead < nk) load_tile(ahead % STAGES, unit.kbeg + ahead);
+        if (ahead < nk) load_tile(ahead % STAGES, kbeg + ahead);
         cp_async_commit();
         if constexpr (MODE == 1) {
             compute(it % STAGES, part, it % PART_KTILES == 0);
