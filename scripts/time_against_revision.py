@@ -5,14 +5,16 @@ tree in a process of its own, in turns (old, new, old, new, ...), each turn timi
 on the same seeded problem (timer.time_device through lab.run_layer) and verifying it against
 float64. A tiling's time in a tree is the least of its turns' medians; the report is new over
 old. For a change whose cubins are not byte-identical (scripts/compare_cubins.py says which),
-the check that the shipped tilings stay within 2%.
+the check that the shipped tilings stay within 2% (--tolerance).
 
 Usage: python scripts/time_against_revision.py REV OUT.jsonl [--only TEXT ...] [--rounds N]
        (--only, repeatable: the tunings whose line holds any TEXT, a line reading as
        compare_cubins.py names a shipped build: 'VARIANT | SHAPE | EPILOGUE | TILING', e.g.
        --only 'channels-last | {"B": 128, "C": 9216'; every shipped tuning without it;
-       rounds default 2)
-Exit status 0: every tiling passed in both trees; 1: one failed its check or its build.
+       rounds default 2; --tolerance 0.02)
+Exit status 0: every tiling passed in both trees, new within the tolerance of old; 1: one
+failed its check or its build, or ran slower than that; 2: no comparison (no such revision, no
+tuning selected, a worker that stopped).
 """
 
 import argparse
@@ -60,13 +62,23 @@ def worker(tasks_file: str) -> None:
         print(json.dumps(row), flush=True)
 
 
-def run_tree(tree: Path, tasks_file: Path) -> list[dict]:
+class NoComparison(Exception):
+    """The trees could not be compared; the message says why."""
+
+
+def run_tree(tree: Path, tasks_file: Path, count: int) -> dict[int, dict]:
+    """The worker's row for each task index, in the tree `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree), "CONVLAB_IGNORE_TUNINGS": "1"}
     done = subprocess.run([sys.executable, str(HERE), "--worker", str(tasks_file)], cwd=tree,
                           env=env, capture_output=True, text=True, check=False)
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not rows:
-        raise SystemExit(f"{tree}: the worker failed\n{done.stderr[-2000:]}")
+    rows = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            rows[row["index"]] = row
+    if done.returncode or sorted(rows) != list(range(count)):
+        raise NoComparison(f"{tree}: the worker stopped after {len(rows)} of {count} tilings\n"
+                           f"{done.stderr[-2000:]}")
     return rows
 
 
@@ -76,6 +88,7 @@ def main() -> int:
     parser.add_argument("out", nargs="?")
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tolerance", type=float, default=0.02)
     parser.add_argument("--worker")
     args = parser.parse_args()
     if args.worker:
@@ -83,19 +96,45 @@ def main() -> int:
         return 0
     if not args.rev or not args.out:
         parser.error("REV and OUT.jsonl are required")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     tasks = shipped(args.only)
+    if not tasks:
+        print("no shipped tuning matches --only", file=sys.stderr)
+        return 2
+    try:
+        turns = time_both(args.rev, tasks, args.rounds)
+    except NoComparison as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return report(args, tasks, turns)
+
+
+def time_both(rev: str, tasks: list[dict], rounds: int) -> dict[str, list[dict[int, dict]]]:
     with tempfile.TemporaryDirectory(prefix="time-against-") as scratch:
         old = Path(scratch) / "old"
         old.mkdir()
-        archive = subprocess.run(["git", "archive", args.rev], cwd=CHECKOUT, capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        archive = subprocess.run(["git", "archive", rev], cwd=CHECKOUT, capture_output=True,
+                                 check=False)
+        if archive.returncode:
+            raise NoComparison(f"git archive {rev}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
         tasks_file = Path(scratch) / "tasks.json"
         tasks_file.write_text(json.dumps(tasks))
         turns = {"old": [], "new": []}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for name, tree in (("old", old), ("new", CHECKOUT)):
-                turns[name].append(run_tree(tree, tasks_file))
+                turns[name].append(run_tree(tree, tasks_file, len(tasks)))
+    return turns
+
+
+def verdict(row: dict, tolerance: float) -> str:
+    if not (row["old_passed"] and row["new_passed"]):
+        return "FAILED"
+    return "SLOWER" if row.get("new_over_old", 1.0) > 1 + tolerance else "ok"
+
+
+def report(args, tasks: list[dict], turns: dict[str, list[dict[int, dict]]]) -> int:
     failed = False
     with open(args.out, "w") as out:
         for index, task in enumerate(tasks):
@@ -110,6 +149,7 @@ def main() -> int:
                 failed |= not row[f"{name}_passed"]
             if row["old_ms"] and row["new_ms"]:
                 row["new_over_old"] = row["new_ms"] / row["old_ms"]
+                failed |= row["new_over_old"] > 1 + args.tolerance
             out.write(json.dumps(row) + "\n")
             config = task["config"]
             print(f"{task['variant']:18s} {json.dumps(task['shape']['B'])}x{task['shape']['C']}"
@@ -117,7 +157,7 @@ def main() -> int:
                   f"k{task['shape']['K']} {config.get('schedule', 'grid'):10s} "
                   f"old {row['old_ms'] or 0:.4f} new {row['new_ms'] or 0:.4f} ms  "
                   f"{row.get('new_over_old', 0):.3f}  "
-                  f"{'ok' if row['old_passed'] and row['new_passed'] else 'FAILED'}")
+                  f"{verdict(row, args.tolerance)}")
     return 1 if failed else 0
 
 

@@ -649,7 +649,6 @@ def test_the_warpgroup_mma_piece_compiles_alone_and_holds_no_switches():
     assert result.cubin is not None, result.log
 
 
-
 def test_the_tile_walks_compile_alone_and_hold_no_switches():
     """igemm.tile_walks is templates over the layer's constants, not -D switches: the grid,
     persistent and halo walks, each with its split-K slot where it has one, instantiated by a
@@ -675,6 +674,7 @@ def test_the_tile_walks_compile_alone_and_hold_no_switches():
         "    out[threadIdx.x] = sum;\n}\n")
     result = jit.nvrtc_compile("tile_walks.cu", source, ("-std=c++17",), "sm_90a")
     assert result.cubin is not None, result.log
+
 
 def test_the_element_types_compile_alone():
     """gpu.elements' types need no switch: each converts both ways and the 16-bit ones unpack a

@@ -41,7 +41,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p)
 # 16-byte paths KEPT_AHEAD (16-bit output) or KEPT_AHEAD4 (float32) vectors before they add
 # them, the element path every kept element into the accumulators before its first store (but
 # beside the float32 16-byte path, where it adds each as it stores it). Before the macro the
-# kernel defines ytile and pixel(q, at), as for STORE_REGISTERS_NHWC.
+# kernel defines ytile and pixel(q, at), as for STORE_REGISTERS_NHWC, and its tile's `unit`.
 PREFETCH_KEPT = r"""
             if (ADD_KEPT && (MG % BM == 0 || unit.mtile * BM + 16 * warp < MG))
                 for (int c = lane; c < BN; c += 32) {
@@ -122,7 +122,8 @@ STORE_NHWC = r"""
 
 # The warp-specialised wgmma schedules' store, straight from the MMA warps' accumulators (no C
 # tile in shared memory: the stages hold the next tile's operands meanwhile). Before the
-# macro the kernel defines `ytile`, its tile's first output pixel at the tile's first output
+# macro the kernel defines its tile's `unit` (igemm.tile_walks), `ytile`, the tile's first
+# output pixel at the tile's first output
 # channel, and `pixel(q, at)`: whether the tile's GEMM column q is an output, and the element
 # offset of its channel row from ytile. Each thread holds two output channels and, per
 # n-block, two columns: their bias is read once a tile and each column's address is reckoned

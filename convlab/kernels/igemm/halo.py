@@ -177,7 +177,7 @@ KERNEL = r"""
             if (A_RESIDENT && !keep)
                 for (int kt = 0; kt < KTILES; ++kt) mbar_arrive(aempty0 + 8 * kt);
             fence_operands(acc);
-            // GEMM column q is grid position (h0 + q / PW, q % PW), an output where that is one.
+            // GEMM column q is grid position (unit.h0 + q / PW, q % PW), an output where that is one.
             out_t* const ytile = y + ((long long)unit.image * HO + unit.h0) * WO * M
                                  + unit.group * MG + unit.mtile * BM;
             auto pixel = [&](int q, unsigned& at) {

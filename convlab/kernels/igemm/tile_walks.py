@@ -3,8 +3,10 @@ a block computes next. A schedule's walk hands out TileUnits; the gather, the ma
 split-K meeting and the epilogue read the tile's coordinates from the unit (`unit.mtile`, ...),
 not from blockIdx, so one set of pieces serves every schedule (CUTLASS's tile schedulers and
 their work-tile info play the same part); only the grid schedule's pipelines reckon their K
-range from the block's index (their comment says why). Each walk is a template over the layer's constants,
-so this source compiles by itself (tests/test_wgmma.py)."""
+range from the block's index (their comment says why). Each walk is a template over the
+layer's constants, so this source compiles by itself (tests/test_wgmma.py). The kernel pieces
+that read a unit find it as `unit`; the grid's split-K meeting (splitk.SPLIT_K_REDUCE) also
+names the grid's walk type `Walk`."""
 
 SOURCE = r"""
 // K-tiles [kbeg, kend) of output tile `tile`: m-tile `mtile` (BM output channels of group
@@ -25,7 +27,8 @@ __device__ __forceinline__ int split_begin(int split)
 
 // The grid schedule: one unit a block. blockIdx.x is its tile and split, splits fastest, then
 // m-tiles (neighbours share their input tile in L2); blockIdx.y is its group. `tile` counts
-// within the group.
+// within the group. The grid's pipelines reckon the same K range as kbeg and kend themselves
+// (mainloop.PIPELINE says why).
 template <int SplitK, int MTiles, int KTiles>
 struct GridWalk {
     static __device__ __forceinline__ TileUnit unit()
