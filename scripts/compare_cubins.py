@@ -30,6 +30,8 @@ import time
 import traceback
 from pathlib import Path
 
+from revision_tree import NoSuchRevision, unpack
+
 HERE = Path(__file__).resolve().parent
 CHECKOUT = HERE.parent
 SELECTION = ["-k", "compile or wgmma or nvrtc", "tests/"]
@@ -105,24 +107,19 @@ def still_differing(keys: list[str], old: dict, new: dict) -> list[str]:
 def main(rev: str) -> int:
     with tempfile.TemporaryDirectory(prefix="compare-cubins-") as scratch:
         scratch = Path(scratch)
-        before = scratch / "before"
-        added = subprocess.run(["git", "worktree", "add", "--detach", str(before), rev],
-                               cwd=CHECKOUT, capture_output=True, text=True)
-        if added.returncode != 0:
-            raise Failed(f"no worktree of {rev}: {added.stderr.strip()}")
         try:
-            trees = {"before": before, "after": CHECKOUT}
-            found = records(trees, scratch, SELECTION, True, "all")
-            changed = differing(found["before"], found["after"])
-            tests = sorted({test_of(k) for k in changed} - NOT_TESTS)
-            for i, test in enumerate(tests):
-                again = records(trees, scratch, [test], False, f"again{i}")
-                of_test = [k for k in changed if test_of(k) == test]
-                kept = still_differing(of_test, again["before"], again["after"])
-                changed = [k for k in changed if k not in of_test or k in kept]
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=CHECKOUT,
-                           capture_output=True)
+            before = unpack(rev, scratch / "before")
+        except NoSuchRevision as exc:
+            raise Failed(str(exc)) from exc
+        trees = {"before": before, "after": CHECKOUT}
+        found = records(trees, scratch, SELECTION, True, "all")
+        changed = differing(found["before"], found["after"])
+        tests = sorted({test_of(k) for k in changed} - NOT_TESTS)
+        for i, test in enumerate(tests):
+            again = records(trees, scratch, [test], False, f"again{i}")
+            of_test = [k for k in changed if test_of(k) == test]
+            kept = still_differing(of_test, again["before"], again["after"])
+            changed = [k for k in changed if k not in of_test or k in kept]
     old, new = found["before"], found["after"]
     both = old.keys() & new.keys()
     unmatched = one_sided(old, new)

@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from revision_tree import NoSuchRevision, unpack
+
 HERE = Path(__file__).resolve()
 CHECKOUT = HERE.parent.parent
 TUNINGS = CHECKOUT / "convlab" / "assets" / "tunings.json"
@@ -112,13 +114,10 @@ def main() -> int:
 
 def time_both(rev: str, tasks: list[dict], rounds: int) -> dict[str, list[dict[int, dict]]]:
     with tempfile.TemporaryDirectory(prefix="time-against-") as scratch:
-        old = Path(scratch) / "old"
-        old.mkdir()
-        archive = subprocess.run(["git", "archive", rev], cwd=CHECKOUT, capture_output=True,
-                                 check=False)
-        if archive.returncode:
-            raise NoComparison(f"git archive {rev}: {archive.stderr.decode().strip()}")
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        try:
+            old = unpack(rev, Path(scratch) / "old")
+        except NoSuchRevision as exc:
+            raise NoComparison(str(exc)) from exc
         tasks_file = Path(scratch) / "tasks.json"
         tasks_file.write_text(json.dumps(tasks))
         turns = {"old": [], "new": []}

@@ -629,24 +629,29 @@ def test_the_wgmma_family_refuses_activations_its_kernel_does_not_read():
 CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b", re.M)
 
 
+def assert_compiles_alone(name: str, piece: str, kernel: str) -> None:
+    """`piece` holds no preprocessor switch and, with `kernel` (which uses it) and no other
+    source, compiles for sm_90a."""
+    assert not CONDITIONAL.search(piece)
+    result = jit.nvrtc_compile(f"{name}.cu", piece + kernel, ("-std=c++17",), "sm_90a")
+    assert result.cubin is not None, result.log
+
+
 def test_the_warpgroup_mma_piece_compiles_alone_and_holds_no_switches():
     """gpu.hopper's piece is types, not -D switches: every WgmmaOp a halo, grid or persistent
     tile may use, in each element type, instantiated by a kernel of its own, no other source."""
     from convlab.gpu import hopper
 
-    assert not CONDITIONAL.search(hopper.WGMMA_PTX)
     calls = "".join(
         f"    WgmmaOp<{n}, {element}>::mma<{32 - n // 8}>(d, da, db, 1);\n"
         for element, _ in hopper.WGMMA_ELEMENTS.values()
         for n in hopper.WGMMA_TAILS + hopper.WGMMA_NS)
-    source = hopper.WGMMA_PTX + (
+    assert_compiles_alone("hopper", hopper.WGMMA_PTX, (
         'extern "C" __global__ void every_product(float* out, unsigned a)\n{\n'
         "    float d[1][32][4] = {};\n"
         "    const unsigned long long da = swizzle128_desc(a), db = swizzle128_desc(a + 1024);\n"
         "    wgmma_fence();\n" + calls + "    wgmma_commit();\n    wgmma_wait<0>();\n"
-        "    fence_operands(d);\n    out[threadIdx.x] = d[0][31][3];\n}\n")
-    result = jit.nvrtc_compile("hopper.cu", source, ("-std=c++17",), "sm_90a")
-    assert result.cubin is not None, result.log
+        "    fence_operands(d);\n    out[threadIdx.x] = d[0][31][3];\n}\n"))
 
 
 def test_the_tile_walks_compile_alone_and_hold_no_switches():
@@ -655,8 +660,7 @@ def test_the_tile_walks_compile_alone_and_hold_no_switches():
     kernel of their own, no other source."""
     from convlab.kernels.igemm import tile_walks
 
-    assert not CONDITIONAL.search(tile_walks.SOURCE)
-    source = tile_walks.SOURCE + (
+    assert_compiles_alone("tile_walks", tile_walks.SOURCE, (
         'extern "C" __global__ void walks(long long* out, int npix, int batch)\n{\n'
         "    using Grid = GridWalk<3, 4, 9>;\n"
         "    const TileUnit g = Grid::unit();\n"
@@ -671,9 +675,7 @@ def test_the_tile_walks_compile_alone_and_hold_no_switches():
         "        const TileUnit h = halo.unit(t);\n"
         "        sum += halo.filters(t) + h.mtile + h.group + h.image + h.h0 + h.kend;\n"
         "    }\n"
-        "    out[threadIdx.x] = sum;\n}\n")
-    result = jit.nvrtc_compile("tile_walks.cu", source, ("-std=c++17",), "sm_90a")
-    assert result.cubin is not None, result.log
+        "    out[threadIdx.x] = sum;\n}\n"))
 
 
 def test_the_element_types_compile_alone():
@@ -681,13 +683,12 @@ def test_the_element_types_compile_alone():
     pair, in a kernel of their own; ElementOf picks them by the switches' values."""
     from convlab.gpu.elements import ELEMENT_TYPES_SOURCE
 
-    assert not CONDITIONAL.search(ELEMENT_TYPES_SOURCE)
     checks = "".join(
         f"    static_assert(Same<ElementOf<{half}, {bf16}, {tf32}>::type, {name}>::value, \"\");\n"
         for half, bf16, tf32, name in ((0, 0, 0, "Float32Element"), (0, 1, 0, "Float32Element"),
                                        (0, 0, 1, "Tf32RoundedElement"), (1, 0, 0, "Fp16Element"),
                                        (1, 1, 0, "Bf16Element"), (1, 0, 1, "Fp16Element")))
-    source = ELEMENT_TYPES_SOURCE + (
+    assert_compiles_alone("elements", ELEMENT_TYPES_SOURCE, (
         "template <class A, class B> struct Same { enum { value = 0 }; };\n"
         "template <class A> struct Same<A, A> { enum { value = 1 }; };\n"
         'extern "C" __global__ void round_trips(float* y, unsigned pair)\n{\n' + checks
@@ -695,9 +696,7 @@ def test_the_element_types_compile_alone():
         "    Fp16Element::unpack(pair, lo, hi);\n    Bf16Element::unpack(pair, lo2, hi2);\n"
         "    y[0] = Fp16Element::value(Fp16Element::from(y[1])) + lo + hi + lo2 + hi2\n"
         "        + Bf16Element::value(Bf16Element::from(y[2]))\n"
-        "        + Tf32RoundedElement::from(y[3]) + Float32Element::from(y[4]);\n}\n")
-    result = jit.nvrtc_compile("elements.cu", source, ("-std=c++17",), "sm_90a")
-    assert result.cubin is not None, result.log
+        "        + Tf32RoundedElement::from(y[3]) + Float32Element::from(y[4]);\n}\n"))
 
 
 def cluster(t: tiling.Tiling) -> tiling.Tiling:
