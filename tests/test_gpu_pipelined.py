@@ -815,3 +815,38 @@ def test_an_fp16_output_is_the_float32_output_rounded(variant, split, rng):
     assert_rounded_to_fp16(outputs[1], outputs[0], rounds_tf32(single, shape))
     result = compare(outputs[1], reference_output(x, w, shape, RELU, b), variant.precision)
     assert result.passed, result.reason
+
+
+def pingpong_tilings(variant, shape):
+    """The cost model's first pingpong tiling (igemm.wgmma.Pingpong) of each gather at each
+    count of blocks per SM, with and without registers moved to the MMA warps."""
+    chosen = {}
+    k = variant.kernel_shape(shape)
+    for t in variant.ranked(shape):
+        if t.schedule == "pingpong":
+            moved = wgmma.register_split(k, t, variant.maths)[0] > 0
+            chosen.setdefault((t.gather, wgmma.blocks_per_sm(t, variant.maths), moved), t)
+    return list(chosen.values())
+
+
+@pytest.mark.parametrize("shape", GENERAL + list(ALEXNET.values()) + MANY_TILES,
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_pingpong_schedule(variant, shape, rng):
+    """Two MMA warpgroups on tiles of their own, in turn: a block with one unit (one warpgroup
+    idle), with several, odd and even counts; channel and pixel tails, groups."""
+    tilings = pingpong_tilings(variant, shape)
+    assert tilings
+    check_tilings(variant, shape, tilings, rng)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_pingpong_schedule_writes_fp16_and_runs_again(variant, rng):
+    """Each warpgroup's register store (fp16's 16-byte path included) reads its own rows, and
+    the stages' barriers, each released by one warpgroup, start each launch afresh."""
+    shape = MANY_TILES[1]
+    skip_off_its_gpu(variant, shape)
+    x, w, b = random_problem(shape, rng, signed=True)
+    for t in pingpong_tilings(variant, shape):
+        check_relaunch_and_fp16(variant, t, shape, x, w, b)

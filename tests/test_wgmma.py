@@ -533,8 +533,8 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks(
     t = tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tap")
     fp16 = get_variant("wgmma-fp16")
     assert not fp16.tiling_problem(tma(t))
-    assert "persistent schedule only" in fp16.tiling_problem(dataclasses.replace(t, gather="tma"))
-    assert "persistent schedule only" in fp16.tiling_problem(
+    assert "pingpong schedules only" in fp16.tiling_problem(dataclasses.replace(t, gather="tma"))
+    assert "pingpong schedules only" in fp16.tiling_problem(
         dataclasses.replace(tma(t), schedule="halo", rows=2))
     three = get_variant("wgmma-3xtf32")
     assert "3xTF32" in three.tiling_problem(tma(dataclasses.replace(t, bk=32)))
@@ -552,16 +552,16 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks(
 @pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16", "wgmma-bf16")],
                          ids=lambda v: v.name)
 def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
-    """Every persistent tap tiling of a layer with whole channel chunks has its "tma" twin,
-    which packs the same filters, and each unsplit one its two-block cluster where the layer's
-    m-tiles pair up; the stem's 3 channels get none."""
+    """Every persistent and pingpong tap tiling of a layer with whole channel chunks has its
+    "tma" twin, which packs the same filters, and each unsplit persistent one its two-block
+    cluster where the layer's m-tiles pair up; the stem's 3 channels get none."""
     conv3 = SHAPES[2]
     ranked = variant.ranked(conv3)
     taps = {dataclasses.replace(t, gather="tma") for t in ranked
-            if t.schedule == "persistent" and t.gather == "tap"}
+            if t.schedule in ("persistent", "pingpong") and t.gather == "tap"}
     assert taps and taps == {t for t in ranked if t.gather == "tma" and t.cluster == 1}
-    pairs = {dataclasses.replace(t, cluster=2) for t in taps
-             if t.split_k == 1 and -(-conv3.M // t.bm) % 2 == 0}
+    pairs = {dataclasses.replace(t, cluster=2) for t in taps if t.schedule == "persistent"
+             and t.split_k == 1 and -(-conv3.M // t.bm) % 2 == 0}
     assert pairs and pairs == {t for t in ranked if t.cluster == 2}
     assert any(t.gather == "tma" for t in variant.configs(conv3))
     assert not any(t.gather == "tma" for t in variant.ranked(SHAPES[6]))
@@ -792,3 +792,50 @@ def tiling_diverse_first(ranked):
     from convlab.kernels.igemm.cost import diverse
 
     return diverse(tuple(t for t in ranked if t.cluster == 1), tiling.MAX_CONFIGS)
+
+
+def pingpong(t: tiling.Tiling) -> tiling.Tiling:
+    return dataclasses.replace(t, bm=64, warps_m=8, schedule="pingpong")
+
+
+def test_the_pingpong_schedule_refuses_what_it_cannot_run():
+    """A 64-row tile a warpgroup, two warpgroups, no split-K, no clusters; its tilings are
+    the one-warpgroup persistent ones' twins, the copy engine's gather among them."""
+    fp16 = get_variant("wgmma-fp16")
+    t = pingpong(tiling.Tiling(128, 256, 64, 8, 1, 5, 1, "tma"))
+    assert not fp16.tiling_problem(t)
+    assert "bm must be 64" in fp16.tiling_problem(dataclasses.replace(t, bm=128))
+    assert "warps_m 8" in fp16.tiling_problem(dataclasses.replace(t, bm=64, warps_m=4))
+    assert "no split-K" in fp16.tiling_problem(dataclasses.replace(t, split_k=2))
+    assert "cluster" in fp16.tiling_problem(dataclasses.replace(t, cluster=2))
+    assert "needs wgmma" in tiling.tiling_problem(t, "fp16")
+    assert t.brief() == "64x256x64 8x1w s5 k1 tma pp"
+    conv3 = SHAPES[2]
+    ranked = fp16.ranked(conv3)
+    pingpongs = {t for t in ranked if t.schedule == "pingpong"}
+    ones = {pingpong(t) for t in ranked if t.schedule == "persistent" and t.warps_m == 4
+            and t.split_k == 1 and t.cluster == 1}
+    assert pingpongs == ones and {t.gather for t in pingpongs} == {"tap", "tma"}
+
+
+@pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
+def test_the_pingpong_schedule_builds_without_spills(variant):
+    """Each warpgroup holds a 64 x bn tile, as in the persistent schedule's two-warpgroup
+    tilings: the widest pingpong tiling of each gather builds with no spilled register and no
+    serialized wgmma, with the add-relu epilogue where the variant fuses it."""
+    shape = SHAPES[5]  # the ResNet layer
+    widest = {}
+    for t in variant.ranked(shape):
+        if t.schedule == "pingpong" and (t.gather not in widest or t.bn > widest[t.gather].bn):
+            widest[t.gather] = t
+    assert widest
+    for t in widest.values():
+        v = variant.configured(t)
+        epilogue = "add-relu" if v.fuses_adds else "relu"
+        options = v.compile_options(shape, epilogue) + ("-Xptxas=-v",)
+        assert "-DPINGPONG=1" in options
+        result = jit.nvrtc_compile("wgmma.cu", v.source, options, "sm_90a")
+        assert result.cubin is not None, f"{t.brief()}: {result.log}"
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", result.log)]
+        assert not any(spills), f"{t.brief()}: {result.log}"
+        assert not [c for c in SERIALIZED if c in result.log], result.log

@@ -32,8 +32,9 @@ SOURCE = (r"""
 // Compile-time: C H W M KH KW STRIDE PAD_H PAD_W DIL G (shape), HAS_BIAS RELU, MODE, BM BN BK
 // WARPS_M WARPS_N STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the
 // NHWC kernel), IN_HALF 0, OUT_HALF and BF16_BITS (the output as fp16 or bf16 bits, for a conv
-// of that class after it: `writing`), and PERSISTENT 0 and SWIZZLE 0: the shared pieces read
-// the wgmma schedules' switches too, and every build passes them, so no piece defaults one.
+// of that class after it: `writing`), and PERSISTENT 0, PINGPONG 0 and SWIZZLE 0: the shared
+// pieces read the wgmma schedules' switches too, and every build passes them, so no piece
+// defaults one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
           + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
@@ -249,7 +250,7 @@ class Pipelined(Variant):
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         k = self.kernel_shape(shape)
-        return {"PERSISTENT": 0, "SWIZZLE": 0, **self.layout_defines(k),
+        return {"PERSISTENT": 0, "PINGPONG": 0, "SWIZZLE": 0, **self.layout_defines(k),
                 "C": k.C, "H": k.H, "W": k.W, "M": k.M,
                 "KH": k.Kh, "KW": k.Kw, "STRIDE": k.stride, "PAD_H": k.pad_h,
                 "PAD_W": k.pad_w, "DIL": k.dilation, "G": k.groups,

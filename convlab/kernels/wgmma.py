@@ -110,7 +110,7 @@ CLUSTER_CONFIGS = 4  # of MAX_CONFIGS; see Wgmma.configs
 
 @lru_cache(maxsize=256)
 def _offered(k: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...]:
-    candidates = wgmma.ranked(k, maths, kept_bytes)
+    candidates = tuple(t for t in wgmma.ranked(k, maths, kept_bytes) if t.schedule != "pingpong")
     if kept_bytes:
         # The correction was fitted on convs without a kept read; the analytic model's charge
         # for it was measured (igemm.wgmma.KEPT_EXPOSURE) and keeps the correction to its first

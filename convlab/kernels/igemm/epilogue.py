@@ -41,12 +41,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p)
 # 16-byte paths KEPT_AHEAD (16-bit output) or KEPT_AHEAD4 (float32) vectors before they add
 # them, the element path every kept element into the accumulators before its first store (but
 # beside the float32 16-byte path, where it adds each as it stores it). Before the macro the
-# kernel defines ytile and pixel(q, at), as for STORE_REGISTERS_NHWC, and its tile's `unit`.
+# kernel defines ytile, pixel(q, at) and tile_warp, as for STORE_REGISTERS_NHWC, and its tile's
+# `unit`.
 PREFETCH_KEPT = r"""
-            if (ADD_KEPT && (MG % BM == 0 || unit.mtile * BM + 16 * warp < MG))
+            if (ADD_KEPT && (MG % BM == 0 || unit.mtile * BM + 16 * tile_warp < MG))
                 for (int c = lane; c < BN; c += 32) {
                     unsigned at;
-                    if (pixel(c, at)) prefetch_l2(kept + (ytile - y) + 16 * warp + at);
+                    if (pixel(c, at)) prefetch_l2(kept + (ytile - y) + 16 * tile_warp + at);
                 }
 """
 
@@ -123,9 +124,9 @@ STORE_NHWC = r"""
 # The warp-specialised wgmma schedules' store, straight from the MMA warps' accumulators (no C
 # tile in shared memory: the stages hold the next tile's operands meanwhile). Before the
 # macro the kernel defines its tile's `unit` (igemm.tile_walks), `ytile`, the tile's first
-# output pixel at the tile's first output
-# channel, and `pixel(q, at)`: whether the tile's GEMM column q is an output, and the element
-# offset of its channel row from ytile. Each thread holds two output channels and, per
+# output pixel at the tile's first output channel, `pixel(q, at)`: whether the tile's GEMM
+# column q is an output, and the element offset of its channel row from ytile, and
+# `tile_warp`: which 16 rows of the tile the warp holds. Each thread holds two output channels and, per
 # n-block, two columns: their bias is read once a tile and each column's address is reckoned
 # once for both channels. Both schedules had a copy of this loop reading the bias and forming
 # a 64-bit address per element, about 13 instructions an output (SASS of the VGG 3x3 tiles);
@@ -148,7 +149,7 @@ STORE_NHWC = r"""
 # as before, within 1% (H100, 2026-11-26).
 STORE_REGISTERS_NHWC = r"""
         {
-            const int m0 = unit.mtile * BM + 16 * warp + g8;
+            const int m0 = unit.mtile * BM + 16 * tile_warp + g8;
             const bool first = MG % BM == 0 || m0 < MG, second = MG % BM == 0 || m0 + 8 < MG;
             float b0 = 0.0f, b1 = 0.0f;
             if (HAS_BIAS && first) b0 = __ldg(bias + unit.group * MG + m0);
@@ -170,8 +171,9 @@ STORE_REGISTERS_NHWC = r"""
                     const unsigned row = scratch + sp * 32 + ((sh ^ (sp >> 2)) & 1) * 16;
                     const int lp = lane >> 1, lh = lane & 1;
                     const unsigned mine = scratch + lp * 32 + ((lh ^ (lp >> 2)) & 1) * 16;
-                    const bool live = MG % BM == 0 || unit.mtile * BM + 16 * warp + 8 * lh < MG;
-                    out_t* const yv = ytile + 16 * warp + 8 * lh;
+                    const bool live =
+                        MG % BM == 0 || unit.mtile * BM + 16 * tile_warp + 8 * lh < MG;
+                    out_t* const yv = ytile + 16 * tile_warp + 8 * lh;
                     // Pair q (n-blocks 2q, 2q + 1) adds the kept vector loaded KEPT_AHEAD pairs
                     // before.
                     kept8_t ahead[KEPT_AHEAD];
@@ -219,7 +221,7 @@ STORE_REGISTERS_NHWC = r"""
                     // of the column is set, so a warp's fragment writes take two turns of the
                     // banks, not four (its vector reads take one either way).
                     const unsigned scratch = empty0 + 8 * STAGES + warp * STORE_SCRATCH;
-                    const int lc = lane >> 2, mv = 16 * warp + 4 * (lane & 3);
+                    const int lc = lane >> 2, mv = 16 * tile_warp + 4 * (lane & 3);
                     const unsigned mine = scratch + 4 * (16 * lc + ((mv & 15) ^ ((lc & 2) << 2)));
                     const bool live = MG % BM == 0 || unit.mtile * BM + mv < MG;
                     float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -272,7 +274,7 @@ STORE_REGISTERS_NHWC = r"""
             const bool vector = false;
             constexpr int vector_blocks = 0;
 #endif
-            out_t* const yc = ytile + 16 * warp + g8;
+            out_t* const yc = ytile + 16 * tile_warp + g8;
             // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (after the
             // vector stores, an odd last n-block). The kept elements are all added first: loads
             // with no store between them, in flight together. Beside float32's 16-byte path,

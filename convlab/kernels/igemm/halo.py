@@ -58,6 +58,7 @@ KERNEL = r"""
     const unsigned pempty0 = pfull0 + 8 * PATCH_STAGES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
+    const int tile_warp = warp;  // the warp's 16 rows of the tile
     // Tiles in (group, m-tile, image, row block) order, a contiguous run of them a block
     // (igemm.tile_walks).
     const HaloWalk<MTILES, KTILES, G, ROW_BLOCKS, HALO_ROWS> walk(batch);

@@ -24,7 +24,9 @@ typedef StagedBits<ELEM_BYTES>::type elem_t;
 #define THREADS (32 * NWARPS)
 // PERSISTENT (wgmma): THREADS multiply, a warpgroup more copies; otherwise every thread does both.
 #define LOADERS (PERSISTENT ? 128 : THREADS)
-#define WM (BM / WARPS_M)
+// PINGPONG (wgmma): the MMA warpgroups take turns on tiles of their own, so a warp's share of a
+// tile is that of one warpgroup's four warps.
+#define WM (BM * (1 + PINGPONG) / WARPS_M)
 #define WN (BN / WARPS_N)
 #define MF (WM / 16)
 #define NF (WN / 8)

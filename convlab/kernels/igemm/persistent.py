@@ -262,14 +262,17 @@ PROLOGUE = r"""
     const unsigned empty0 = full0 + 8 * STAGES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
+    // The warp's 16 rows of its tile: under PINGPONG each warpgroup holds a whole tile.
+    const int tile_warp = PINGPONG ? warp & 3 : warp;
     const int npix = batch * HWO;  // < 2^31, checked by the host
     const PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN> walk(npix);
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, GATHER_TMA ? 1 : LOADERS + 1);  // each loader, A's expect_tx
-            // a cluster's MMA warps arrive once a warp, on every block's barrier
-            mbar_init(empty0 + 8 * s, CLUSTER > 1 ? CLUSTER * NWARPS : THREADS);
+            // a cluster's MMA warps arrive once a warp, on every block's barrier; under
+            // PINGPONG one warpgroup reads a stage
+            mbar_init(empty0 + 8 * s, CLUSTER > 1 ? CLUSTER * NWARPS : THREADS / (1 + PINGPONG));
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -411,9 +414,17 @@ CONSUMER = r"""
                 mbar_arrive(empty0 + 8 * stage);
             }
         };
-        int j = 0;
-        for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
+        // PINGPONG: the block's units go to its two warpgroups in turn, each tile 64 rows, so
+        // one warpgroup's epilogue runs while the other's wgmmas keep the tensor cores busy
+        // (CUTLASS's ping-pong kernel schedule). The loaders fill the stages in the units'
+        // order, so a warpgroup steps j past the other's K-tiles.
+        int j = 0, turn = 0;
+        for (int u = walk.first(); u < walk.units; u = walk.next(u), ++turn) {
             const TileUnit unit = walk.unit(u);
+            if (PINGPONG && (turn & 1) != warp / 4) {
+                j += unit.kend - unit.kbeg;
+                continue;
+            }
             out_t* const ytile =
                 y + (long long)unit.ntile * BN * M + unit.group * MG + unit.mtile * BM;
             const int tile_pixels = npix - unit.ntile * BN;

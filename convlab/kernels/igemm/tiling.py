@@ -39,7 +39,8 @@ class Tiling(Config):
     tile, every thread both copies and multiplies; "persistent": wgmma only, a block per SM slot
     walks the tiles, a loader warpgroup copying for the MMA warpgroups; "halo": as persistent,
     but a tile is `rows` whole output rows whose input patch is copied once for all the taps,
-    and `stages` counts A's buffers alone). `cluster` 2 (the persistent schedule with the
+    and `stages` counts A's buffers alone; "pingpong": as persistent, but each of the two MMA
+    warpgroups takes a 64-row tile of its own, the block's tiles in turn). `cluster` 2 (the persistent schedule with the
     copy engine's gather): two blocks on neighbouring m-tiles of the same pixels, one B copy
     landing in both."""
 
@@ -106,9 +107,10 @@ class Tiling(Config):
 
     def brief(self) -> str:
         """'128x128x32 2x2w s3 k1 tap' (' ws' after it: the persistent, warp-specialised
-        schedule; ' halo4': the halo schedule, 4 output rows a tile; ' c2' after that: two-block
+        schedule; ' pp': its ping-pong form; ' halo4': the halo schedule, 4 output rows a tile; ' c2' after that: two-block
         clusters): short enough for an 80-column table."""
-        ws = {"grid": "", "persistent": " ws"}.get(self.schedule, f" {self.schedule}{self.rows}")
+        ws = {"grid": "", "persistent": " ws", "pingpong": " pp"}.get(
+            self.schedule, f" {self.schedule}{self.rows}")
         cluster = f" c{self.cluster}" if self.cluster != 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk} {self.warps_m}x{self.warps_n}w s{self.stages} "
                 f"k{self.split_k} {self.gather}{ws}{cluster}")
@@ -161,7 +163,7 @@ def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
         return "gather 'tma' (the copy engine's im2col) needs wgmma's persistent schedule"
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
-    if t.schedule in ("persistent", "halo"):
+    if t.schedule in ("persistent", "pingpong", "halo"):
         return f"schedule must be 'grid' (the {t.schedule} schedule needs wgmma), not {t.schedule!r}"
     if t.schedule != "grid":
         return f"schedule must be 'grid', not {t.schedule!r}"

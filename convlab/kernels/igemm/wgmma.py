@@ -190,8 +190,9 @@ COMPUTE = r"""
         for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
     fence_operands(acc);
 
-    // Warpgroup wg multiplies rows 64wg..64wg+63 of the A tile by the whole B tile.
-    const unsigned wg_rows = (warp / 4) * 64 * 128;
+    // Warpgroup wg multiplies rows 64wg..64wg+63 of the A tile by the whole B tile (under
+    // PINGPONG each multiplies a 64-row tile of its own).
+    const unsigned wg_rows = PINGPONG ? 0 : (warp / 4) * 64 * 128;
     auto compute = [&](int stage, float (&d)[MF][NF][4], bool fresh = true) {
         mainloop_step(smem_u32(smem + stage * STAGE_WORDS) + wg_rows,
                       smem_u32(smem + stage * STAGE_WORDS + A_WORDS), d, fresh);
@@ -304,10 +305,12 @@ def tiling_problem(t: Tiling, maths: str) -> str:
     if t.gather not in ("tap", "table", "tma"):
         return f"gather must be 'tap', 'table' or 'tma', not {t.gather!r}"
     if t.schedule not in SCHEDULES:
-        return f"schedule must be 'grid', 'persistent' or 'halo', not {t.schedule!r}"
+        names = ", ".join(repr(name) for name in SCHEDULES)
+        return f"schedule must be one of {names}, not {t.schedule!r}"
     schedule = schedule_of(t)
-    if t.gather == "tma" and t.schedule != "persistent":
-        return "gather 'tma' (the copy engine's im2col) runs in the persistent schedule only"
+    if t.gather == "tma" and not schedule.copies_by_tma:
+        return ("gather 'tma' (the copy engine's im2col) runs in the persistent and pingpong "
+                "schedules only")
     if t.gather == "tma" and maths == "3xtf32":
         return "gather 'tma' runs fp16, bf16 and tf32 (3xTF32 splits B as its copies land)"
     if not schedule.splits_k and t.split_k != 1:
@@ -319,8 +322,8 @@ def tiling_problem(t: Tiling, maths: str) -> str:
                 "gather 'tma', split_k 1")
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
-    if t.bm != 16 * t.warps_m:
-        return f"bm must be 64 per warpgroup: {16 * t.warps_m}"
+    if t.bm != schedule.tile_rows(t):
+        return f"bm must be {schedule.tile_rows(t)} in the {t.schedule} schedule"
     if t.bk != k_elements(maths):
         return f"bk must be {k_elements(maths)} (one 128-byte swizzle row of {maths})"
     return schedule.tiling_problem(t, maths)
@@ -377,6 +380,11 @@ class Schedule:
     warp_specialised = True  # a loader warpgroup beside the MMA warps, blocks per SM bounded
     mma_overhead = 56  # registers an MMA thread needs beside its accumulators
     splits_k = True  # a tiling's split_k may be above 1
+    copies_by_tma = False  # its loaders may bring B by the copy engine (gather "tma")
+
+    def tile_rows(self, t: Tiling) -> int:
+        """A tile's rows (bm): 64 per warpgroup, the warpgroups stacked along M."""
+        return 16 * t.warps_m
 
     def smem_bytes(self, t: Tiling, maths: str, shape: ConvShape | None) -> int:
         raise NotImplementedError
@@ -474,6 +482,7 @@ class Persistent(Schedule):
     MMA warpgroups multiply, the stages passing between them on mbarriers (igemm.persistent)."""
 
     name = "persistent"
+    copies_by_tma = True
 
     def smem_bytes(self, t, maths, shape):
         stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
@@ -533,6 +542,44 @@ class Persistent(Schedule):
         return defines
 
 
+class Pingpong(Persistent):
+    """As persistent, but its two MMA warpgroups take the block's units in turn, each a 64-row
+    tile of its own (CUTLASS's ping-pong kernel schedule): while one stores its tile from the
+    registers, the other's wgmmas run, where the persistent schedule's warpgroups, sharing one
+    tile, leave the tensor cores idle through every epilogue. Per stage, half the A rows of a
+    128-row tile, so more stages fit; each tile reads its B tile itself. No split-K and no
+    clusters (the split-K meeting and the cluster's shared B copy assume one tile a block)."""
+
+    name = "pingpong"
+    splits_k = False
+
+    def tile_rows(self, t):
+        return 64
+
+    def tiling_problem(self, t, maths):
+        if t.warps_m != 8:
+            return "the pingpong schedule runs two warpgroups, a tile each: warps_m 8"
+        return super().tiling_problem(t, maths)
+
+    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+        # the tensor cores see every tile's K-loop back to back; one epilogue, the last, shows
+        latency = cost.load_latency(shape, t, maths, k_count)
+        in_flight = t.stages if t.gather == "tma" else t.stages - 1
+        k_tile = max(mma * resident / _issuing(t, resident), latency / in_flight) / resident
+        return waves * k_count * k_tile + epilogue + latency
+
+    def options(self, shape, base):
+        if base.warps_m != 4:
+            return []
+        found = [replace(base, warps_m=8, schedule=self.name)]
+        if base.gather == "tap":
+            found.append(replace(base, warps_m=8, schedule=self.name, gather="tma"))
+        return found
+
+    def defines(self, shape, k, t, maths):
+        return {**super().defines(shape, k, t, maths), "PINGPONG": 1}
+
+
 class Halo(Persistent):
     """As persistent, but a tile is `rows` whole output rows whose input patch is copied once
     for all the taps (igemm.halo); no split-K."""
@@ -540,6 +587,7 @@ class Halo(Persistent):
     name = "halo"
     mma_overhead = HALO_OVERHEAD
     splits_k = False
+    copies_by_tma = False
 
     def smem_bytes(self, t, maths, shape):
         if shape is None:
@@ -603,7 +651,7 @@ class Halo(Persistent):
                 "PATCH_STAGES": halo.PATCH_STAGES}
 
 
-SCHEDULES = {s.name: s for s in (Grid(), Persistent(), Halo())}
+SCHEDULES = {s.name: s for s in (Grid(), Persistent(), Pingpong(), Halo())}
 
 
 def schedule_of(t: Tiling) -> Schedule:
@@ -695,7 +743,7 @@ def kept_rounds(t: Tiling) -> int:
     """How many times a thread of the tiling's store waits for kept vectors: once per
     KEPT_RING_COLUMNS of the persistent schedule's tile; the grid and halo schedules' stores,
     without a read-ahead, count as two."""
-    if t.schedule != "persistent":
+    if t.schedule not in ("persistent", "pingpong"):
         return 2
     return -(-t.bn // KEPT_RING_COLUMNS)
 

@@ -1,0 +1,121 @@
+"""The wgmma kernel's pingpong schedule (igemm.wgmma.Pingpong: two MMA warpgroups on 64-row
+tiles of their own, in turn) against the variants' own choice: on the public suites' cells
+with the most 64-row tiles (at least two for every SM, where a block has tiles to alternate)
+and a few smaller ones, the own choice and up to PER_CELL pingpong tilings (pingpong_tilings),
+each timed on one problem (CUDA events around queued launches, timer.time_device, shipped and
+cached tunings ignored) and verified against float64 on a sampled image. One JSON line a cell,
+with each tiling's time and the analytic model's estimate of it.
+
+Usage: python scripts/pingpong_vs_cooperative.py OUT.jsonl VARIANT[,VARIANT...] [CELLS]"""
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+os.environ.setdefault("CONVLAB_IGNORE_TUNINGS", "1")
+
+from convlab.bench import guard, lab, suites  # noqa: E402
+from convlab.gpu import timer  # noqa: E402
+from convlab.gpu.jit import cubin_file  # noqa: E402
+from convlab.kernels import get_variant  # noqa: E402
+from convlab.kernels.igemm import tiling, wgmma as IW  # noqa: E402
+from sweep_tilings import time_tiling  # noqa: E402
+
+POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
+PER_CELL = 4
+SMS = 132
+
+
+def pingpong_tilings(k, maths, own):
+    """The pingpong tilings to time on a layer: the own choice's N and gather at the two
+    deepest stage counts that fit, 256 wide with the same gather, and the analytic model's
+    first pingpong tiling."""
+    ranked = [t for t in IW.ranked(k, maths) if t.schedule == "pingpong"]
+    gather = own.gather if own.gather in ("tap", "tma", "table") else "tap"
+    found = []
+    for bn in (own.bn, 256):
+        same = sorted((t for t in ranked if t.bn == bn and t.gather == gather),
+                      key=lambda t: -t.stages)
+        found += same[:2 if bn == own.bn else 1]
+    found += ranked[:1]
+    return list(dict.fromkeys(found))[:PER_CELL]
+
+
+def cells(names, count):
+    """(variant, layer, batch, shape, own, tilings) for `count` cells a variant: the large ones
+    first (most 64-row tiles), then every fourth of the rest, up to a fifth of the count."""
+    tasks = []
+    for name in names:
+        variant = lab.layer_variant(get_variant(name))
+        found = []
+        for layer, batch in suites.cells("all"):
+            shape = layer.at(batch)
+            if not suites.meant_for(name, shape) or not variant.supports(shape):
+                continue
+            k = variant.kernel_shape(shape)
+            own = variant.configs(shape, layer.epilogue)[0]
+            pingpong = pingpong_tilings(k, variant.maths, own)
+            if not pingpong:
+                continue
+            tiles = tiling.output_tiles(k, pingpong[0])
+            found.append((tiles, variant, layer, batch, shape, own, pingpong))
+        found.sort(key=lambda c: -c[0])
+        large = [c for c in found if c[0] >= 2 * SMS][:count - count // 5]
+        rest = [c for c in found if c[0] < 2 * SMS][::4][:count - len(large)]
+        for _, variant, layer, batch, shape, own, pingpong in large + rest:
+            tasks.append((variant, layer, batch, shape, own, [own, *pingpong]))
+    return tasks
+
+
+def main():
+    draw = guard.draw_images
+    guard.draw_images = lambda batch, rng, count=1: draw(batch, rng, count)
+    guard.ROW_BUDGET = 2_000_000
+    out, names = sys.argv[1], sys.argv[2].split(",")
+    count = int(sys.argv[3]) if len(sys.argv) > 3 else 24
+    tasks = cells(names, count)
+    print(f"{len(tasks)} cells, {sum(len(t[5]) for t in tasks)} tilings", flush=True)
+
+    def build(item):
+        variant, layer, t = item
+        v = variant.configured(t)
+        try:
+            cubin_file(v.name, v.source, v.compile_options(layer[0], layer[1]), v.arch)
+        except Exception:  # noqa: BLE001 - its timing reports it
+            pass
+
+    start = time.time()
+    builds = [(variant, (shape, layer.epilogue), t)
+              for variant, layer, _, shape, _, chosen in tasks for t in chosen]
+    with ThreadPoolExecutor(max_workers=15) as pool:
+        list(pool.map(build, builds))
+    print(f"compiled in {time.time() - start:.0f} s", flush=True)
+    with open(out, "w") as journal:
+        for variant, layer, batch, shape, own, chosen in tasks:
+            problem = lab.LayerProblem.draw(shape, True, seed=1)
+            record = {"variant": variant.name, "layer": layer.label, "batch": batch,
+                      "shape": shape.describe(), "own": own.brief(), "tilings": []}
+            for t in chosen:
+                result = time_tiling(variant, t, shape, layer.epilogue, problem, POLICY)
+                k = variant.kernel_shape(shape)
+                record["tilings"].append({
+                    "tiling": t.brief(), "config": t.as_dict(),
+                    "estimate_us": IW.estimate(k, t, variant.maths), **result})
+            journal.write(json.dumps(record) + "\n")
+            journal.flush()
+            times = {r["tiling"]: r.get("median_ms") for r in record["tilings"]}
+            ok = all(r.get("passed") for r in record["tilings"])
+            pp = {b: m for b, m in times.items() if b.endswith(" pp") and m}
+            best = min(pp, key=pp.get) if pp else None
+            own_ms = times.get(own.brief())
+            line = (f"{variant.name:11s} {layer.label:28s} b{batch:<3d} own {own_ms or 0:.4f} "
+                    f"[{own.brief()}]")
+            if best:
+                line += f" pp {pp[best]:.4f} [{best}] x{(own_ms or 0) / pp[best]:.3f}"
+            print(line + ("" if ok else " CHECK"), flush=True)
+
+
+if __name__ == "__main__":
+    main()
