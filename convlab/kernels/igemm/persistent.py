@@ -417,7 +417,17 @@ CONSUMER = r"""
         // PINGPONG: the block's units go to its two warpgroups in turn, each tile 64 rows, so
         // one warpgroup's epilogue runs while the other's wgmmas keep the tensor cores busy
         // (CUTLASS's ping-pong kernel schedule). The loaders fill the stages in the units'
-        // order, so a warpgroup steps j past the other's K-tiles.
+        // order, so a warpgroup steps j past the other's K-tiles, and its K-loop waits for the
+        // other's to have issued (named barrier 2 + w: warpgroup w may start; CUTLASS's
+        // ordered sequence barrier): a stage's full barrier is waited for by parity, which
+        // cannot tell a phase from the one two phases on, so no warpgroup may run ahead to a
+        // K-tile more than one pass of the stages beyond the last one waited for.
+        auto wait_turn = [&] {
+            asm volatile("bar.sync %0, %1;\n" :: "r"(2 + warp / 4), "n"(THREADS) : "memory");
+        };
+        auto pass_turn = [&] {
+            asm volatile("bar.arrive %0, %1;\n" :: "r"(3 - warp / 4), "n"(THREADS) : "memory");
+        };
         int j = 0, turn = 0;
         for (int u = walk.first(); u < walk.units; u = walk.next(u), ++turn) {
             const TileUnit unit = walk.unit(u);
@@ -438,6 +448,9 @@ CONSUMER = r"""
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[0][f][e] = 0.0f;
             fence_operands(acc);
+            if constexpr (PINGPONG) {
+                if (turn > 0) wait_turn();
+            }
             for (int kt = unit.kbeg; kt < unit.kend; ++kt, ++j) {
                 const int stage = j % STAGES;
                 mbar_wait(full0 + 8 * stage, (j / STAGES) & 1);
@@ -458,6 +471,9 @@ CONSUMER = r"""
                     wgmma_wait<1>();
                     if (kt > unit.kbeg) release((j - 1) % STAGES);
                 }
+            }
+            if constexpr (PINGPONG) {
+                if (walk.next(u) < walk.units) pass_turn();
             }
             if constexpr (MODE != 1) {
                 wgmma_wait<0>();
