@@ -839,3 +839,28 @@ def test_the_pingpong_schedule_builds_without_spills(variant):
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", result.log)]
         assert not any(spills), f"{t.brief()}: {result.log}"
         assert not [c for c in SERIALIZED if c in result.log], result.log
+
+
+@pytest.mark.parametrize("name", ["wgmma", "wgmma-fp16"])
+def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rule(name):
+    """VGG-16's second 3x3 layer at batch 128 (64 channels, 18 K-tiles, the correction's choice
+    one warpgroup at two blocks an SM): the own choice is that tiling's pingpong twin, N and
+    gather kept, at the most stages. ResNet-50's stem (short K-loop, two blocks an SM) and a
+    layer whose choice is the two-warpgroup 128-row tile keep the correction's choice; the
+    tuner is offered the twin last. A layer too small for two tiles per SM keeps its own."""
+    variant = get_variant(name)
+    vgg = ConvShape(128, 64, 224, 224, 64, 3, pad=1, bias=True)
+    chosen = variant.configs(vgg, "relu")[0]
+    plain = variant.configs(vgg, "relu")[1]
+    assert chosen.schedule == "pingpong" and chosen.bm == 64 and chosen.warps_m == 8
+    assert (chosen.bn, chosen.gather) == (plain.bn, plain.gather) and plain.warps_m == 4
+    assert chosen.stages == max(t.stages for t in variant.ranked(vgg) if t.schedule == "pingpong"
+                                and (t.bn, t.gather) == (chosen.bn, chosen.gather))
+    stem = ConvShape(128, 3, 224, 224, 64, 7, stride=2, pad=3, bias=True)
+    wide = ConvShape(128, 256, 28, 28, 256, 3, pad=1, bias=True)
+    small = ConvShape(1, 64, 56, 56, 64, 3, pad=1, bias=True)
+    for shape in (stem, wide, small):
+        offered = variant.configs(shape, "relu")
+        assert offered[0].schedule != "pingpong", shape
+        assert all(t.schedule != "pingpong" for t in offered[:-1])
+    assert variant.configs(wide, "relu")[-1].schedule == "pingpong"

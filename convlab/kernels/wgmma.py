@@ -111,6 +111,8 @@ CLUSTER_CONFIGS = 4  # of MAX_CONFIGS; see Wgmma.configs
 @lru_cache(maxsize=256)
 def _offered(k: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...]:
     candidates = tuple(t for t in wgmma.ranked(k, maths, kept_bytes) if t.schedule != "pingpong")
+    if not candidates:
+        return ()
     if kept_bytes:
         # The correction was fitted on convs without a kept read; the analytic model's charge
         # for it was measured (igemm.wgmma.KEPT_EXPOSURE) and keeps the correction to its first
@@ -120,7 +122,19 @@ def _offered(k: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...
     by_score = tuple(sorted(candidates, key=lambda t: learned.score(
         k, t, maths, wgmma.estimate(k, t, maths, kept_bytes))))
     chosen = set(_spread(by_score, CLUSTER_CONFIGS))
-    return tuple(t for t in by_score if t in chosen)
+    offered = tuple(t for t in by_score if t in chosen)
+    # The pingpong schedule is outside the correction's data: the own choice takes it by rule
+    # (igemm.wgmma.preferred_pingpong), unmeasured with a kept read, and the tuner tries the
+    # twin of the first tiling that has one.
+    preferred = None if kept_bytes else wgmma.preferred_pingpong(k, offered[0], maths)
+    twin = preferred or next(filter(None, (wgmma.pingpong_twin(k, t, maths) for t in offered)),
+                             None)
+    if twin is None:
+        return offered
+    plain = [t for t in offered if t.schedule != "halo" and t.cluster == 1]
+    if len(offered) >= MAX_CONFIGS:  # the twin takes the last plain tiling's place
+        offered = tuple(t for t in offered if t != plain[-1])
+    return (twin, *offered) if preferred else (*offered, twin)
 
 
 def _spread(tilings: tuple[Tiling, ...], clusters: int) -> list[Tiling]:

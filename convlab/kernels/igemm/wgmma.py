@@ -796,6 +796,40 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     return found + SCHEDULES["halo"].candidates(shape, maths)
 
 
+# The one-warpgroup persistent tilings the own choice trades for their pingpong twin: on an
+# H200 (2026-11-29, results/h200/pingpong-20261129/), twins at the most stages ran UNet's and
+# VGG-16's 64-channel 3x3 layers at batch 128 1.13-1.21x faster in tf32 and 1.11-1.13x in fp16
+# (18 K-tiles; the own tilings ran two blocks an SM, three stages each), their 3-channel first
+# layers 1.27-1.28x faster in tf32 and 0.99-1.00x in fp16 (one block an SM: one warpgroup of
+# MMAs for the whole SM); ResNet-50's 7x7 stem (7 and 4 K-tiles, two blocks an SM) 0.88-0.93x
+# slower. Against the two-warpgroup 128-row tilings the twins ran 0.72-1.07x, most within 4%:
+# the own choice keeps those.
+PINGPONG_MIN_KTILES = 8
+
+
+def pingpong_twin(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
+    """The pingpong tiling of an unsplit persistent tiling's N and gather, at the most stages
+    a pingpong candidate of the layer has, or None."""
+    if t.schedule != "persistent" or t.split_k != 1 or t.cluster != 1:
+        return None
+    twins = [p for p in ranked(shape, maths)
+             if p.schedule == "pingpong" and p.bn == t.bn and p.gather == t.gather]
+    return max(twins, key=lambda p: p.stages) if twins else None
+
+
+def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
+    """The pingpong twin the own choice takes in place of `t`, or None: t a one-warpgroup
+    persistent tiling whose K-loop is at least PINGPONG_MIN_KTILES long or that runs one block
+    an SM, and the layer at least two 64-row tiles per SM, so that both warpgroups of every
+    block have tiles."""
+    twin = pingpong_twin(shape, t, maths) if t.warps_m == 4 else None
+    if twin is None or output_tiles(shape, twin) < 2 * cost.SMS:
+        return None
+    if k_tiles(shape, t) < PINGPONG_MIN_KTILES and blocks_per_sm(t, maths, shape) > 1:
+        return None
+    return twin
+
+
 @lru_cache(maxsize=256)
 def ranked(shape: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...]:
     """Candidates by modelled time (estimate's, `kept_bytes` as there); ties to the wider N
