@@ -864,3 +864,12 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
         assert offered[0].schedule != "pingpong", shape
         assert all(t.schedule != "pingpong" for t in offered[:-1])
     assert variant.configs(wide, "relu")[-1].schedule == "pingpong"
+
+
+def test_the_pingpong_rule_leaves_3xtf32_alone():
+    """3xTF32's pingpong twins were never timed: its own choice on the layer where tf32 and
+    fp16 take the twin stays the correction's, and the tuner is offered the twin last."""
+    variant = get_variant("wgmma-3xtf32")
+    vgg = ConvShape(128, 64, 224, 224, 64, 3, pad=1, bias=True)
+    offered = variant.configs(vgg, "relu")
+    assert offered[0].schedule != "pingpong" and offered[-1].schedule == "pingpong"

@@ -59,6 +59,15 @@ KERNELS = (r"""
 // to publish and every free stage is in flight. H100, tuner's timing: conv3 fp16 0.0592 ->
 // 0.0532 ms, tf32 0.1052 -> 0.0977 on the same tiling (2026-11-26).
 //
+// PINGPONG (the tiling's schedule "pingpong"): in the persistent schedule the two MMA
+// warpgroups share each 128-row tile, so both store it at once while the tensor cores wait.
+// Here each takes a 64-row tile of its own, the block's units in turn, its K-loop starting
+// once the other's has issued (named barriers), and stores while the other multiplies, as
+// CUTLASS's ping-pong kernel schedule does; half the A rows a stage leave room for more
+// stages. H200, against the own choice's one-warpgroup tiling (two blocks an SM, three
+// stages): VGG-16's 64-channel 3x3 layer at batch 128, tf32 2.007 -> 1.772 ms, fp16 1.000
+// -> 0.900 (2026-11-29, results/h200/pingpong-20261129/).
+//
 // HALO (the tiling's schedule "halo", stride 1): the persistent schedule still gathers each
 // input pixel once per tap, K*K times a tile (ncu, ResNet 3x3 layer: L2 at 66%, the loaders
 // waiting on their copies, the tensor pipe 39% active). Here a tile is HALO_ROWS whole output
@@ -68,7 +77,8 @@ KERNELS = (r"""
 //
 // Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under
-// HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, MIN_BLOCKS (blocks per SM),
+// HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, PINGPONG (BM 64 with
+// WARPS_M 8: a tile a warpgroup), MIN_BLOCKS (blocks per SM),
 // PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA; HALO and
 // HALO_ROWS; WGMMA_N and WGMMA_TAIL (the MMA's N, and the halo's extra N); PART_KTILES (above
 // 1 for 3xTF32 in the grid schedule) and CROSS_BF16. Every build passes each of them, 0 or 1
@@ -242,7 +252,10 @@ class Wgmma(Pipelined):
         otherwise leave it out of the tuner's runs on layers it ranks below the others) and
         CLUSTER_CONFIGS for two-block clusters, which the correction cannot tell from the same
         tiling a block alone: each follows its twin, the own choice is never one, and the tuner
-        finds where they win. The correction once ordered only the analytic model's first
+        finds where they win. The pingpong schedule is outside the correction's data too: the
+        own choice takes a one-warpgroup tiling's pingpong twin by rule
+        (igemm.wgmma.preferred_pingpong), and otherwise the list ends with the twin of its
+        first tiling that has one. The correction once ordered only the analytic model's first
         MAX_CONFIGS, which left out the 128x256 tilings that were fastest on large layers at
         batch 128: choosing over every candidate, the own choice changed on 61 of 200 tf32 and
         65 of 200 fp16 suite cells and ran them 1.08x and 1.07x faster (geometric means; 13 of

@@ -126,9 +126,9 @@ STORE_NHWC = r"""
 # macro the kernel defines its tile's `unit` (igemm.tile_walks), `ytile`, the tile's first
 # output pixel at the tile's first output channel, `pixel(q, at)`: whether the tile's GEMM
 # column q is an output, and the element offset of its channel row from ytile, and
-# `tile_warp`: which 16 rows of the tile the warp holds. Each thread holds two output channels and, per
-# n-block, two columns: their bias is read once a tile and each column's address is reckoned
-# once for both channels. Both schedules had a copy of this loop reading the bias and forming
+# `tile_warp`: which 16 rows of the tile the warp holds. Each thread holds two output channels
+# and, per n-block, two columns: their bias is read once a tile and each column's address is
+# reckoned once for both channels. Both schedules had a copy of this loop reading the bias and forming
 # a 64-bit address per element, about 13 instructions an output (SASS of the VGG 3x3 tiles);
 # this one takes half that, and on an H100 it timed the same (2026-11-26).
 # What the stores cost is their count: an fp16 tile of 128x256 written an element at a time is

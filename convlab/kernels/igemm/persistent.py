@@ -1,9 +1,10 @@
 """The wgmma kernel's persistent, warp-specialised schedule (Tiling.schedule "persistent"): a
 block per SM slot walks the output tiles (each tile's K-splits, where it splits K); one
-warpgroup copies, the others multiply, and the
-stages pass between them on mbarriers. Same gather, swizzled layout, MMAs and epilogue maths as
-the grid schedule beside it (igemm.wgmma); or, with the "tma" gather, one loader thread has the
-copy engine bring both operands (B through an im2col tensor map, gpu.tensormap).
+warpgroup copies, the others multiply, and the stages pass between them on mbarriers. Its
+pingpong form (Tiling.schedule "pingpong") gives each of two MMA warpgroups a tile of its own,
+in turn. Same gather, swizzled layout, MMAs and epilogue maths as the grid schedule beside it
+(igemm.wgmma); or, with the "tma" gather, one loader thread has the copy engine bring both
+operands (B through an im2col tensor map, gpu.tensormap).
 
 setmaxnreg moves registers from the loaders to the MMA warps where those need more than the
 launch's cap: without it such tilings ran 5-16% slower on an H100 (2026-11-25). It cannot make

@@ -40,9 +40,9 @@ class Tiling(Config):
     walks the tiles, a loader warpgroup copying for the MMA warpgroups; "halo": as persistent,
     but a tile is `rows` whole output rows whose input patch is copied once for all the taps,
     and `stages` counts A's buffers alone; "pingpong": as persistent, but each of the two MMA
-    warpgroups takes a 64-row tile of its own, the block's tiles in turn). `cluster` 2 (the persistent schedule with the
-    copy engine's gather): two blocks on neighbouring m-tiles of the same pixels, one B copy
-    landing in both."""
+    warpgroups takes a 64-row tile of its own, the block's tiles in turn). `cluster` 2 (the
+    persistent schedule with the copy engine's gather): two blocks on neighbouring m-tiles of
+    the same pixels, one B copy landing in both."""
 
     bm: int
     bn: int
@@ -107,8 +107,8 @@ class Tiling(Config):
 
     def brief(self) -> str:
         """'128x128x32 2x2w s3 k1 tap' (' ws' after it: the persistent, warp-specialised
-        schedule; ' pp': its ping-pong form; ' halo4': the halo schedule, 4 output rows a tile; ' c2' after that: two-block
-        clusters): short enough for an 80-column table."""
+        schedule; ' pp': its ping-pong form; ' halo4': the halo schedule, 4 output rows a tile;
+        ' c2' after that: two-block clusters): short enough for an 80-column table."""
         ws = {"grid": "", "persistent": " ws", "pingpong": " pp"}.get(
             self.schedule, f" {self.schedule}{self.rows}")
         cluster = f" c{self.cluster}" if self.cluster != 1 else ""

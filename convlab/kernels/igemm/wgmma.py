@@ -803,8 +803,10 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
 # layers 1.27-1.28x faster in tf32 and 0.99-1.00x in fp16 (one block an SM: one warpgroup of
 # MMAs for the whole SM); ResNet-50's 7x7 stem (7 and 4 K-tiles, two blocks an SM) 0.88-0.93x
 # slower. Against the two-warpgroup 128-row tilings the twins ran 0.72-1.07x, most within 4%:
-# the own choice keeps those.
+# the own choice keeps those. 3xTF32 (three products a K-tile, the epilogue a smaller share of
+# the time) was not timed, so the rule leaves it alone; bf16 runs fp16's instructions.
 PINGPONG_MIN_KTILES = 8
+PINGPONG_MATHS = ("tf32", "fp16", "bf16")
 
 
 def pingpong_twin(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
@@ -819,10 +821,12 @@ def pingpong_twin(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
 
 def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
     """The pingpong twin the own choice takes in place of `t`, or None: t a one-warpgroup
-    persistent tiling whose K-loop is at least PINGPONG_MIN_KTILES long or that runs one block
-    an SM, and the layer at least two 64-row tiles per SM, so that both warpgroups of every
-    block have tiles."""
-    twin = pingpong_twin(shape, t, maths) if t.warps_m == 4 else None
+    persistent tiling of PINGPONG_MATHS whose K-loop is at least PINGPONG_MIN_KTILES long or
+    that runs one block an SM, and the layer at least two 64-row tiles per SM, so that both
+    warpgroups of every block have tiles."""
+    if t.warps_m != 4 or maths not in PINGPONG_MATHS:
+        return None
+    twin = pingpong_twin(shape, t, maths)
     if twin is None or output_tiles(shape, twin) < 2 * cost.SMS:
         return None
     if k_tiles(shape, t) < PINGPONG_MIN_KTILES and blocks_per_sm(t, maths, shape) > 1:
