@@ -6,7 +6,7 @@ each timed on one problem (CUDA events around queued launches, timer.time_device
 cached tunings ignored) and verified against float64 on a sampled image. One JSON line a cell,
 with each tiling's time and the analytic model's estimate of it.
 
-Usage: python scripts/pingpong_vs_cooperative.py OUT.jsonl VARIANT[,VARIANT...] [CELLS]"""
+Usage: python scripts/pingpong_vs_own_choice.py OUT.jsonl VARIANT[,VARIANT...] [CELLS]"""
 
 import json
 import os
