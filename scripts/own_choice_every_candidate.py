@@ -30,7 +30,7 @@ POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01,
 def first_sixteen(k, maths):
     """The correction's order over the analytic model's diverse first MAX_CONFIGS (four of
     them halo tilings where the layer has them), blocks alone: the choice before 2026-11-29."""
-    ranked = tuple(t for t in IW.ranked(k, maths) if t.cluster == 1)
+    ranked = tuple(t for t in IW.ranked(k, maths) if t.cluster == 1 and t.schedule != "pingpong")
     return sorted(W._spread(ranked, 0),
                   key=lambda t: learned.score(k, t, maths, IW.estimate(k, t, maths)))
 

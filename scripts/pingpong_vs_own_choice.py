@@ -1,7 +1,8 @@
 """The wgmma kernel's pingpong schedule (igemm.wgmma.Pingpong: two MMA warpgroups on 64-row
-tiles of their own, in turn) against the variants' own choice: on the public suites' cells
-with the most 64-row tiles (at least two for every SM, where a block has tiles to alternate)
-and a few smaller ones, the own choice and up to PER_CELL pingpong tilings (pingpong_tilings),
+tiles of their own, in turn) against the fitted correction's choice (the own choice before the
+pingpong rule; `correction_choice`): on the public suites' cells with the most 64-row tiles (at
+least two for every SM, where a block has tiles to alternate) and a few smaller ones, that
+choice and up to PER_CELL pingpong tilings (pingpong_tilings),
 each timed on one problem (CUDA events around queued launches, timer.time_device, shipped and
 cached tunings ignored) and verified against float64 on a sampled image. One JSON line a cell,
 with each tiling's time and the analytic model's estimate of it.
@@ -20,27 +21,31 @@ from convlab.bench import guard, lab, suites  # noqa: E402
 from convlab.gpu import timer  # noqa: E402
 from convlab.gpu.jit import cubin_file  # noqa: E402
 from convlab.kernels import get_variant  # noqa: E402
-from convlab.kernels.igemm import tiling, wgmma as IW  # noqa: E402
+from convlab.kernels.igemm import cost, tiling, wgmma as IW  # noqa: E402
 from sweep_tilings import time_tiling  # noqa: E402
 
 POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
 PER_CELL = 4
-SMS = 132
 
 
 def pingpong_tilings(k, maths, own):
-    """The pingpong tilings to time on a layer: the own choice's N and gather at the two
+    """The pingpong tilings to time on a layer: `own`'s N and gather at the two
     deepest stage counts that fit, 256 wide with the same gather, and the analytic model's
     first pingpong tiling."""
     ranked = [t for t in IW.ranked(k, maths) if t.schedule == "pingpong"]
-    gather = own.gather if own.gather in ("tap", "tma", "table") else "tap"
     found = []
     for bn in (own.bn, 256):
-        same = sorted((t for t in ranked if t.bn == bn and t.gather == gather),
+        same = sorted((t for t in ranked if t.bn == bn and t.gather == own.gather),
                       key=lambda t: -t.stages)
         found += same[:2 if bn == own.bn else 1]
     found += ranked[:1]
     return list(dict.fromkeys(found))[:PER_CELL]
+
+
+def correction_choice(variant, shape, epilogue):
+    """The fitted correction's first tiling: the own choice, or what the pingpong rule
+    (igemm.wgmma.preferred_pingpong) traded for its twin."""
+    return next(t for t in variant.configs(shape, epilogue) if t.schedule != "pingpong")
 
 
 def cells(names, count):
@@ -55,15 +60,15 @@ def cells(names, count):
             if not suites.meant_for(name, shape) or not variant.supports(shape):
                 continue
             k = variant.kernel_shape(shape)
-            own = variant.configs(shape, layer.epilogue)[0]
+            own = correction_choice(variant, shape, layer.epilogue)
             pingpong = pingpong_tilings(k, variant.maths, own)
             if not pingpong:
                 continue
             tiles = tiling.output_tiles(k, pingpong[0])
             found.append((tiles, variant, layer, batch, shape, own, pingpong))
         found.sort(key=lambda c: -c[0])
-        large = [c for c in found if c[0] >= 2 * SMS][:count - count // 5]
-        rest = [c for c in found if c[0] < 2 * SMS][::4][:count - len(large)]
+        large = [c for c in found if c[0] >= 2 * cost.SMS][:count - count // 5]
+        rest = [c for c in found if c[0] < 2 * cost.SMS][::4][:count - len(large)]
         for _, variant, layer, batch, shape, own, pingpong in large + rest:
             tasks.append((variant, layer, batch, shape, own, [own, *pingpong]))
     return tasks

@@ -183,7 +183,9 @@ def test_the_wgmma_choice_is_the_fitted_order_of_the_tuners_list():
     fitted = [t for t in offered if t.schedule != "pingpong"]  # outside the fit's data
     scores = [learned.score(k, t, "fp16", variant.tiling_estimate(shape, t)) for t in fitted]
     assert scores == sorted(scores)
-    assert offered[:len(fitted)] == fitted or offered[1:] == fitted
+    # the rule's twin first, or the tuner's twin last
+    assert [i for i, t in enumerate(offered) if t.schedule == "pingpong"] in ([], [0],
+                                                                               [len(offered) - 1])
 
 
 def test_the_shipped_tiling_model_is_what_the_fit_makes_of_the_committed_sweeps(tmp_path, script):

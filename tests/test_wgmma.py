@@ -778,7 +778,7 @@ def test_the_own_choice_is_the_corrections_best_of_every_candidate():
 
         def score(t):
             return learned.score(k, t, variant.maths, variant.tiling_estimate(shape, t))
-        best = min((t for t in ranked if t.cluster == 1), key=score)
+        best = min((t for t in ranked if t.cluster == 1 and t.schedule != "pingpong"), key=score)
         offered = variant.configs(shape, "relu")
         assert offered[0] == best and best.bn == 256
         assert best not in tiling_diverse_first(ranked)
@@ -843,15 +843,19 @@ def test_the_pingpong_schedule_builds_without_spills(variant):
 
 @pytest.mark.parametrize("name", ["wgmma", "wgmma-fp16"])
 def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rule(name):
-    """VGG-16's second 3x3 layer at batch 128 (64 channels, 18 K-tiles, the correction's choice
-    one warpgroup at two blocks an SM): the own choice is that tiling's pingpong twin, N and
-    gather kept, at the most stages. ResNet-50's stem (short K-loop, two blocks an SM) and a
-    layer whose choice is the two-warpgroup 128-row tile keep the correction's choice; the
-    tuner is offered the twin last. A layer too small for two tiles per SM keeps its own."""
+    """VGG-16's second 3x3 layer at batch 128 (64 channels: 18 K-tiles in tf32, 9 in fp16; the
+    correction's choice one warpgroup at two blocks an SM): the own choice is that tiling's
+    pingpong twin, N and gather kept, at the most stages. ResNet-50's stem (a short K-loop at
+    two blocks an SM), a layer whose choice is the two-warpgroup 128-row tile and one too
+    small for two tiles a block keep the correction's choice, and the tuner is offered the
+    twin last; so does an add-relu conv."""
     variant = get_variant(name)
+
+    def few_tiles(k, twin):  # no twin (a K-split), or under two tiles a block
+        return twin is None or tiling.output_tiles(k, twin) < 2 * 132 * wgmma.blocks_per_sm(
+            twin, variant.maths, k)
     vgg = ConvShape(128, 64, 224, 224, 64, 3, pad=1, bias=True)
-    chosen = variant.configs(vgg, "relu")[0]
-    plain = variant.configs(vgg, "relu")[1]
+    chosen, plain = variant.configs(vgg, "relu")[:2]
     assert chosen.schedule == "pingpong" and chosen.bm == 64 and chosen.warps_m == 8
     assert (chosen.bn, chosen.gather) == (plain.bn, plain.gather) and plain.warps_m == 4
     assert chosen.stages == max(t.stages for t in variant.ranked(vgg) if t.schedule == "pingpong"
@@ -859,11 +863,21 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
     stem = ConvShape(128, 3, 224, 224, 64, 7, stride=2, pad=3, bias=True)
     wide = ConvShape(128, 256, 28, 28, 256, 3, pad=1, bias=True)
     small = ConvShape(1, 64, 56, 56, 64, 3, pad=1, bias=True)
-    for shape in (stem, wide, small):
+    premises = {  # why the rule passes each by
+        stem: lambda k, t: (t.warps_m == 4 and tiling.k_tiles(k, t) < wgmma.PINGPONG_MIN_KTILES
+                            and wgmma.blocks_per_sm(t, variant.maths, k) == 2),
+        wide: lambda k, t: t.warps_m == 8,
+        small: lambda k, t: few_tiles(k, wgmma.pingpong_twin(k, t, variant.maths)),
+    }
+    for shape, premise in premises.items():
         offered = variant.configs(shape, "relu")
+        k = variant.kernel_shape(shape)
+        assert premise(k, offered[0]), (shape, offered[0])
         assert offered[0].schedule != "pingpong", shape
         assert all(t.schedule != "pingpong" for t in offered[:-1])
     assert variant.configs(wide, "relu")[-1].schedule == "pingpong"
+    adding = variant.configs(vgg, "add-relu")
+    assert adding[0].schedule != "pingpong"
 
 
 def test_the_pingpong_rule_leaves_3xtf32_alone():

@@ -119,7 +119,8 @@ CLUSTER_CONFIGS = 4  # of MAX_CONFIGS; see Wgmma.configs
 
 
 @lru_cache(maxsize=256)
-def _offered(k: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...]:
+def _offered(k: ConvShape, maths: str, kept_bytes: int = 0,
+             adds: bool = False) -> tuple[Tiling, ...]:
     candidates = tuple(t for t in wgmma.ranked(k, maths, kept_bytes) if t.schedule != "pingpong")
     if not candidates:
         return ()
@@ -134,16 +135,18 @@ def _offered(k: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...
     chosen = set(_spread(by_score, CLUSTER_CONFIGS))
     offered = tuple(t for t in by_score if t in chosen)
     # The pingpong schedule is outside the correction's data: the own choice takes it by rule
-    # (igemm.wgmma.preferred_pingpong), unmeasured with a kept read, and the tuner tries the
-    # twin of the first tiling that has one.
-    preferred = None if kept_bytes else wgmma.preferred_pingpong(k, offered[0], maths)
-    twin = preferred or next(filter(None, (wgmma.pingpong_twin(k, t, maths) for t in offered)),
-                             None)
-    if twin is None:
+    # (igemm.wgmma.preferred_pingpong), never for a conv that adds a kept activation (its
+    # store's wait for the kept read is unmeasured there), and the tuner tries the twin of the
+    # first tiling that has one.
+    preferred = None if adds else wgmma.preferred_pingpong(k, offered[0], maths)
+    base = offered[0] if preferred else next(
+        (t for t in offered if wgmma.pingpong_twin(k, t, maths)), None)
+    if base is None:
         return offered
-    plain = [t for t in offered if t.schedule != "halo" and t.cluster == 1]
-    if len(offered) >= MAX_CONFIGS:  # the twin takes the last plain tiling's place
-        offered = tuple(t for t in offered if t != plain[-1])
+    twin = preferred or wgmma.pingpong_twin(k, base, maths)
+    if len(offered) >= MAX_CONFIGS:  # the twin takes the place of the last plain tiling
+        last = [t for t in offered if t.schedule != "halo" and t.cluster == 1 and t != base][-1]
+        offered = tuple(t for t in offered if t != last)
     return (twin, *offered) if preferred else (*offered, twin)
 
 
@@ -269,8 +272,9 @@ class Wgmma(Pipelined):
         float32 output went an element at a time: 0.044 ms ranked as the plain conv, 0.065 ms
         with the charge; with float32 16-byte stores, 0.046 ms with it)."""
         k = self.kernel_shape(shape)
-        adds = epilogue == ADD_RELU and wgmma.stores_vectors(k, self.maths, self.output_dtype)
-        return list(_offered(k, self.maths, self.kept_dtype.itemsize if adds else 0))
+        vectors = epilogue == ADD_RELU and wgmma.stores_vectors(k, self.maths, self.output_dtype)
+        return list(_offered(k, self.maths, self.kept_dtype.itemsize if vectors else 0,
+                             epilogue == ADD_RELU))
 
     def default_config(self, shape, epilogue=None):
         offered = self.configs(shape, epilogue)

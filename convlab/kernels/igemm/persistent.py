@@ -398,7 +398,8 @@ CONSUMER_BEGIN = r"""
 """
 
 CONSUMER = r"""
-        // Warpgroup w multiplies rows 64w.. of each tile; each K-tile's stage is released
+        // Warpgroup w multiplies rows 64w.. of each tile (under PINGPONG, the whole of every
+        // other tile); each K-tile's stage is released
         // once the wgmmas reading it have retired (one group stays in flight, so the release
         // of K-tile j follows the issue of j + 1), and the tile's sum goes straight from the
         // registers to the output while the loaders fill the stages for the next tile. A

@@ -87,7 +87,9 @@ class Tiling(Config):
 
     @property
     def wm(self) -> int:
-        return self.bm // self.warps_m
+        """Rows a warp holds: under the pingpong schedule a warpgroup's four warps share a
+        tile."""
+        return self.bm * (2 if self.schedule == "pingpong" else 1) // self.warps_m
 
     @property
     def wn(self) -> int:

@@ -5,7 +5,9 @@ shared-memory image of each A tile, the tiling rules and the tilings worth tryin
 
 The accumulators of a warpgroup's m64nN product sit in each warp as those of a 16 x N mma.sync
 warp tile (warp w of the group holds rows 16w..16w+15): with WARPS_M = NWARPS and WARPS_N = 1
-the mma.sync pieces' epilogue and split-K reduce take them unchanged.
+the mma.sync pieces' epilogue and split-K reduce take them unchanged. Under the pingpong
+schedule each warpgroup holds a 64-row tile of its own (the pieces read the warp's rows as
+`tile_warp`).
 """
 
 import itertools
@@ -562,7 +564,10 @@ class Pingpong(Persistent):
         return super().tiling_problem(t, maths)
 
     def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
-        # the tensor cores see every tile's K-loop back to back; one epilogue, the last, shows
+        # the tensor cores see every tile's K-loop back to back; one epilogue, the last, shows.
+        # It counts both warpgroups issuing, where the ordered K-loops let one issue at a time:
+        # its own picks ran 0.50-0.84x of the own choice (H200), so no choice reads it
+        # (preferred_pingpong); it orders the schedule's tilings among themselves alone.
         latency = cost.load_latency(shape, t, maths, k_count)
         in_flight = t.stages if t.gather == "tma" else t.stages - 1
         k_tile = max(mma * resident / _issuing(t, resident), latency / in_flight) / resident
@@ -741,8 +746,8 @@ def stores_vectors(shape: ConvShape, maths: str, output_dtype) -> bool:
 
 def kept_rounds(t: Tiling) -> int:
     """How many times a thread of the tiling's store waits for kept vectors: once per
-    KEPT_RING_COLUMNS of the persistent schedule's tile; the grid and halo schedules' stores,
-    without a read-ahead, count as two."""
+    KEPT_RING_COLUMNS of the persistent (or pingpong) schedule's tile; the grid and halo
+    schedules' stores, without a read-ahead, count as two."""
     if t.schedule not in ("persistent", "pingpong"):
         return 2
     return -(-t.bn // KEPT_RING_COLUMNS)
@@ -782,7 +787,8 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
     the tap gather (and the table where a group's channels are not a multiple of bk), and what
     each schedule builds on those (Schedule.options: `cost.split_options`' K-splits, each in
     the grid schedule and the persistent one, with the tap gather or the copy engine's
-    ("tma")); and the halo schedule's tilings (Halo.candidates)."""
+    ("tma"); the pingpong twins of the one-warpgroup ones, unsplit); and the halo schedule's
+    tilings (Halo.candidates)."""
     bk = k_elements(maths)
     gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
     found = []
@@ -799,12 +805,13 @@ def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
 # The one-warpgroup persistent tilings the own choice trades for their pingpong twin: on an
 # H200 (2026-11-29, results/h200/pingpong-20261129/), twins at the most stages ran UNet's and
 # VGG-16's 64-channel 3x3 layers at batch 128 1.13-1.21x faster in tf32 and 1.11-1.13x in fp16
-# (18 K-tiles; the own tilings ran two blocks an SM, three stages each), their 3-channel first
-# layers 1.27-1.28x faster in tf32 and 0.99-1.00x in fp16 (one block an SM: one warpgroup of
-# MMAs for the whole SM); ResNet-50's 7x7 stem (7 and 4 K-tiles, two blocks an SM) 0.88-0.93x
-# slower. Against the two-warpgroup 128-row tilings the twins ran 0.72-1.07x, most within 4%:
-# the own choice keeps those. 3xTF32 (three products a K-tile, the epilogue a smaller share of
-# the time) was not timed, so the rule leaves it alone; bf16 runs fp16's instructions.
+# (18 K-tiles in tf32, 9 in fp16; the own tilings ran two blocks an SM, three stages each),
+# their 3-channel first layers 1.27-1.28x faster in tf32 and 0.99-1.00x in fp16 (one block an
+# SM: one warpgroup of MMAs for the whole SM); ResNet-50's 7x7 stem (7 and 4 K-tiles, two
+# blocks an SM) 0.88-0.93x slower. Against the two-warpgroup 128-row tilings the twins ran
+# 0.72-1.07x, most within 4%: the own choice keeps those. 3xTF32 (three products a K-tile, the
+# epilogue a smaller share of the time) was not timed, so the rule leaves it alone; bf16 runs
+# fp16's instructions.
 PINGPONG_MIN_KTILES = 8
 PINGPONG_MATHS = ("tf32", "fp16", "bf16")
 
@@ -822,12 +829,14 @@ def pingpong_twin(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
 def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
     """The pingpong twin the own choice takes in place of `t`, or None: t a one-warpgroup
     persistent tiling of PINGPONG_MATHS whose K-loop is at least PINGPONG_MIN_KTILES long or
-    that runs one block an SM, and the layer at least two 64-row tiles per SM, so that both
-    warpgroups of every block have tiles."""
+    that runs one block an SM, and the layer at least two 64-row tiles for every block the
+    twin's grid holds, so that both warpgroups of every block have tiles."""
     if t.warps_m != 4 or maths not in PINGPONG_MATHS:
         return None
     twin = pingpong_twin(shape, t, maths)
-    if twin is None or output_tiles(shape, twin) < 2 * cost.SMS:
+    if twin is None:
+        return None
+    if output_tiles(shape, twin) < 2 * cost.SMS * blocks_per_sm(twin, maths, shape):
         return None
     if k_tiles(shape, t) < PINGPONG_MIN_KTILES and blocks_per_sm(t, maths, shape) > 1:
         return None
