@@ -12,17 +12,15 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("CONVLAB_IGNORE_TUNINGS", "1")
 
 from convlab.bench import guard, lab, suites  # noqa: E402
 from convlab.gpu import timer  # noqa: E402
-from convlab.gpu.jit import cubin_file  # noqa: E402
 from convlab.kernels import get_variant  # noqa: E402
 from convlab.kernels import wgmma as W  # noqa: E402
 from convlab.kernels.igemm import learned, wgmma as IW  # noqa: E402
-from sweep_tilings import time_tiling  # noqa: E402
+from sweep_tilings import compile_tilings, time_tiling  # noqa: E402
 
 POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
 
@@ -52,19 +50,9 @@ def main():
             if old != new:
                 tasks.append((variant, layer, batch, shape, old, new))
     print(f"{len(tasks)} cells differ", flush=True)
-
-    def build(task):
-        variant, layer, _, shape, old, new = task
-        for t in (old, new):
-            v = variant.configured(t)
-            try:
-                cubin_file(v.name, v.source, v.compile_options(shape, layer.epilogue), v.arch)
-            except Exception:  # noqa: BLE001 - its timing reports it
-                pass
-
     start = time.time()
-    with ThreadPoolExecutor(max_workers=15) as pool:
-        list(pool.map(build, tasks))
+    compile_tilings([(variant, t, shape, layer.epilogue)
+                     for variant, layer, _, shape, old, new in tasks for t in (old, new)], 15)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
     with open(out, "w") as journal:
         for variant, layer, batch, shape, old, new in tasks:

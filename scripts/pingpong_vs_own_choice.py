@@ -13,16 +13,14 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("CONVLAB_IGNORE_TUNINGS", "1")
 
 from convlab.bench import guard, lab, suites  # noqa: E402
 from convlab.gpu import timer  # noqa: E402
-from convlab.gpu.jit import cubin_file  # noqa: E402
 from convlab.kernels import get_variant  # noqa: E402
 from convlab.kernels.igemm import cost, tiling, wgmma as IW  # noqa: E402
-from sweep_tilings import time_tiling  # noqa: E402
+from sweep_tilings import compile_tilings, time_tiling  # noqa: E402
 
 POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
 PER_CELL = 4
@@ -82,20 +80,9 @@ def main():
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 24
     tasks = cells(names, count)
     print(f"{len(tasks)} cells, {sum(len(t[5]) for t in tasks)} tilings", flush=True)
-
-    def build(item):
-        variant, layer, t = item
-        v = variant.configured(t)
-        try:
-            cubin_file(v.name, v.source, v.compile_options(layer[0], layer[1]), v.arch)
-        except Exception:  # noqa: BLE001 - its timing reports it
-            pass
-
     start = time.time()
-    builds = [(variant, (shape, layer.epilogue), t)
-              for variant, layer, _, shape, _, chosen in tasks for t in chosen]
-    with ThreadPoolExecutor(max_workers=15) as pool:
-        list(pool.map(build, builds))
+    compile_tilings([(variant, t, shape, layer.epilogue)
+                     for variant, layer, _, shape, _, chosen in tasks for t in chosen], 15)
     print(f"compiled in {time.time() - start:.0f} s", flush=True)
     with open(out, "w") as journal:
         for variant, layer, batch, shape, own, chosen in tasks:

@@ -118,10 +118,19 @@ def candidate_configs(variant, shape, epilogue, count):
 
 
 def compile_all(variant, shape, epilogue, configs):
-    """NVRTC in threads (ctypes lets go of the GIL): the cubins land in the on-disk cache."""
+    """Every config of one cell, a quarter of the CPUs compiling (one worker per GPU shares
+    them)."""
+    compile_tilings([(variant, c, shape, epilogue) for c in configs], os.cpu_count() // 4 or 1)
+
+
+def compile_tilings(builds, workers: int) -> None:
+    """NVRTC in `workers` threads for each (variant, config, shape, epilogue): the cubins land
+    in the on-disk cache, so the timing that follows loads them; a build that fails is left
+    for its timing to report."""
     from convlab.gpu.jit import cubin_file
 
-    def build(config):
+    def build(job):
+        variant, config, shape, epilogue = job
         v = variant.configured(config)
         try:
             if v.arch:
@@ -129,8 +138,8 @@ def compile_all(variant, shape, epilogue, configs):
         except Exception:  # noqa: BLE001 - its timing reports the failure
             pass
 
-    with ThreadPoolExecutor(max_workers=os.cpu_count() // 4 or 1) as pool:
-        list(pool.map(build, configs))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(build, builds))
 
 
 def run_task(task, count, policy):
