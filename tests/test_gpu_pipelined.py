@@ -852,3 +852,54 @@ def test_the_pingpong_schedule_writes_fp16_and_runs_again(variant, rng):
     x, w, b = random_problem(shape, rng, signed=True)
     for t in tilings:
         check_relaunch_and_fp16(variant, t, shape, x, w, b)
+
+
+# The last FC layer of a 1,000-class network as a 1x1 conv (no whole m-tile at bm 64 or 128),
+# and a grouped layer of several m-tiles a group, the last a part: the packs' trimmed m-tiles.
+TRIMMED = [ConvShape(4, 256, 1, 1, 1000, 1, bias=True),
+           ConvShape(3, 32, 9, 9, 200, 3, pad=1, groups=2, bias=True)]
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("shape", TRIMMED, ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16",
+                                                               "channels-last-bf16")],
+                         ids=lambda v: v.name)
+def test_an_op_holds_its_trimmed_filters_and_bias_and_nothing_else(variant, shape, rng):
+    """Each schedule's first tiling reads a group's trimmed last m-tile right (its rows past
+    the channels are another tile's, in no stored output), and the prepared op holds only the
+    packed filters and the bias: no padded rows, no placeholder arrays (CuPy's pool rounds
+    each array to 512 bytes, so placeholders would add 512 each)."""
+    import cupy
+
+    skip_off_its_gpu(variant, shape)
+    k = variant.kernel_shape(shape)
+    firsts = {}
+    for t in variant.ranked(shape):
+        firsts.setdefault((t.schedule, t.gather), t)
+    x, w, b = random_problem(shape, rng, signed=True)
+    pool = cupy.get_default_memory_pool()
+    failures = []
+    for t in firsts.values():
+        single = variant.configured(t)
+        rows = packing.last_tile_rows(k, t, 1, 8 if variant.name.startswith("wgmma") else 16)
+        assert rows < t.bm, t.brief()  # the premise: a trimmed last m-tile
+        cupy.cuda.Device().synchronize()
+        before = pool.used_bytes()
+        op = single.prepare(shape, w, RELU, b)
+        held = pool.used_bytes() - before
+        packed = single.packed_weights(w, k, t).nbytes
+        table = single.gather_table(k, t).nbytes if t.gather == "table" else 0
+        # two or three arrays, each rounded up to 512 bytes
+        assert 0 <= held - packed - b.nbytes - table < 512 * (3 if table else 2), t.brief()
+        assert packed < k.groups * tiling.m_tiles(k, t) * t.bm * tiling.k_tiles(k, t) * t.bk \
+            * np.dtype(single.input_dtype()).itemsize, t.brief()
+        y = cupy.empty(op.output_shape, dtype=np.float32)
+        poison(y)
+        op(op.stage(cupy.asarray(x)), y)
+        result = compare(cupy.asnumpy(op.output(y)), reference_output(x, w, shape, RELU, b),
+                         single.precision)
+        if not result.passed:
+            failures.append(f"{t.brief()}: {result.reason}")
+        del op
+    assert not failures, "\n".join(failures)

@@ -5,16 +5,18 @@ The fragment decoding below is written from the PTX ISA's register layouts, inde
 """
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from convlab.errors import ConvlabError
 from convlab.kernels import RELU, get_variant, tensorcore
-from convlab.kernels.igemm import gather, packing, tiling
+from convlab.kernels.base import blocks
+from convlab.kernels.igemm import gather, packing, tiling, wgmma
 from convlab.models import get_model
 from convlab.oracle.reference import conv2d_with_magnitude
-from convlab.shapes import ConvShape
+from convlab.shapes import NHWC, ConvShape
 
 VARIANTS = [get_variant(n) for n in ("pipelined", "pipelined-3xtf32", "pipelined-fp16",
                                      "pipelined-bf16")]
@@ -174,6 +176,7 @@ PACK_CASES = [
     (SMALL, tiling.Tiling(32, 64, 16, 1, 4, 2, 1, "table")),
     (ConvShape(1, 3, 23, 23, 40, 11, stride=4), tiling.Tiling(64, 32, 32, 4, 1, 2, 1, "table")),
     (ConvShape(1, 40, 5, 5, 48, 3, pad=1, groups=2), tiling.Tiling(96, 64, 16, 2, 2, 2, 1, "tap")),
+    (ConvShape(1, 8, 6, 6, 80, 3, pad=1), tiling.Tiling(64, 32, 16, 2, 2, 2, 1, "tap")),
 ]
 
 
@@ -187,14 +190,67 @@ def test_gemm_weights_follow_the_kernels_k_order(shape, t, rng):
     assert np.array_equal(a, expected)
 
 
+def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling, parts: int,
+                  slab: int = 16) -> np.ndarray:
+    """[G][MT][KT][parts][bm*bk] as the kernel's copies read `wpack` (FilterTiles in
+    igemm.mainloop): a group's last m-tile, where trimmed, comes first, its K-tiles its kept rows apart, and
+    each copy moves a whole K-tile. The rows a copy reads past the kept ones belong to another
+    tile (or the zero tail) and meet only outputs no epilogue stores; they are zeroed here, as
+    the untrimmed pack held them. Asserts that every copy stays inside the pack, and that the
+    pack holds nothing no copy reads."""
+    flat = packed.reshape(-1)
+    G, mt, kt = shape.groups, tiling.m_tiles(shape, t), tiling.k_tiles(shape, t)
+    whole = parts * t.bm * t.bk
+    rows = packing.last_tile_rows(shape, t, parts, slab)
+    kept = whole * rows // t.bm
+    out = np.empty((G, mt, kt, whole), dtype=packed.dtype)
+    ends = []
+    for g in range(G):
+        for m in range(mt):
+            for k in range(kt):
+                last = m == mt - 1 and kept < whole
+                at = g * ((mt - 1) * whole + kept) * kt + (
+                    k * kept if last else (kept * (kept < whole) + m * whole) * kt + k * whole)
+                out[g, m, k] = flat[at:at + whole]
+                ends.append(at + whole)
+                if last:
+                    out[g, m, k, kept:] = 0
+    assert max(ends) == flat.size
+    return out.reshape(G, mt, kt, parts, t.bm * t.bk)
+
+
+@pytest.mark.parametrize("name,maths", [("wgmma", "tf32"), ("wgmma-fp16", "fp16"),
+                                        ("wgmma-bf16", "bf16")])
+@pytest.mark.parametrize("shape,t", [
+    (ConvShape(64, 4096, 1, 1, 1000, 1), tiling.Tiling(128, 64, 32, 8, 1, 4, 1, "tap")),
+    (ConvShape(2, 40, 5, 5, 36, 3, pad=1, groups=2), tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")),
+    (ConvShape(2, 16, 6, 6, 128, 3, pad=1), tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "table")),
+], ids=["fc-1000", "grouped-18", "whole-tiles"])
+def test_wgmma_packs_a_groups_last_m_tile_with_only_its_rows(name, maths, shape, t, rng):
+    """The last FC layer of a 1,000-class network keeps its 1,000 rows of filters (whole
+    8-row swizzle atoms) where whole 128-row tiles held 1,024, and the kernel's copies still
+    read every filter in place."""
+    variant = get_variant(name)
+    t = replace(t, bk=t.bk * (2 if maths != "tf32" else 1))
+    k = variant.kernel_shape(shape)
+    w = rng.standard_normal(shape.weight_shape).astype(np.float32)
+    packed = variant.packed_weights(w, k, t)
+    a = packing.gemm_weights(w, k, t, NHWC)
+    parts = [tensorcore.round_tf32(a)] if maths == "tf32" else packing.operand_parts(a, maths)
+    whole = np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
+    assert np.array_equal(tiles_as_read(packed, k, t, 1, slab=8), whole)
+    rows = blocks(k.Mg, 8) * 8
+    tail = (t.bm - rows) * t.bk if tiling.m_tiles(k, t) == 1 else 0
+    assert packed.size == k.groups * rows * tiling.k_tiles(k, t) * t.bk + tail
+
+
 @pytest.mark.parametrize("maths", list(tiling.MODES))
 @pytest.mark.parametrize("shape,t", PACK_CASES, ids=lambda c: getattr(c, "brief", lambda: "")())
 def test_packed_fragments_decode_to_the_gemm_weights(shape, t, maths, rng):
     w = rng.standard_normal(shape.weight_shape).astype(np.float32)
     a = packing.gemm_weights(w, shape, t)
-    packed = packing.pack_weights(w, shape, t, maths)
-    parts = packed.shape[3]
-    assert parts == (2 if maths == "3xtf32" else 1)
+    parts = 2 if maths == "3xtf32" else 1
+    packed = tiles_as_read(packing.pack_weights(w, shape, t, maths), shape, t, parts)
     half = maths in tiling.HALF_MATHS
     decoded = [decode_fragments(packed[:, :, :, i], t, half) for i in range(parts)]
     if maths == "tf32":

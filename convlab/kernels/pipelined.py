@@ -61,6 +61,12 @@ from .igemm.splitk import installed_scratch  # noqa: E402
 from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,  # noqa: E402
                            output_tiles, shape_problem, smem_bytes, tiling_problem)
 
+# A null pointer, for the kernel parameters a launch's build never reads (the gather table of
+# a tap gather, the bias of a conv without one, split-K's arrays when unsplit, the kept
+# activation of a conv that adds none): a placeholder array would hold 512 bytes of the pool
+# for each, in every op. CuPy passes a NumPy scalar's 8 bytes as they are.
+UNREAD = np.uint64(0)
+
 # --- the variants -------------------------------------------------------------------------------
 
 
@@ -315,9 +321,8 @@ class Pipelined(Variant):
         smem = self.smem_bytes(t, shape)
         kernel.max_dynamic_shared_size_bytes = smem
         wpack = cupy.asarray(self.packed_weights(weights, k, t))
-        table = cupy.asarray(self.gather_table(k, t) if t.gather == "table"
-                             else np.zeros((1, 4), dtype=np.int32))
-        bias_d = device_weights(bias) if bias is not None else cupy.zeros(1, dtype=cupy.float32)
+        table = cupy.asarray(self.gather_table(k, t)) if t.gather == "table" else UNREAD
+        bias_d = device_weights(bias) if bias is not None else UNREAD
         tiles = output_tiles(k, t)
         shared = installed_scratch() if t.split_k > 1 else None
         if shared is not None:
@@ -327,15 +332,13 @@ class Pipelined(Variant):
             ws = cupy.empty(tiles * t.split_k * t.bm * t.bn, dtype=cupy.float32)
             counters = cupy.zeros(tiles, dtype=cupy.int32)
         else:
-            ws = cupy.zeros(1, dtype=cupy.float32)
-            counters = cupy.zeros(1, dtype=cupy.int32)
+            ws = counters = UNREAD
         grid = self.launch_grid(k, t)
         block = (t.block_threads, 1, 1)
         batch = np.int32(shape.B)
         problem = self.input_problem
         input_argument = self.input_argument(k, t)
         kept_problem = self.kept_problem
-        unused = cupy.zeros(1, dtype=self.kept_dtype)  # what a launch without a kept one passes
 
         def launch(x, y, kept=None):
             message = problem(x, k) or (kept_problem(kept, shape) if kept is not None else "")
@@ -347,7 +350,7 @@ class Pipelined(Variant):
                 args += (input_argument(x),)
             # last: a kernel file written before the add-relu epilogue declares no such
             # parameter, and a launch's arguments past a kernel's own are not read
-            args += (unused if kept is None else kept,)
+            args += (UNREAD if kept is None else kept,)
             kernel(grid, block, args, shared_mem=smem)
 
         return Op(launch, shape.output_shape, compiled.seconds, epilogue, self.stager(shape),

@@ -110,7 +110,8 @@ from .base import ADD_RELU, Support  # noqa: E402
 from .channels_last import NHWC_ACTIVATIONS  # noqa: E402
 from .igemm import learned  # noqa: E402
 from .igemm.cost import diverse  # noqa: E402
-from .igemm.packing import cross_bf16, gemm_weights, operand_parts, round_tf32  # noqa: E402
+from .igemm.packing import (cross_bf16, gemm_weights, last_tile_rows, operand_parts,  # noqa: E402
+                            round_tf32, trim_last_tiles)
 from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
 from .pipelined import Form, Pipelined  # noqa: E402
 
@@ -288,15 +289,18 @@ class Wgmma(Pipelined):
 
     def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
         """Each A part (packing.operand_parts) as the kernel's swizzled shared memory holds its
-        tile: [G][MTILES][KTILES][parts][bm*bk]. With the cross products in BF16: A's TF32 big
-        part, then [big | small] in BF16 per K-tile (packing.cross_bf16)."""
+        tile: [G][MTILES][KTILES][parts][bm*bk], a group's last m-tile trimmed
+        (packing.trim_last_tiles). With the cross products in BF16: A's TF32 big part, then
+        [big | small] in BF16 per K-tile (packing.cross_bf16)."""
         a = gemm_weights(weights, k, t, NHWC)
         if self.form.cross_bf16:
             big = wgmma.swizzle_tiles(round_tf32(a), t)
             cross = wgmma.swizzle_tiles(cross_bf16(a, t.bk), replace(t, bk=2 * t.bk))
-            return np.stack([big, cross.view(np.float32)], axis=3)
-        parts = operand_parts(a, self.maths)
-        return np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
+            parts = [big, cross.view(np.float32)]
+        else:
+            parts = [wgmma.swizzle_tiles(p, t) for p in operand_parts(a, self.maths)]
+        rows = last_tile_rows(k, t, len(parts), wgmma.SWIZZLE_ROWS)
+        return trim_last_tiles(np.stack(parts, axis=3), rows, t.bm)
 
 
 # Reductions below this many terms stay on 3xTF32: the BF16 roundings' worst case (constant

@@ -44,8 +44,9 @@ KERNEL = r"""
 #define PATCHERS 96
 #define A_BYTES (A_WORDS * 4)
 
-// wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][BM*BK] in the
-// tap gather's K order (channel chunk, tap, channel); table, ws and counters are unused.
+// wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][BM*BK] (a
+// group's last m-tile trimmed: FilterTiles) in the tap gather's K order (channel chunk, tap,
+// channel); table, ws and counters are unused.
 """ + mainloop.filled(mainloop.WARP_SPECIALISED_KERNEL, BODY=r"""
     // The A ring, two patches, then the barriers: A full (the bulk copy landed) and empty
     // (every MMA thread is done with it) per A buffer, patch full (each patch copier's copies
@@ -86,14 +87,14 @@ KERNEL = r"""
                     const int gm = walk.filters(t);
                     if (A_RESIDENT && gm == held) continue;
                     held = gm;
-                    const float4* wtiles = wpack + (long long)gm * KTILES * A_VECS;
+                    const float4* wtiles = FilterTiles::first(wpack, gm);
+                    const long long a_step = FilterTiles::step(gm % MTILES);
                     for (int kt = 0; kt < KTILES; ++kt, ++j) {
                         const int stage = j % STAGES;
                         const unsigned bar = afull0 + 8 * stage;
                         mbar_wait(aempty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
                         mbar_arrive_expect(bar, A_BYTES);
-                        bulk_copy(a0 + stage * A_BYTES, wtiles + (long long)kt * A_VECS, A_BYTES,
-                                  bar);
+                        bulk_copy(a0 + stage * A_BYTES, wtiles + kt * a_step, A_BYTES, bar);
                     }
                 }
             }

@@ -38,6 +38,39 @@ typedef StagedBits<ELEM_BYTES>::type elem_t;
 #define A_PARTS (MODE == 1 ? 2 : 1)
 #define A_WORDS (BM * BK * A_PARTS * ELEM_BYTES / 4)
 #define A_VECS (A_WORDS / 4)
+// A group's last m-tile is packed with only the rows it has (igemm.packing.trim_last_tiles), in
+// whole slabs of the A layout (8 swizzled 128-byte rows, or the 16 rows of an mma fragment), so
+// output channels past a whole tile cost no padded filters: the last FC layer's 1,000 rows would
+// otherwise be 1,024. It comes first in its group, its K-tiles A_LAST_VECS apart, and a copy of
+// one still moves A_VECS: the rows past A_LAST_ROWS are the next K-tile's (or the next m-tile's,
+// or a zero tail where the group has one m-tile), and they meet only output rows past MG, which
+// no epilogue stores. 3xTF32's two parts lie side by side in a K-tile, so they keep the padding.
+#define A_SLAB (SWIZZLE ? 8 : 16)
+#define A_LAST_ROWS (A_PARTS == 1 ? (MG - (MTILES - 1) * BM + A_SLAB - 1) / A_SLAB * A_SLAB : BM)
+#define A_LAST_VECS (A_VECS / BM * A_LAST_ROWS)
+struct FilterTiles {
+    static constexpr bool trimmed = A_LAST_ROWS < BM;
+    // K-tile 0 of the filters of (group, m-tile).
+    static __device__ __forceinline__ const float4* first(const float4* wpack, int group,
+                                                          int mtile) {
+        if constexpr (trimmed)
+            return wpack + (long long)group * ((MTILES - 1) * A_VECS + A_LAST_VECS) * KTILES
+                   + (mtile == MTILES - 1 ? 0 : (long long)(A_LAST_VECS + mtile * A_VECS) * KTILES);
+        else
+            return wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
+    }
+    // ... of the pair the halo's walk names as one index, group * MTILES + mtile.
+    static __device__ __forceinline__ const float4* first(const float4* wpack, int filters) {
+        if constexpr (trimmed)
+            return first(wpack, filters / MTILES, filters % MTILES);
+        else
+            return wpack + (long long)filters * KTILES * A_VECS;
+    }
+    // The 16-byte vectors from one K-tile of an m-tile's filters to the next.
+    static __device__ __forceinline__ long long step(int mtile) {
+        return trimmed && mtile == MTILES - 1 ? A_LAST_VECS : A_VECS;
+    }
+};
 // NHWC: B tile stored [n][k]: each pixel's BK channels of a K-tile side by side, copied VEC
 // elements (16 bytes where the channels allow) at a time. Rows padded by 16 bytes: the 8 rows of
 // an ldmatrix (or the 8 pixels of a TF32 fragment read) start in 8 different 16-byte bank
@@ -208,7 +241,7 @@ $BODY
 # and the unit of work (igemm.tile_walks) this block computes.
 GRID_KERNEL = r"""
 // wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
-// (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
+// (host-packed, zero-padded; a group's last m-tile trimmed: FilterTiles); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
 // ws, counters: split-K partial tiles and arrival counts (all counts zero between launches);
 // kept: the residual block's kept activation the add-relu epilogue adds (igemm.epilogue).
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -232,11 +265,11 @@ $BODY
 """
 
 LOAD_A = r"""
-    const float4* wtiles =
-        wpack + (long long)(unit.group * MTILES + unit.mtile) * KTILES * A_VECS;
+    const float4* wtiles = FilterTiles::first(wpack, unit.group, unit.mtile);
+    const long long a_step = FilterTiles::step(unit.mtile);
     auto load_a = [&](int stage, int kt) {
         float* sa = smem + stage * STAGE_WORDS;
-        const float4* src = wtiles + (long long)kt * A_VECS;
+        const float4* src = wtiles + kt * a_step;
 #pragma unroll
         for (int v = 0; v < (A_VECS + THREADS - 1) / THREADS; ++v) {
             const int idx = tid + v * THREADS;
