@@ -7,7 +7,10 @@ each timed on one problem (CUDA events around queued launches, timer.time_device
 cached tunings ignored) and verified against float64 on a sampled image. One JSON line a cell,
 with each tiling's time and the analytic model's estimate of it.
 
-Usage: python scripts/pingpong_vs_own_choice.py OUT.jsonl VARIANT[,VARIANT...] [CELLS]"""
+With CELLS "rule": every suite cell where the own choice is the pingpong twin, the twin
+against the tiling the rule traded for it ("own" in the lines and records).
+
+Usage: python scripts/pingpong_vs_own_choice.py OUT.jsonl VARIANT[,VARIANT...] [CELLS|rule]"""
 
 import json
 import os
@@ -72,13 +75,30 @@ def cells(names, count):
     return tasks
 
 
+def rule_cells(names):
+    """Every suite cell where the own choice is a pingpong twin (igemm.wgmma.preferred_pingpong):
+    the tiling the rule traded for it, then the twin."""
+    tasks = []
+    for name in names:
+        variant = lab.layer_variant(get_variant(name))
+        for layer, batch in suites.cells("all"):
+            shape = layer.at(batch)
+            if not suites.meant_for(name, shape) or not variant.supports(shape):
+                continue
+            own = variant.config_for(shape, layer.epilogue)
+            if own.schedule == "pingpong":
+                traded = correction_choice(variant, shape, layer.epilogue)
+                tasks.append((variant, layer, batch, shape, traded, [traded, own]))
+    return tasks
+
+
 def main():
     draw = guard.draw_images
     guard.draw_images = lambda batch, rng, count=1: draw(batch, rng, count)
     guard.ROW_BUDGET = 2_000_000
     out, names = sys.argv[1], sys.argv[2].split(",")
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 24
-    tasks = cells(names, count)
+    which = sys.argv[3] if len(sys.argv) > 3 else "24"
+    tasks = rule_cells(names) if which == "rule" else cells(names, int(which))
     print(f"{len(tasks)} cells, {sum(len(t[5]) for t in tasks)} tilings", flush=True)
     start = time.time()
     compile_tilings([(variant, t, shape, layer.epilogue)

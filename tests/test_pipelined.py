@@ -190,9 +190,9 @@ def test_gemm_weights_follow_the_kernels_k_order(shape, t, rng):
     assert np.array_equal(a, expected)
 
 
-def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling, parts: int,
-                  slab: int = 16) -> np.ndarray:
-    """[G][MT][KT][parts][bm*bk] as the kernel's copies read `wpack` (FilterTiles in
+def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling,
+                  parts: int) -> np.ndarray:
+    """[G][MT][KT][parts][bm*bk] as the wgmma kernels' copies read `wpack` (FilterTiles in
     igemm.mainloop): a group's last m-tile, where trimmed, comes first, its K-tiles its kept rows apart, and
     each copy moves a whole K-tile. The rows a copy reads past the kept ones belong to another
     tile (or the zero tail) and meet only outputs no epilogue stores; they are zeroed here, as
@@ -201,7 +201,7 @@ def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling, parts:
     flat = packed.reshape(-1)
     G, mt, kt = shape.groups, tiling.m_tiles(shape, t), tiling.k_tiles(shape, t)
     whole = parts * t.bm * t.bk
-    rows = packing.last_tile_rows(shape, t, parts, slab)
+    rows = packing.last_tile_rows(shape, t, parts)
     kept = whole * rows // t.bm
     out = np.empty((G, mt, kt, whole), dtype=packed.dtype)
     ends = []
@@ -238,7 +238,7 @@ def test_wgmma_packs_a_groups_last_m_tile_with_only_its_rows(name, maths, shape,
     a = packing.gemm_weights(w, k, t, NHWC)
     parts = [tensorcore.round_tf32(a)] if maths == "tf32" else packing.operand_parts(a, maths)
     whole = np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
-    assert np.array_equal(tiles_as_read(packed, k, t, 1, slab=8), whole)
+    assert np.array_equal(tiles_as_read(packed, k, t, 1), whole)
     rows = blocks(k.Mg, 8) * 8
     tail = (t.bm - rows) * t.bk if tiling.m_tiles(k, t) == 1 else 0
     assert packed.size == k.groups * rows * tiling.k_tiles(k, t) * t.bk + tail
@@ -249,8 +249,9 @@ def test_wgmma_packs_a_groups_last_m_tile_with_only_its_rows(name, maths, shape,
 def test_packed_fragments_decode_to_the_gemm_weights(shape, t, maths, rng):
     w = rng.standard_normal(shape.weight_shape).astype(np.float32)
     a = packing.gemm_weights(w, shape, t)
-    parts = 2 if maths == "3xtf32" else 1
-    packed = tiles_as_read(packing.pack_weights(w, shape, t, maths), shape, t, parts)
+    packed = packing.pack_weights(w, shape, t, maths)
+    parts = packed.shape[3]
+    assert parts == (2 if maths == "3xtf32" else 1)
     half = maths in tiling.HALF_MATHS
     decoded = [decode_fragments(packed[:, :, :, i], t, half) for i in range(parts)]
     if maths == "tf32":

@@ -299,7 +299,7 @@ class Wgmma(Pipelined):
             parts = [big, cross.view(np.float32)]
         else:
             parts = [wgmma.swizzle_tiles(p, t) for p in operand_parts(a, self.maths)]
-        rows = last_tile_rows(k, t, len(parts), wgmma.SWIZZLE_ROWS)
+        rows = last_tile_rows(k, t, len(parts))
         return trim_last_tiles(np.stack(parts, axis=3), rows, t.bm)
 
 

@@ -94,28 +94,27 @@ def operand_parts(a: np.ndarray, maths: str) -> list[np.ndarray]:
 def pack_weights(weights: np.ndarray, shape: ConvShape, t: Tiling, maths: str,
                  layout: str = NCHW) -> np.ndarray:
     """What the kernel's `wpack` holds: per (group, m-tile, k-tile) the A parts in fragment
-    order, a group's last m-tile trimmed (trim_last_tiles)."""
+    order."""
     parts = operand_parts(gemm_weights(weights, shape, t, layout), maths)
     half = maths in HALF_MATHS
-    tiles = np.stack([fragment_order(p, t, half) for p in parts], axis=3)
-    return trim_last_tiles(tiles, last_tile_rows(shape, t, len(parts)), t.bm)
+    return np.ascontiguousarray(np.stack([fragment_order(p, t, half) for p in parts], axis=3))
 
 
-def last_tile_rows(shape: ConvShape, t: Tiling, parts: int, slab: int = 16) -> int:
-    """The rows a group's last m-tile keeps of each K-tile (the kernel's A_LAST_ROWS): its
-    output channels in whole slabs of the layout (16 rows of an mma fragment, 8 swizzled
-    rows), or all bm rows where a K-tile holds two parts."""
+def last_tile_rows(shape: ConvShape, t: Tiling, parts: int) -> int:
+    """The rows a group's last m-tile keeps of each K-tile in a wgmma pack (the kernel's
+    A_LAST_ROWS): its output channels in whole 8-row swizzle atoms, or all bm rows where a
+    K-tile holds two parts."""
     if parts > 1:
         return t.bm
-    return blocks(shape.Mg - (m_tiles(shape, t) - 1) * t.bm, slab) * slab
+    return blocks(shape.Mg - (m_tiles(shape, t) - 1) * t.bm, 8) * 8
 
 
 def trim_last_tiles(tiles: np.ndarray, rows: int, bm: int) -> np.ndarray:
     """[G][MTILES][KTILES][...one K-tile] -> what the kernel reads (FilterTiles): every group's
     last m-tile, first in its group, keeps the first `rows` of bm rows of each K-tile. A copy
     moves a whole K-tile, so past the last trimmed one it reads the next m-tile's, or, where a
-    group has one m-tile, a zero tail as long as the rows dropped. Both layouts lay a K-tile's
-    rows out in whole slabs, so its first rows are a prefix."""
+    group has one m-tile, a zero tail as long as the rows dropped. A swizzled K-tile lays its
+    rows out one after another, so its first rows are a prefix."""
     if rows == bm:
         return np.ascontiguousarray(tiles)
     G, mt, kt = tiles.shape[:3]

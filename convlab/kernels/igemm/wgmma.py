@@ -27,7 +27,6 @@ from .tiling import (HALF_MATHS, MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, chan
 
 ROW_BYTES = 128  # one swizzle atom row, BK elements: a K-tile
 SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
-SWIZZLE_ROWS = SWIZZLE_ALIGN // ROW_BYTES  # an atom's rows: a trimmed tile keeps whole atoms
 # Blocks a cluster of the persistent schedule may hold (Tiling.cluster): two, on neighbouring
 # m-tiles, share each B copy (igemm.persistent).
 CLUSTERS = (1, 2)
