@@ -887,3 +887,31 @@ def test_the_pingpong_rule_leaves_3xtf32_alone():
     vgg = ConvShape(128, 64, 224, 224, 64, 3, pad=1, bias=True)
     offered = variant.configs(vgg, "relu")
     assert offered[0].schedule != "pingpong" and offered[-1].schedule == "pingpong"
+
+
+@pytest.mark.parametrize("name,shape", [
+    ("wgmma", ConvShape(64, 4096, 1, 1, 1000, 1, bias=True)),
+    ("wgmma-fp16", ConvShape(3, 32, 9, 9, 200, 3, pad=1, groups=2, bias=True)),
+    ("wgmma-3xtf32", ConvShape(64, 4096, 1, 1, 1000, 1, bias=True)),
+    ("channels-last", ConvShape(64, 4096, 1, 1, 1000, 1, bias=True)),
+], ids=["fc-1000", "grouped-100", "3xtf32-two-parts", "mma-fragments"])
+def test_the_kernel_steps_through_the_rows_the_host_packs(name, shape):
+    """The device's A_LAST_ROWS (FilterTiles' step through a group's last m-tile) is the
+    host's packing.last_tile_rows where the pack is trimmed, and a whole tile where it is not
+    (3xTF32's two parts, the mma fragment packs): one build of each, asserted by the compiler."""
+    variant = get_variant(name)
+    k = variant.kernel_shape(shape)
+    t = next(t for t in variant.ranked(shape) if k.Mg % t.bm)
+    single = variant.configured(t)
+    trimmed = name.startswith("wgmma") and single.maths != "3xtf32"
+    rows = packing.last_tile_rows(k, t, 1) if trimmed else t.bm
+    assert (rows < t.bm) == trimmed
+    weights = np.ones(shape.weight_shape, dtype=np.float32)
+    whole = k.groups * tiling.m_tiles(k, t) * t.bm * tiling.k_tiles(k, t) * t.bk
+    packed = single.packed_weights(weights, k, t)
+    assert (packed.size * packed.itemsize < whole * np.dtype(single.input_dtype()).itemsize
+            * (2 if single.maths == "3xtf32" else 1)) == trimmed
+    source = single.source + f'\nstatic_assert(A_LAST_ROWS == {rows}, "the host\'s rows");\n'
+    options = single.compile_options(shape, None)
+    arch = single.arch or jit.CHECK_ARCH
+    assert jit.compile_cubin(single.name, source, options, arch)[:4] == b"\x7fELF"
