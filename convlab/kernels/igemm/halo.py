@@ -87,14 +87,13 @@ KERNEL = r"""
                     const int gm = walk.filters(t);
                     if (A_RESIDENT && gm == held) continue;
                     held = gm;
-                    const float4* wtiles = FilterTiles::first(wpack, gm);
-                    const long long a_step = FilterTiles::step(gm % MTILES);
+                    const FilterTiles wtiles(wpack, gm);
                     for (int kt = 0; kt < KTILES; ++kt, ++j) {
                         const int stage = j % STAGES;
                         const unsigned bar = afull0 + 8 * stage;
                         mbar_wait(aempty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
                         mbar_arrive_expect(bar, A_BYTES);
-                        bulk_copy(a0 + stage * A_BYTES, wtiles + kt * a_step, A_BYTES, bar);
+                        bulk_copy(a0 + stage * A_BYTES, wtiles.tile(kt), A_BYTES, bar);
                     }
                 }
             }

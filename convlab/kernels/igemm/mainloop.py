@@ -48,29 +48,33 @@ typedef StagedBits<ELEM_BYTES>::type elem_t;
 // packs: trimmed, the shipped channels-last tiling of a 1,000-row FC layer ran 3.7% slower.
 #define A_LAST_ROWS (SWIZZLE && A_PARTS == 1 ? (MG - (MTILES - 1) * BM + 7) / 8 * 8 : BM)
 #define A_LAST_VECS (A_VECS / BM * A_LAST_ROWS)
-struct FilterTiles {
-    static constexpr bool trimmed = A_LAST_ROWS < BM;
-    // K-tile 0 of the filters of (group, m-tile).
-    static __device__ __forceinline__ const float4* first(const float4* wpack, int group,
-                                                          int mtile) {
-        if constexpr (trimmed)
-            return wpack + (long long)group * ((MTILES - 1) * A_VECS + A_LAST_VECS) * KTILES
-                   + (mtile == MTILES - 1 ? 0 : (long long)(A_LAST_VECS + mtile * A_VECS) * KTILES);
-        else
-            return wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS;
-    }
-    // ... of the pair the halo's walk names as one index, group * MTILES + mtile.
-    static __device__ __forceinline__ const float4* first(const float4* wpack, int filters) {
-        if constexpr (trimmed)
-            return first(wpack, filters / MTILES, filters % MTILES);
-        else
-            return wpack + (long long)filters * KTILES * A_VECS;
-    }
-    // The 16-byte vectors from one K-tile of an m-tile's filters to the next.
-    static __device__ __forceinline__ long long step(int mtile) {
-        return trimmed && mtile == MTILES - 1 ? A_LAST_VECS : A_VECS;
+// One (group, m-tile)'s run of packed K-tiles: where K-tile kt starts. Constructed from the pair,
+// or from the halo walk's one index for it, group * MTILES + mtile. A type per case, not a
+// `static constexpr` switch (NVRTC gave the member a constant section) nor a step the loaders'
+// lambdas capture: either changed the machine code of builds with whole tiles.
+template <bool Trimmed> struct FilterTileRun;
+template <> struct FilterTileRun<false> {
+    const float4* base;
+    __device__ __forceinline__ FilterTileRun(const float4* wpack, int group, int mtile)
+        : base(wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS) {}
+    __device__ __forceinline__ FilterTileRun(const float4* wpack, int filters)
+        : base(wpack + (long long)filters * KTILES * A_VECS) {}
+    __device__ __forceinline__ const float4* tile(int kt) const {
+        return base + (long long)kt * A_VECS;
     }
 };
+template <> struct FilterTileRun<true> {
+    const float4* base;
+    long long step;
+    __device__ __forceinline__ FilterTileRun(const float4* wpack, int group, int mtile)
+        : base(wpack + (long long)group * ((MTILES - 1) * A_VECS + A_LAST_VECS) * KTILES
+               + (mtile == MTILES - 1 ? 0 : (long long)(A_LAST_VECS + mtile * A_VECS) * KTILES)),
+          step(mtile == MTILES - 1 ? A_LAST_VECS : A_VECS) {}
+    __device__ __forceinline__ FilterTileRun(const float4* wpack, int filters)
+        : FilterTileRun(wpack, filters / MTILES, filters % MTILES) {}
+    __device__ __forceinline__ const float4* tile(int kt) const { return base + kt * step; }
+};
+using FilterTiles = FilterTileRun<(A_LAST_ROWS < BM)>;
 // NHWC: B tile stored [n][k]: each pixel's BK channels of a K-tile side by side, copied VEC
 // elements (16 bytes where the channels allow) at a time. Rows padded by 16 bytes: the 8 rows of
 // an ldmatrix (or the 8 pixels of a TF32 fragment read) start in 8 different 16-byte bank
@@ -265,11 +269,10 @@ $BODY
 """
 
 LOAD_A = r"""
-    const float4* wtiles = FilterTiles::first(wpack, unit.group, unit.mtile);
-    const long long a_step = FilterTiles::step(unit.mtile);
+    const FilterTiles wtiles(wpack, unit.group, unit.mtile);
     auto load_a = [&](int stage, int kt) {
         float* sa = smem + stage * STAGE_WORDS;
-        const float4* src = wtiles + kt * a_step;
+        const float4* src = wtiles.tile(kt);
 #pragma unroll
         for (int v = 0; v < (A_VECS + THREADS - 1) / THREADS; ++v) {
             const int idx = tid + v * THREADS;

@@ -328,14 +328,13 @@ $BODY
 """
 
 LOAD_A_BULK = r"""
-            const float4* wtiles = FilterTiles::first(wpack, unit.group, unit.mtile);
-            const long long a_step = FilterTiles::step(unit.mtile);
+            const FilterTiles wtiles(wpack, unit.group, unit.mtile);
             auto load_a = [&](int stage, int kt) {
                 if (tid == 0) {
                     const unsigned bar = full0 + 8 * stage;
                     mbar_arrive_expect(bar, A_WORDS * 4);
-                    bulk_copy(smem_u32(smem + stage * STAGE_WORDS), wtiles + kt * a_step,
-                              A_WORDS * 4, bar);
+                    bulk_copy(smem_u32(smem + stage * STAGE_WORDS), wtiles.tile(kt), A_WORDS * 4,
+                              bar);
                 }
             };
 """
@@ -365,8 +364,7 @@ LOADER_TMA = r"""
             int j = 0;
             for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
                 const TileUnit unit = walk.unit(u);
-                const float4* wtiles = FilterTiles::first(wpack, unit.group, unit.mtile);
-                const long long a_step = FilterTiles::step(unit.mtile);
+                const FilterTiles wtiles(wpack, unit.group, unit.mtile);
                 // the tile's first pixel, as the gather's ROW_ORIGINS finds it
                 const int n0 = unit.ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
                 const int ho = r / WO, wo = r - ho * WO;
@@ -377,7 +375,7 @@ LOADER_TMA = r"""
                     const unsigned bar = full0 + 8 * stage;
                     const unsigned sa = smem_u32(smem + stage * STAGE_WORDS);
                     mbar_arrive_expect(bar, (A_WORDS + B_WORDS) * 4);
-                    bulk_copy(sa, wtiles + kt * a_step, A_WORDS * 4, bar);
+                    bulk_copy(sa, wtiles.tile(kt), A_WORDS * 4, bar);
                     const int cc = kt / KK, tap = kt - cc * KK, p = tap / KW;
                     if constexpr (CLUSTER > 1) {
                         if (copies_b)
