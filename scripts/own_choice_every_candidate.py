@@ -15,12 +15,11 @@ import time
 
 os.environ.setdefault("CONVLAB_IGNORE_TUNINGS", "1")
 
-from convlab.bench import guard, lab, suites  # noqa: E402
+from convlab.bench import guard, lab  # noqa: E402
 from convlab.gpu import timer  # noqa: E402
-from convlab.kernels import get_variant  # noqa: E402
 from convlab.kernels import wgmma as W  # noqa: E402
 from convlab.kernels.igemm import learned, wgmma as IW  # noqa: E402
-from sweep_tilings import compile_tilings, time_tiling  # noqa: E402
+from sweep_tilings import compile_tilings, suite_cells, time_tiling  # noqa: E402
 
 POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
 
@@ -40,11 +39,7 @@ def main():
     out, names = sys.argv[1], sys.argv[2].split(",")
     tasks = []
     for name in names:
-        variant = lab.layer_variant(get_variant(name))
-        for layer, batch in suites.cells("all"):
-            shape = layer.at(batch)
-            if not suites.meant_for(name, shape) or not variant.supports(shape):
-                continue
+        for variant, layer, batch, shape in suite_cells(name):
             k = variant.kernel_shape(shape)
             old, new = first_sixteen(k, variant.maths)[0], variant.configs(shape, layer.epilogue)[0]
             if old != new:

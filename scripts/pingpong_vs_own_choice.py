@@ -19,11 +19,10 @@ import time
 
 os.environ.setdefault("CONVLAB_IGNORE_TUNINGS", "1")
 
-from convlab.bench import guard, lab, suites  # noqa: E402
+from convlab.bench import guard, lab  # noqa: E402
 from convlab.gpu import timer  # noqa: E402
-from convlab.kernels import get_variant  # noqa: E402
 from convlab.kernels.igemm import cost, tiling, wgmma as IW  # noqa: E402
-from sweep_tilings import compile_tilings, time_tiling  # noqa: E402
+from sweep_tilings import compile_tilings, suite_cells, time_tiling  # noqa: E402
 
 POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
 PER_CELL = 4
@@ -54,12 +53,8 @@ def cells(names, count):
     first (most 64-row tiles), then every fourth of the rest, up to a fifth of the count."""
     tasks = []
     for name in names:
-        variant = lab.layer_variant(get_variant(name))
         found = []
-        for layer, batch in suites.cells("all"):
-            shape = layer.at(batch)
-            if not suites.meant_for(name, shape) or not variant.supports(shape):
-                continue
+        for variant, layer, batch, shape in suite_cells(name):
             k = variant.kernel_shape(shape)
             own = correction_choice(variant, shape, layer.epilogue)
             pingpong = pingpong_tilings(k, variant.maths, own)
@@ -80,11 +75,7 @@ def rule_cells(names):
     the tiling the rule traded for it, then the twin."""
     tasks = []
     for name in names:
-        variant = lab.layer_variant(get_variant(name))
-        for layer, batch in suites.cells("all"):
-            shape = layer.at(batch)
-            if not suites.meant_for(name, shape) or not variant.supports(shape):
-                continue
+        for variant, layer, batch, shape in suite_cells(name):
             own = variant.config_for(shape, layer.epilogue)
             if own.schedule == "pingpong":
                 traded = correction_choice(variant, shape, layer.epilogue)

@@ -108,6 +108,19 @@ def tasks(suite: str, extra: int, variants, with_cudnn: bool, split_cells: bool 
     return out
 
 
+def suite_cells(name: str):
+    """(variant, layer, batch, shape) for every public suite cell meant for variant `name`
+    that it supports, the variant as the lab runs a layer (lab.layer_variant)."""
+    from convlab.bench import lab, suites
+    from convlab.kernels import get_variant
+
+    variant = lab.layer_variant(get_variant(name))
+    for layer, batch in suites.cells("all"):
+        shape = layer.at(batch)
+        if suites.meant_for(name, shape) and variant.supports(shape):
+            yield variant, layer, batch, shape
+
+
 def candidate_configs(variant, shape, epilogue, count):
     from convlab.kernels.igemm.cost import diverse
 
