@@ -18,7 +18,7 @@ os.environ.setdefault("CONVLAB_IGNORE_TUNINGS", "1")
 from convlab.bench import guard, lab  # noqa: E402
 from convlab.gpu import timer  # noqa: E402
 from convlab.kernels import wgmma as W  # noqa: E402
-from convlab.kernels.igemm import learned, wgmma as IW  # noqa: E402
+from convlab.kernels.igemm import cost, learned, wgmma as IW  # noqa: E402
 from sweep_tilings import compile_tilings, suite_cells, time_tiling  # noqa: E402
 
 POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01, budget_s=0.25)
@@ -27,9 +27,10 @@ POLICY = timer.TimingPolicy(warmup=2, min_runs=5, max_runs=200, target_rse=0.01,
 def first_sixteen(k, maths):
     """The correction's order over the analytic model's diverse first MAX_CONFIGS (four of
     them halo tilings where the layer has them), blocks alone: the choice before 2026-11-29."""
-    ranked = tuple(t for t in IW.ranked(k, maths) if t.cluster == 1 and t.schedule != "pingpong")
+    ranked = tuple(t for t in cost.ranked(k, maths, IW.FAMILY)
+                   if t.cluster == 1 and t.schedule != "pingpong")
     return sorted(W._spread(ranked, 0),
-                  key=lambda t: learned.score(k, t, maths, IW.estimate(k, t, maths)))
+                  key=lambda t: learned.score(k, t, maths, cost.estimate(k, t, maths, IW.FAMILY)))
 
 
 def main():

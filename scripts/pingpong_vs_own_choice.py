@@ -32,7 +32,7 @@ def pingpong_tilings(k, maths, own):
     """The pingpong tilings to time on a layer: `own`'s N and gather at the two
     deepest stage counts that fit, 256 wide with the same gather, and the analytic model's
     first pingpong tiling."""
-    ranked = [t for t in IW.ranked(k, maths) if t.schedule == "pingpong"]
+    ranked = [t for t in cost.ranked(k, maths, IW.FAMILY) if t.schedule == "pingpong"]
     found = []
     for bn in (own.bn, 256):
         same = sorted((t for t in ranked if t.bn == bn and t.gather == own.gather),
@@ -105,7 +105,7 @@ def main():
                 k = variant.kernel_shape(shape)
                 record["tilings"].append({
                     "tiling": t.brief(), "config": t.as_dict(),
-                    "estimate_us": IW.estimate(k, t, variant.maths), **result})
+                    "estimate_us": cost.estimate(k, t, variant.maths, IW.FAMILY), **result})
             journal.write(json.dumps(record) + "\n")
             journal.flush()
             times = {r["tiling"]: r.get("median_ms") for r in record["tilings"]}

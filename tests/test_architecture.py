@@ -262,3 +262,39 @@ def test_the_implicit_gemm_kernels_take_their_tiles_from_a_tile_walk():
         assert not re.findall(r"\b(blockIdx|gridDim)\b", CODE_NOISE.sub("", source))
     for pipeline in (mainloop.PIPELINE, wgmma_pieces.PIPELINE):
         assert re.findall(r"\bblockIdx\b", CODE_NOISE.sub("", pipeline)) == ["blockIdx"]
+
+
+def test_one_cost_model_ranks_every_implicit_gemm_family():
+    """The tiling cost model is igemm.cost's alone: a family (mma.sync, wgmma) gives its
+    candidates and schedules, and no other module of the package models a tiling's time or
+    orders tilings itself; every tunable variant ranks through it."""
+    import inspect
+    from unittest import mock
+
+    from convlab.kernels import VARIANTS
+    from convlab.kernels.igemm import cost, mma_sync, wgmma
+    from convlab.shapes import ConvShape
+
+    for name in modules():
+        if not name.startswith("convlab.kernels") or name == "convlab.kernels.igemm.cost":
+            continue
+        module = importlib.import_module(name)
+        own = [attribute for attribute, value in vars(module).items()
+               if inspect.isfunction(value) and value.__module__ == name
+               and attribute in ("estimate", "ranked", "candidates")]
+        assert not own, (name, own)
+    families = [*mma_sync.FAMILIES.values(), wgmma.FAMILY]
+    assert all(isinstance(f, cost.Family) for f in families)
+    schedules = [*wgmma.SCHEDULES.values(), *(f.schedule for f in mma_sync.FAMILIES.values())]
+    assert all(isinstance(s, cost.Schedule) for s in schedules)
+    tunable = [v for v in VARIANTS.values() if hasattr(v, "ranked")]
+    assert len(tunable) >= 13
+    seen = []
+    shape = ConvShape(8, 64, 14, 14, 64, 3, pad=1)
+    cost.ranked.cache_clear()
+    with mock.patch.object(cost, "estimate", side_effect=lambda s, t, m, family, kept=0:
+                           seen.append(family) or 1.0):
+        for variant in tunable:
+            assert variant.ranked(shape)
+    cost.ranked.cache_clear()
+    assert set(map(id, seen)) == set(map(id, families))

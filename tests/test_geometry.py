@@ -10,7 +10,7 @@ from convlab.bench import guard
 from convlab.errors import ConvlabError
 from convlab.gpu import tensormap
 from convlab.kernels import VARIANTS
-from convlab.kernels.igemm import gather_nhwc, halo, tiling, wgmma
+from convlab.kernels.igemm import cost, gather_nhwc, halo, tiling, wgmma
 from convlab.kernels.igemm.tiling import Tiling
 from convlab.oracle.reference import conv2d_float64, conv2d_with_magnitude, conv_shape_args
 from convlab.oracle.verify import random_problem, reference_output
@@ -94,10 +94,10 @@ def test_only_the_nhwc_families_cudnn_and_the_cpu_take_them():
 
 def test_the_halo_schedule_is_not_offered_a_rectangular_or_dilated_layer():
     square = ConvShape(8, 64, 14, 14, 64, 3, pad=1)
-    assert any(t.schedule == "halo" for t in wgmma.ranked(square, "fp16"))
+    assert any(t.schedule == "halo" for t in cost.ranked(square, "fp16", wgmma.FAMILY))
     for shape in (ConvShape(8, 64, 14, 14, 64, 1, Kw=3, pad_w=1),
                   ConvShape(8, 64, 14, 14, 64, 3, pad=2, dilation=2)):
-        assert not any(t.schedule == "halo" for t in wgmma.ranked(shape, "fp16"))
+        assert not any(t.schedule == "halo" for t in cost.ranked(shape, "fp16", wgmma.FAMILY))
         t = Tiling(64, 112, 64, 4, 1, 2, 1, "tap", "halo", 1)
         assert "square, undilated filters" in halo.problem(shape, t, "fp16", 9)
 

@@ -216,7 +216,9 @@ def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     """On an H100, `convlab tune --kernel pipelined` stored a tiling that `compare` then did
     not use: the variant never read the cache."""
     from convlab.kernels import get_variant
-    from convlab.kernels.pipelined import ranked
+    from convlab.kernels.igemm.cost import ranked
+    from convlab.kernels.igemm.mma_sync import FAMILIES
+    from convlab.shapes import NCHW
 
     variant = get_variant("pipelined")
     default = variant.config_for(SHAPE, RELU)
@@ -227,7 +229,7 @@ def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     assert variant.defines(SHAPE, RELU)["BN"] == other["bn"]
     assert variant.config_for(SHAPE, None) == default  # another epilogue, another entry
     # a variant reads only its own entries
-    assert get_variant("pipelined-3xtf32").config_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32")[0]
+    assert get_variant("pipelined-3xtf32").config_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32", FAMILIES[NCHW])[0]
     fixed = variant.configured(default)
     assert fixed.config_for(SHAPE, RELU) == default  # a fixed tiling (what tune times) wins
     tuning.store(key, {"config": {**other, "bm": "huge"}})

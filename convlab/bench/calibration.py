@@ -1,8 +1,8 @@
-"""How well a variant's tiling cost model (kernels/igemm/cost.py; wgmma's in igemm/wgmma.py)
-agrees with what `convlab tune` measured: per sweep record, the share of candidate pairs it
-orders as the GPU did, and how much slower than the measured best is the candidate it ranks
-first. The models' constants are calibrated against the committed records with this, and a
-test keeps them honest."""
+"""How well the tiling cost model (kernels/igemm/cost.py, over each family's schedules) agrees
+with what `convlab tune` measured: per sweep record, the share of candidate pairs it orders as
+the GPU did, and how much slower than the measured best is the candidate it ranks first. The
+model's constants are calibrated against the committed records with this, and a test keeps
+them honest."""
 
 from __future__ import annotations
 

@@ -54,6 +54,7 @@ from ..shapes import NCHW, SQUARE_FEATURES, ConvShape, memory_view  # noqa: E402
 from .base import (ADD_RELU, RELU, Arithmetic, Op, Support, Variant, check_inputs,  # noqa: E402
                    check_supported, device_weights, direct_arithmetic, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
+from .igemm.mma_sync import FAMILIES  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
 from .igemm.packing import pack_weights  # noqa: E402
 from .igemm.staging import NchwStaging, stage_dtype  # noqa: E402
@@ -196,11 +197,11 @@ class Pipelined(Variant):
 
     def ranked(self, shape: ConvShape) -> tuple[Tiling, ...]:
         """Every tiling that fits the layer, the cost model's favourite first."""
-        return ranked(self.kernel_shape(shape), self.maths, self.layout)
+        return ranked(self.kernel_shape(shape), self.maths, FAMILIES[self.layout])
 
     def tiling_estimate(self, shape: ConvShape, t: Tiling) -> float:
         """The cost model's microseconds for `t` on the layer (what `ranked` orders by)."""
-        return estimate(self.kernel_shape(shape), t, self.maths, self.layout)
+        return estimate(self.kernel_shape(shape), t, self.maths, FAMILIES[self.layout])
 
     def smallest_tiling(self) -> Tiling:
         return Tiling(32, 32, k_step(self.maths), 1, 4, 2, 1, "table")

@@ -109,7 +109,7 @@ from ..shapes import NHWC, ConvShape  # noqa: E402
 from .base import ADD_RELU, Support  # noqa: E402
 from .channels_last import NHWC_ACTIVATIONS  # noqa: E402
 from .igemm import learned  # noqa: E402
-from .igemm.cost import diverse  # noqa: E402
+from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.packing import (cross_bf16, gemm_weights, last_tile_rows, operand_parts,  # noqa: E402
                             round_tf32, trim_last_tiles)
 from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
@@ -122,7 +122,8 @@ CLUSTER_CONFIGS = 4  # of MAX_CONFIGS; see Wgmma.configs
 @lru_cache(maxsize=256)
 def _offered(k: ConvShape, maths: str, kept_bytes: int = 0,
              adds: bool = False) -> tuple[Tiling, ...]:
-    candidates = tuple(t for t in wgmma.ranked(k, maths, kept_bytes) if t.schedule != "pingpong")
+    candidates = tuple(t for t in ranked(k, maths, wgmma.FAMILY, kept_bytes)
+                       if t.schedule != "pingpong")
     if not candidates:
         return ()
     if kept_bytes:
@@ -132,7 +133,7 @@ def _offered(k: ConvShape, maths: str, kept_bytes: int = 0,
         # 128x256, 1.23-1.34x slower fused than 128x128 on an H200.
         candidates = _spread(tuple(t for t in candidates if t.cluster == 1), 0)
     by_score = tuple(sorted(candidates, key=lambda t: learned.score(
-        k, t, maths, wgmma.estimate(k, t, maths, kept_bytes))))
+        k, t, maths, estimate(k, t, maths, wgmma.FAMILY, kept_bytes))))
     chosen = set(_spread(by_score, CLUSTER_CONFIGS))
     offered = tuple(t for t in by_score if t in chosen)
     # The pingpong schedule is outside the correction's data: the own choice takes it by rule
@@ -243,10 +244,10 @@ class Wgmma(Pipelined):
         return wgmma.layer_problem(self.kernel_shape(shape), t, self.maths)
 
     def ranked(self, shape: ConvShape) -> tuple[Tiling, ...]:
-        return wgmma.ranked(self.kernel_shape(shape), self.maths)
+        return ranked(self.kernel_shape(shape), self.maths, wgmma.FAMILY)
 
     def tiling_estimate(self, shape: ConvShape, t: Tiling) -> float:
-        return wgmma.estimate(self.kernel_shape(shape), t, self.maths)
+        return estimate(self.kernel_shape(shape), t, self.maths, wgmma.FAMILY)
 
     def configs(self, shape, epilogue=None):
         """Every candidate ordered by the fitted correction (igemm.learned), so the first is

@@ -1,143 +1,110 @@
-"""The cost model that ranks tilings for a layer (`ranked`), and the short, varied list the
-tuner tries (`diverse`). Its rates are the H100's, calibrated on what `convlab tune` measured."""
+"""The one cost model that ranks implicit-GEMM tilings for a layer, every family alike
+(`estimate`, `ranked`), and the short, varied list the tuner tries (`diverse`).
 
-import itertools
-import math
+A tiling's modelled time is the busiest SM's: `ceil(tiles / SMS)` waves of blocks, each block's
+K-loop and epilogue as its schedule runs them (`Schedule.busy`), at least the DRAM floor, plus
+split-K's partial tiles through memory and an add-relu epilogue's exposed read of its kept
+activation (`Schedule.kept_read`). A family of kernels, one MMA instruction's (`Family`: the
+mma.sync kernels in igemm.mma_sync, the wgmma ones in igemm.wgmma), says which tilings it can
+run on a layer, which schedule runs each, and how ranking breaks ties. Its rates are the
+H100's, calibrated on what `convlab tune` measured."""
+
+from __future__ import annotations
+
 from functools import lru_cache
 
 from ...gpu.hardware import H100
-from ...shapes import NCHW, NHWC, ConvShape
-from ..base import blocks
-from .tiling import (HALF_MATHS, Tiling, a_parts, channel_vector, element_bytes, k_step,
-                     k_tiles, output_tiles, shape_problem, smem_bytes, tiling_problem,
-                     vector_rows)
+from ...shapes import ConvShape
+from .tiling import Tiling, a_parts, element_bytes, k_tiles, output_tiles
 
-# --- choosing tilings: a cost model over the candidates -----------------------------------------
-
-# H100 SXM figures the model ranks tilings with (only ratios matter): MMA instructions an SM
-# retires per cycle (322 TFLOP/s of m16n8k8 TF32 = 2,048 FLOP each, 132 SMs, ~1.76 GHz; the
-# m16n8k16 16-bit MMA is assumed to take the same time for twice the work), shared-memory and
-# L2 bytes per SM per cycle, warp instructions issued per SM per cycle, DRAM bytes per cycle for
-# the whole GPU, the latency a K-tile's loads must hide (from L2, and from DRAM under a
-# streaming load), and the warps an SM needs in flight to keep its tensor cores busy: ncu shows
-# a one-block-per-SM tile stalled on MMA dependencies, and the tuner's sweeps (checked by
-# bench/calibration.py against results/h100/channels-last-20261125) set these three.
+# H100 SXM figures every family's schedules share (only ratios matter): shared-memory and L2
+# bytes per SM per cycle, DRAM bytes per cycle for the whole GPU, the latency a K-tile's loads
+# must hide (from L2, and from DRAM under a streaming load) and the clock; the tuner's sweeps
+# (checked by bench/calibration.py against results/h100/channels-last-20261125) set them.
 SMS = H100.sms
-MMA_PER_CYCLE = 0.68
 SMEM_BYTES_PER_CYCLE = 128
 L2_BYTES_PER_CYCLE = 48
-ISSUE_PER_CYCLE = 4
 DRAM_BYTES_PER_CYCLE = 1700
 LOAD_LATENCY = 1000
 DRAM_LATENCY = 3000
-WARPS_FOR_PEAK = 8
-BARRIER_CYCLES = 30
 CLOCK_MHZ = 1755
-REGISTERS = H100.limits.registers_per_sm
-# Fraction of the binding rate a well-fed pipeline sustains (issue conflicts, tails).
-SUSTAINED = 0.85
+# A tiling its schedule expects to spill registers (Schedule.spills) takes this much longer.
+SPILL_PENALTY = 1.3
 
 
-def gather_options(shape: ConvShape, maths: str, layout: str = NCHW) -> list[tuple[str, int]]:
-    """(gather, bk) pairs worth trying, best first: tap order with a bk that divides the group's
-    channels; else whichever of tap (channels padded to bk) and table (reduction padded to bk)
-    pads less, the table's lookups counted as 25% more work (5% reading NHWC: one per
-    vector)."""
-    step = k_step(maths)
-    sizes = [bk for bk in (32, 64, 16, 48) if bk % step == 0]
-    exact = [("tap", bk) for bk in sizes if shape.Cg % bk == 0]
-    if exact:
-        return exact[:2]
-    kk = shape.taps
-    options = [("tap", bk) for bk in sizes[:2]]
-    options += [("table", bk) for bk in (32, 16) if bk % step == 0]
+class Schedule:
+    """What the cost model asks of a schedule: how many of a tiling's blocks an SM runs at once,
+    the busiest SM's cycles for its K-loops and epilogues, whether it spills, and the exposed
+    time of an add-relu epilogue's kept read."""
 
-    def work(option):
-        gather, bk = option
-        if gather == "tap":
-            padded = blocks(shape.Cg, bk) * bk * kk
-        else:
-            padded = blocks(shape.Cg * kk, bk) * bk
-        table_cost = 1.05 if layout == NHWC else 1.25
-        return padded * (table_cost if gather == "table" else 1.0)
+    name = ""
 
-    return sorted(options, key=work)[:2]
+    def resident(self, shape: ConvShape, t: Tiling, maths: str) -> int:
+        """Blocks of `t` an SM runs at once."""
+        raise NotImplementedError
 
+    def busy(self, shape: ConvShape, t: Tiling, maths: str, waves: int, resident: int,
+             k_count: float, epilogue: float) -> float:
+        """Cycles of the busiest SM: `waves` blocks a slot, `resident` of them at once, each
+        `k_count` K-tiles and an epilogue of `epilogue` cycles."""
+        raise NotImplementedError
 
-def gather_rows(t: Tiling, maths: str, layout: str, shape: ConvShape) -> int:
-    """B elements (NCHW) or vectors (NHWC) a thread gathers per K-tile."""
-    if layout == NHWC:
-        return vector_rows(t, channel_vector(shape.Cg, maths))
-    return t.rows_per_thread * (t.bn // t.column_threads)
+    def spills(self, shape: ConvShape, t: Tiling, maths: str) -> bool:
+        return False
+
+    def kept_read(self, shape: ConvShape, t: Tiling, kept_bytes: int) -> float:
+        """Cycles an add-relu epilogue waits for its kept activation (elements of `kept_bytes`
+        bytes), beyond the K-loops."""
+        raise NotImplementedError(f"the {self.name} schedule's kept read was never measured")
 
 
-def estimate_registers(t: Tiling, maths: str, layout: str = NCHW, rows: int = 0) -> int:
-    mf, nf = t.wm // 16, t.wn // 8
-    sets = 2 if maths == "3xtf32" else 1
-    fragments = sets * (mf * 4 + nf * 2)
-    if layout == NHWC:
-        held = 4 * rows  # a 64-bit offset and a row origin per B row
-    else:
-        held = rows if maths in HALF_MATHS else 0  # fp16/bf16 B elements in flight
-    return min(255, sets * t.accumulators + fragments + held + 40)
+class Family:
+    """One family of kernels (one MMA instruction) as the cost model sees it: the tilings it
+    can run on a layer, the schedule that runs each, and how ranking breaks a tie in modelled
+    time."""
+
+    def candidates(self, shape: ConvShape, maths: str) -> list[Tiling]:
+        raise NotImplementedError
+
+    def schedule_of(self, t: Tiling) -> Schedule:
+        raise NotImplementedError
+
+    def tie_break(self, t: Tiling) -> tuple:
+        raise NotImplementedError
 
 
-def blocks_per_sm(t: Tiling, maths: str, layout: str = NCHW, rows: int = 0) -> int:
-    regs = -(-estimate_registers(t, maths, layout, rows) // 8) * 8
-    by_regs = REGISTERS // (regs * t.threads)
-    by_smem = H100.limits.shared_per_sm // (smem_bytes(t, maths, layout)
-                                            + H100.limits.reserved_shared_per_block)
-    return max(1, min(by_regs, by_smem, 64 // (t.threads // 32)))
-
-
-def estimate(shape: ConvShape, t: Tiling, maths: str, layout: str = NCHW) -> float:
-    """Modelled time in microseconds, for ranking tilings.
-
-    A block's K-tile costs the largest of its MMA, shared-memory, L2 and issue cycles, plus a
-    barrier, the MMA rate scaled down when the SM holds fewer than WARPS_FOR_PEAK warps; its
-    loads, issued stages-1 K-tiles ahead (1 for NCHW fp16/bf16), must also cover their latency
-    (load_latency), shared among the blocks resident on the SM. The busiest SM runs
-    ceil(tiles/SMS) blocks, each also paying an unhidden pipeline fill and its epilogue. The
-    result is at least the DRAM floor; split-K adds its partial tiles' traffic.
-    """
-    half = maths in HALF_MATHS
-    e = element_bytes(maths)
-    warps = t.threads // 32
-    mf, nf = t.wm // 16, t.wn // 8
-    steps = t.bk // k_step(maths)  # MMA k-steps per K-tile
-    mult = 3 if maths == "3xtf32" else 1
-    mma = warps * mf * nf * steps * mult
-    smem_read = warps * steps * (mf * 512 * a_parts(maths) + nf * 256)
-    smem_write = t.bm * t.bk * e * a_parts(maths) + t.bn * t.bk * e
-    # A comes from L2 every K-tile; most of an NCHW gather hits L1 (each input feeds K*K taps),
-    # while the 16-byte NHWC copies bypass L1 (.cg).
-    l2 = t.bm * t.bk * e * a_parts(maths) + t.bn * t.bk * e / (1 if layout == NHWC else 3)
-    frag_loads = mf * a_parts(maths) + (nf // 2 if half else 2 * nf)
-    converts = {"tf32": 2 * nf, "3xtf32": 6 * nf + mf * nf * 4 / steps}.get(maths, 0)
-    rows = gather_rows(t, maths, layout, shape)
-    if layout == NHWC:
-        per_element = 3.0  # an address, a bounds test and one cp.async per vector
-    else:
-        per_element = (2.5 if half else 1.2) + (8.0 if t.gather == "table" else 0.0)
-    gather = warps * (rows * per_element + 12)
-    issue = warps * steps * (mf * nf * mult + frag_loads + converts) + gather
-    per_sm = -(-output_tiles(shape, t) * t.split_k // SMS)
-    resident = min(blocks_per_sm(t, maths, layout, rows), per_sm)
-    mma_rate = MMA_PER_CYCLE * min(1.0, resident * warps / WARPS_FOR_PEAK)
-    k_tile = max(mma / mma_rate, (smem_read + smem_write) / SMEM_BYTES_PER_CYCLE,
-                 l2 / L2_BYTES_PER_CYCLE, issue / ISSUE_PER_CYCLE) / SUSTAINED + BARRIER_CYCLES
-    ahead = 1 if half and layout == NCHW else t.stages - 1
+def estimate(shape: ConvShape, t: Tiling, maths: str, family: Family,
+             kept_bytes: int = 0) -> float:
+    """Modelled microseconds of `t` on the layer, for ranking: the busiest SM's waves of blocks
+    (Schedule.busy), at least the DRAM floor; split-K's partial tiles written and read back;
+    with `kept_bytes` (an add-relu epilogue reading a kept activation of that element size),
+    the kept read's exposed time (Schedule.kept_read); SPILL_PENALTY where it spills."""
+    schedule = family.schedule_of(t)
+    tiles = output_tiles(shape, t) * t.split_k
+    waves = -(-tiles // SMS)
+    resident = min(schedule.resident(shape, t, maths), waves)
     k_count = k_tiles(shape, t) / t.split_k
-    latency = load_latency(shape, t, maths, k_count)
-    k_tile = max(k_tile, latency / (ahead * resident))
     epilogue = 2 * t.bm * t.bn * 4 / SMEM_BYTES_PER_CYCLE
-    per_block = k_count * k_tile + (latency + epilogue) / resident
-    total = max(per_sm * per_block, dram_bytes(shape, maths) / DRAM_BYTES_PER_CYCLE)
+    total = max(schedule.busy(shape, t, maths, waves, resident, k_count, epilogue),
+                dram_bytes(shape, maths) / DRAM_BYTES_PER_CYCLE)
     if t.split_k > 1:
-        total += output_tiles(shape, t) * t.split_k * t.bm * t.bn * 8 / DRAM_BYTES_PER_CYCLE
-    if estimate_registers(t, maths, layout, rows) >= 255:
-        total *= 1.3  # likely spills
+        total += tiles * t.bm * t.bn * 8 / DRAM_BYTES_PER_CYCLE
+    if kept_bytes:
+        total += schedule.kept_read(shape, t, kept_bytes)
+    if schedule.spills(shape, t, maths):
+        total *= SPILL_PENALTY
     return total / CLOCK_MHZ
+
+
+@lru_cache(maxsize=512)
+def ranked(shape: ConvShape, maths: str, family: Family,
+           kept_bytes: int = 0) -> tuple[Tiling, ...]:
+    """The family's candidates for the layer by modelled time (`estimate`'s, `kept_bytes` as
+    there), ties broken by the family (Family.tie_break), then by name."""
+    def key(t):
+        return (round(estimate(shape, t, maths, family, kept_bytes), 2), *family.tie_break(t),
+                t.brief())
+    return tuple(sorted(family.candidates(shape, maths), key=key))
 
 
 def dram_bytes(shape: ConvShape, maths: str) -> float:
@@ -163,46 +130,12 @@ def load_latency(shape: ConvShape, t: Tiling, maths: str, k_count: float) -> flo
     return LOAD_LATENCY + unique * (DRAM_LATENCY - LOAD_LATENCY)
 
 
-WARP_GRIDS = ((2, 2), (1, 4), (4, 1), (2, 4), (4, 2), (1, 8), (8, 1))
-
-
 def split_options(shape: ConvShape, base: Tiling) -> list[int]:
     """K-splits worth trying for `base`: 1, and 2, 4 or 8 where the output tiles cannot fill
     two waves and each split keeps at least 4 K-tiles."""
     if output_tiles(shape, base) >= 2 * SMS:
         return [1]
     return [1] + [s for s in (2, 4, 8) if k_tiles(shape, base) >= 4 * s]
-
-
-def candidates(shape: ConvShape, maths: str, layout: str = NCHW) -> list[Tiling]:
-    """Every valid tiling with warp tiles of at least 32x32 (or 16x64), M-padding within 15% of
-    the least, and split-K only where the output tiles cannot fill two waves."""
-    waste = {bm: blocks(shape.Mg, bm) * bm for bm in (32, 64, 96, 128, 192, 256)}
-    least = min(waste.values())
-    bms = [bm for bm, padded in waste.items() if padded <= 1.15 * least]
-    stage_options = (2,) if maths in HALF_MATHS and layout == NCHW else (2, 3, 4)
-    found = []
-    for (gather, bk), bm, bn, (wgm, wgn), stages in itertools.product(
-            gather_options(shape, maths, layout), bms, (32, 64, 128, 256), WARP_GRIDS,
-            stage_options):
-        base = Tiling(bm, bn, bk, wgm, wgn, stages, 1, gather)
-        if tiling_problem(base, maths, layout) or base.accumulators < 32:
-            continue
-        for s in split_options(shape, base):
-            t = Tiling(bm, bn, bk, wgm, wgn, stages, s, gather)
-            if not shape_problem(shape, t, layout, maths):
-                found.append(t)
-    return found
-
-
-@lru_cache(maxsize=256)
-def ranked(shape: ConvShape, maths: str, layout: str = NCHW) -> tuple[Tiling, ...]:
-    """Candidates by modelled time; ties go to squarer warp tiles (fewer fragment loads per
-    MMA), then to more stages (slack for load latency the model does not see)."""
-    def key(t):
-        return (round(estimate(shape, t, maths, layout), 2), abs(math.log2(t.wm / t.wn)),
-                -t.stages, t.brief())
-    return tuple(sorted(candidates(shape, maths, layout), key=key))
 
 
 def diverse(tilings: tuple[Tiling, ...], count: int, per_block_tile: int = 2) -> list[Tiling]:

@@ -1,4 +1,4 @@
-"""The wgmma variants' own choice: the analytic cost model's candidates (igemm.wgmma.ranked)
+"""The wgmma variants' own choice: the analytic cost model's candidates (igemm.cost.ranked)
 reordered by a correction fitted on measured sweeps, so that a layer nobody tuned gets a
 tiling near the best of them (kernels.wgmma's `_offered` orders every candidate by it and
 keeps a short, spread list for `convlab tune`).

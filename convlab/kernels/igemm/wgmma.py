@@ -13,7 +13,6 @@ schedule each warpgroup holds a 64-row tile of its own (the pieces read the warp
 import itertools
 import math
 from dataclasses import replace
-from functools import lru_cache
 
 import numpy as np
 
@@ -372,11 +371,11 @@ WARPGROUPS_FOR_PEAK = 3
 WGMMA_FLOP_PER_CYCLE = {"fp16": 4096, "bf16": 4096, "tf32": 2048, "3xtf32": 2048 / 3}
 
 
-class Schedule:
+class Schedule(cost.Schedule):
     """What one schedule of the wgmma kernel (Tiling.schedule) owns: its shared memory, the
-    registers its threads need, its own rules, the time the cost model gives its K-loop and
-    epilogue, its candidates and its defines. The functions below ask the tiling's schedule
-    (`schedule_of`); what every schedule shares stays in them."""
+    registers its threads need, its own rules, the time the cost model (igemm.cost) gives its
+    K-loop and epilogue, its candidates and its defines. The functions below ask the tiling's
+    schedule (`schedule_of`); what every schedule shares stays in them."""
 
     name = ""
     warp_specialised = True  # a loader warpgroup beside the MMA warps, blocks per SM bounded
@@ -426,15 +425,15 @@ class Schedule:
             return f"the gather's row step {step} must be a multiple of 8 for the swizzle"
         return ""
 
-    def resident(self, t: Tiling, maths: str, blocks: int) -> int:
+    def resident(self, shape: ConvShape, t: Tiling, maths: str) -> int:
         """Blocks an SM runs at once, for the cost model: its blocks per SM."""
-        return blocks
+        return blocks_per_sm(t, maths, shape)
 
-    def busy(self, shape: ConvShape, t: Tiling, maths: str, waves: int, resident: int,
-             mma: float, k_count: float, epilogue: float) -> float:
-        """Cycles of the busiest SM: `waves` blocks a slot, each K-tile at least `mma` cycles
-        of resident blocks issuing at the rate they reach (estimate)."""
-        raise NotImplementedError
+    def kept_read(self, shape: ConvShape, t: Tiling, kept_bytes: int) -> float:
+        """The kept read's DRAM time, KEPT_EXPOSURE times over, and KEPT_EXTRA_ROUND more of
+        it for every wait of a thread's store past the first (kept_rounds)."""
+        kept = shape.B * shape.M * shape.Ho * shape.Wo * kept_bytes / cost.DRAM_BYTES_PER_CYCLE
+        return kept * KEPT_EXPOSURE * (1 + KEPT_EXTRA_ROUND * (kept_rounds(t) - 1))
 
     def options(self, shape: ConvShape, base: Tiling) -> list[Tiling]:
         """The schedule's tilings built on a grid-schedule `base` (candidates)."""
@@ -451,6 +450,13 @@ def _issuing(t: Tiling, resident: int) -> float:
     return min(1.0, resident * (t.warps_m // 4) / WARPGROUPS_FOR_PEAK)
 
 
+def _mma_cycles(t: Tiling, maths: str) -> float:
+    """A K-tile's wgmma cycles at the full rate: a narrow N re-reads A (less efficient), and a
+    tail wgmma is charged as 32 columns."""
+    columns = -(-t.bn // 32) * 32
+    return 2 * t.bm * columns * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
+
+
 class Grid(Schedule):
     """A block per output tile (and K-split); every thread copies and multiplies."""
 
@@ -461,11 +467,13 @@ class Grid(Schedule):
         stages = t.stages * (t.bm + t.bn) * a_parts(maths) * ROW_BYTES
         return max(stages, t.bn * (t.bm + 4) * 4) + SWIZZLE_ALIGN
 
-    def resident(self, t, maths, blocks):
+    def resident(self, shape, t, maths):
         registers = -(-mma_registers(t, maths) // 8) * 8 * t.threads
-        return max(1, min(H100.limits.registers_per_sm // registers, blocks))
+        return max(1, min(H100.limits.registers_per_sm // registers,
+                          blocks_per_sm(t, maths, shape)))
 
-    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+    def busy(self, shape, t, maths, waves, resident, k_count, epilogue):
+        mma = _mma_cycles(t, maths)
         # waits for the loads' latency over the STAGES-2 tiles in flight, once per tile
         latency = cost.load_latency(shape, t, maths, k_count)
         k_tile = max(mma * resident / _issuing(t, resident), latency / (t.stages - 2)) / resident
@@ -506,7 +514,8 @@ class Persistent(Schedule):
                     "(two accumulator sets)")
         return super().tiling_problem(t, maths)
 
-    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+    def busy(self, shape, t, maths, waves, resident, k_count, epilogue):
+        mma = _mma_cycles(t, maths)
         # waits over STAGES-1 tiles in flight (all STAGES with the copy engine's gather, where
         # no loader waits to publish), once per block: the loaders run ahead into the next tile
         latency = cost.load_latency(shape, t, maths, k_count)
@@ -563,7 +572,8 @@ class Pingpong(Persistent):
             return "the pingpong schedule runs two warpgroups, a tile each: warps_m 8"
         return super().tiling_problem(t, maths)
 
-    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+    def busy(self, shape, t, maths, waves, resident, k_count, epilogue):
+        mma = _mma_cycles(t, maths)
         # the tensor cores see every tile's K-loop back to back; one epilogue, the last, shows.
         # It counts both warpgroups issuing, where the ordered K-loops let one issue at a time:
         # its own picks ran 0.50-0.84x of the own choice (H200), so no choice reads it
@@ -623,7 +633,8 @@ class Halo(Persistent):
                        f"at most {MAX_SMEM}")
         return problem
 
-    def busy(self, shape, t, maths, waves, resident, mma, k_count, epilogue):
+    def busy(self, shape, t, maths, waves, resident, k_count, epilogue):
+        mma = _mma_cycles(t, maths)
         # a K*K-th of its chunk's patch from L2 per K-tile and, unless the filters stay
         # resident, its A tile; the latency once per block
         a_bytes = 0 if t.stages == k_count else t.bm * ROW_BYTES
@@ -753,53 +764,38 @@ def kept_rounds(t: Tiling) -> int:
     return -(-t.bn // KEPT_RING_COLUMNS)
 
 
-def estimate(shape: ConvShape, t: Tiling, maths: str, kept_bytes: int = 0) -> float:
-    """Modelled microseconds, for ranking: the busiest SM's waves of blocks, each K-tile the
-    larger of the resident blocks' wgmma cycles (a narrow N re-reads A: less efficient; a
-    tail wgmma is charged as 32 columns; fewer than WARPGROUPS_FOR_PEAK warpgroups on the SM
-    issue at a fraction of the rate) and its loads (Schedule.busy: the grid schedule waits for
-    the loads' latency over the STAGES-2 tiles in flight, once per tile; the persistent one
-    over STAGES-1, once per block; the halo one brings a K*K-th of its chunk's patch from L2
-    per K-tile); at least the DRAM floor. With `kept_bytes` (an add-relu epilogue reading a kept
-    activation of that element size), the kept read's exposed time on top (KEPT_EXPOSURE,
-    kept_rounds)."""
-    schedule = schedule_of(t)
-    resident = schedule.resident(t, maths, blocks_per_sm(t, maths, shape))
-    tiles = output_tiles(shape, t) * t.split_k
-    waves = -(-tiles // cost.SMS)
-    resident = min(resident, waves)
-    columns = -(-t.bn // 32) * 32
-    mma = 2 * t.bm * columns * t.bk / WGMMA_FLOP_PER_CYCLE[maths] * (1 + 32 / t.bn)
-    k_count = k_tiles(shape, t) / t.split_k
-    epilogue = 2 * t.bm * t.bn * 4 / cost.SMEM_BYTES_PER_CYCLE
-    total = schedule.busy(shape, t, maths, waves, resident, mma, k_count, epilogue)
-    total = max(total, cost.dram_bytes(shape, maths) / cost.DRAM_BYTES_PER_CYCLE)
-    if t.split_k > 1:
-        total += tiles * t.bm * t.bn * 8 / cost.DRAM_BYTES_PER_CYCLE
-    if kept_bytes:
-        kept = shape.B * shape.M * shape.Ho * shape.Wo * kept_bytes / cost.DRAM_BYTES_PER_CYCLE
-        total += kept * KEPT_EXPOSURE * (1 + KEPT_EXTRA_ROUND * (kept_rounds(t) - 1))
-    return total / cost.CLOCK_MHZ
+class WgmmaFamily(cost.Family):
+    """The wgmma kernels as the cost model (igemm.cost) sees them."""
+
+    def candidates(self, shape, maths):
+        """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6
+        stages, the tap gather (and the table where a group's channels are not a multiple of
+        bk), and what each schedule builds on those (Schedule.options: `cost.split_options`'
+        K-splits, each in the grid schedule and the persistent one, with the tap gather or the
+        copy engine's ("tma"); the pingpong twins of the one-warpgroup ones, unsplit); and the
+        halo schedule's tilings (Halo.candidates)."""
+        bk = k_elements(maths)
+        gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
+        found = []
+        for gather, warps, bn, stages in itertools.product(gathers, (8, 4), WGMMA_NS,
+                                                           range(3, 7)):
+            base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
+            options = []
+            for schedule in SCHEDULES.values():
+                options += schedule.options(shape, base)
+            found += [t for t in options
+                      if not tiling_problem(t, maths) and not layer_problem(shape, t, maths)]
+        return found + SCHEDULES["halo"].candidates(shape, maths)
+
+    def schedule_of(self, t):
+        return schedule_of(t)
+
+    def tie_break(self, t):
+        """The wider N (fewer A re-reads), then more stages."""
+        return -t.bn, -t.stages
 
 
-def candidates(shape: ConvShape, maths: str) -> list[Tiling]:
-    """Every valid tiling: one or two warpgroups, each N the instruction allows, 3-6 stages,
-    the tap gather (and the table where a group's channels are not a multiple of bk), and what
-    each schedule builds on those (Schedule.options: `cost.split_options`' K-splits, each in
-    the grid schedule and the persistent one, with the tap gather or the copy engine's
-    ("tma"); the pingpong twins of the one-warpgroup ones, unsplit); and the halo schedule's
-    tilings (Halo.candidates)."""
-    bk = k_elements(maths)
-    gathers = ["tap"] if shape.Cg % bk == 0 else ["tap", "table"]
-    found = []
-    for gather, warps, bn, stages in itertools.product(gathers, (8, 4), WGMMA_NS, range(3, 7)):
-        base = Tiling(16 * warps, bn, bk, warps, 1, stages, 1, gather)
-        options = []
-        for schedule in SCHEDULES.values():
-            options += schedule.options(shape, base)
-        found += [t for t in options
-                  if not tiling_problem(t, maths) and not layer_problem(shape, t, maths)]
-    return found + SCHEDULES["halo"].candidates(shape, maths)
+FAMILY = WgmmaFamily()
 
 
 # The one-warpgroup persistent tilings the own choice trades for their pingpong twin: on an
@@ -821,7 +817,7 @@ def pingpong_twin(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
     a pingpong candidate of the layer has, or None."""
     if t.schedule != "persistent" or t.split_k != 1 or t.cluster != 1:
         return None
-    twins = [p for p in ranked(shape, maths)
+    twins = [p for p in cost.ranked(shape, maths, FAMILY)
              if p.schedule == "pingpong" and p.bn == t.bn and p.gather == t.gather]
     return max(twins, key=lambda p: p.stages) if twins else None
 
@@ -841,12 +837,3 @@ def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None
     if k_tiles(shape, t) < PINGPONG_MIN_KTILES and blocks_per_sm(t, maths, shape) > 1:
         return None
     return twin
-
-
-@lru_cache(maxsize=256)
-def ranked(shape: ConvShape, maths: str, kept_bytes: int = 0) -> tuple[Tiling, ...]:
-    """Candidates by modelled time (estimate's, `kept_bytes` as there); ties to the wider N
-    (fewer A re-reads), then more stages."""
-    def key(t):
-        return (round(estimate(shape, t, maths, kept_bytes), 2), -t.bn, -t.stages, t.brief())
-    return tuple(sorted(candidates(shape, maths), key=key))
