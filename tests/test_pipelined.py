@@ -363,8 +363,8 @@ def test_cost_model_prefers_unpadded_tiles():
     # warps-in-flight terms the model ordered 51% of pairs right and its picks were 1.20x the
     # best (1.60x on fc6); its worst pick now is 3xTF32 conv2's, a near tie in the model (1.83x).
     ("channels-last-20261125", 16, 0.6, 1.12),
-    # wgmma's own model on its AlexNet and ResNet sweeps, TF32 and FP16: 60% of pairs and picks
-    # 1.37x the best before the warpgroups-for-the-peak term.
+    # the model's wgmma schedules on their AlexNet and ResNet sweeps, TF32 and FP16: 60% of
+    # pairs and picks 1.37x the best before the warpgroups-for-the-peak term.
     ("wgmma-20261125", 10, 0.8, 1.16),
 ])
 def test_the_cost_model_agrees_with_what_the_tuner_measured(records, sweeps, concordance,

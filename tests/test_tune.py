@@ -229,7 +229,9 @@ def test_pipelined_takes_its_tuned_tiling_for_that_layer_and_epilogue(cache):
     assert variant.defines(SHAPE, RELU)["BN"] == other["bn"]
     assert variant.config_for(SHAPE, None) == default  # another epilogue, another entry
     # a variant reads only its own entries
-    assert get_variant("pipelined-3xtf32").config_for(SHAPE, RELU) == ranked(SHAPE, "3xtf32", FAMILIES[NCHW])[0]
+    mma_sync_nchw = FAMILIES[NCHW]
+    assert get_variant("pipelined-3xtf32").config_for(SHAPE, RELU) == ranked(
+        SHAPE, "3xtf32", mma_sync_nchw)[0]
     fixed = variant.configured(default)
     assert fixed.config_for(SHAPE, RELU) == default  # a fixed tiling (what tune times) wins
     tuning.store(key, {"config": {**other, "bm": "huge"}})

@@ -54,8 +54,8 @@ from ..shapes import NCHW, SQUARE_FEATURES, ConvShape, memory_view  # noqa: E402
 from .base import (ADD_RELU, RELU, Arithmetic, Op, Support, Variant, check_inputs,  # noqa: E402
                    check_supported, device_weights, direct_arithmetic, split_tf32_arithmetic)
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
-from .igemm.mma_sync import FAMILIES  # noqa: E402
 from .igemm.gather import gather_table  # noqa: E402
+from .igemm.mma_sync import FAMILIES  # noqa: E402
 from .igemm.packing import pack_weights  # noqa: E402
 from .igemm.staging import NchwStaging, stage_dtype  # noqa: E402
 from .igemm.splitk import installed_scratch  # noqa: E402

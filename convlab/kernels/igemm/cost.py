@@ -4,10 +4,11 @@
 A tiling's modelled time is the busiest SM's: `ceil(tiles / SMS)` waves of blocks, each block's
 K-loop and epilogue as its schedule runs them (`Schedule.busy`), at least the DRAM floor, plus
 split-K's partial tiles through memory and an add-relu epilogue's exposed read of its kept
-activation (`Schedule.kept_read`). A family of kernels, one MMA instruction's (`Family`: the
-mma.sync kernels in igemm.mma_sync, the wgmma ones in igemm.wgmma), says which tilings it can
-run on a layer, which schedule runs each, and how ranking breaks ties. Its rates are the
-H100's, calibrated on what `convlab tune` measured."""
+activation (`Schedule.kept_read`), all SPILL_PENALTY times over where the schedule expects the
+tiling to spill. A family of kernels, one MMA instruction's over one activation layout
+(`Family`: the mma.sync kernels in igemm.mma_sync, the wgmma ones in igemm.wgmma), says which
+tilings it can run on a layer, which schedule runs each, and how ranking breaks ties. Its rates
+are the H100's, calibrated on what `convlab tune` measured."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from ...shapes import ConvShape
 from .tiling import Tiling, a_parts, element_bytes, k_tiles, output_tiles
 
 # H100 SXM figures every family's schedules share (only ratios matter): shared-memory and L2
-# bytes per SM per cycle, DRAM bytes per cycle for the whole GPU, the latency a K-tile's loads
-# must hide (from L2, and from DRAM under a streaming load) and the clock; the tuner's sweeps
-# (checked by bench/calibration.py against results/h100/channels-last-20261125) set them.
+# bytes per SM per cycle, DRAM bytes per cycle for the whole GPU, the clock, and the latency a
+# K-tile's loads must hide (from L2, and from DRAM under a streaming load): the tuner's sweeps
+# (checked by bench/calibration.py against results/h100/channels-last-20261125) set these two.
 SMS = H100.sms
 SMEM_BYTES_PER_CYCLE = 128
 L2_BYTES_PER_CYCLE = 48
@@ -50,6 +51,7 @@ class Schedule:
         raise NotImplementedError
 
     def spills(self, shape: ConvShape, t: Tiling, maths: str) -> bool:
+        """Whether `t`'s threads are expected to spill registers (SPILL_PENALTY)."""
         return False
 
     def kept_read(self, shape: ConvShape, t: Tiling, kept_bytes: int) -> float:
@@ -59,9 +61,9 @@ class Schedule:
 
 
 class Family:
-    """One family of kernels (one MMA instruction) as the cost model sees it: the tilings it
-    can run on a layer, the schedule that runs each, and how ranking breaks a tie in modelled
-    time."""
+    """One family of kernels (one MMA instruction over one activation layout) as the cost model
+    sees it: the tilings it can run on a layer, the schedule that runs each, and how ranking
+    breaks a tie in modelled time."""
 
     def candidates(self, shape: ConvShape, maths: str) -> list[Tiling]:
         raise NotImplementedError

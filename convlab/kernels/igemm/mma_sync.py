@@ -18,7 +18,7 @@ from .tiling import (HALF_MATHS, Tiling, a_parts, channel_vector, element_bytes,
 # 16-bit MMA is assumed to take the same time for twice the work), warp instructions issued per
 # SM per cycle, and the warps an SM needs in flight to keep its tensor cores busy: ncu shows a
 # one-block-per-SM tile stalled on MMA dependencies, and the tuner's sweeps (checked by
-# bench/calibration.py against results/h100/channels-last-20261125) set these three.
+# bench/calibration.py against results/h100/channels-last-20261125) set that count.
 MMA_PER_CYCLE = 0.68
 ISSUE_PER_CYCLE = 4
 WARPS_FOR_PEAK = 8
@@ -28,7 +28,7 @@ REGISTERS = H100.limits.registers_per_sm
 SUSTAINED = 0.85
 
 
-def gather_options(shape: ConvShape, maths: str, layout: str = NCHW) -> list[tuple[str, int]]:
+def gather_options(shape: ConvShape, maths: str, layout: str) -> list[tuple[str, int]]:
     """(gather, bk) pairs worth trying, best first: tap order with a bk that divides the group's
     channels; else whichever of tap (channels padded to bk) and table (reduction padded to bk)
     pads less, the table's lookups counted as 25% more work (5% reading NHWC: one per
@@ -61,7 +61,7 @@ def gather_rows(t: Tiling, maths: str, layout: str, shape: ConvShape) -> int:
     return t.rows_per_thread * (t.bn // t.column_threads)
 
 
-def estimate_registers(t: Tiling, maths: str, layout: str = NCHW, rows: int = 0) -> int:
+def estimate_registers(t: Tiling, maths: str, layout: str, rows: int) -> int:
     mf, nf = t.wm // 16, t.wn // 8
     sets = 2 if maths == "3xtf32" else 1
     fragments = sets * (mf * 4 + nf * 2)
@@ -72,7 +72,7 @@ def estimate_registers(t: Tiling, maths: str, layout: str = NCHW, rows: int = 0)
     return min(255, sets * t.accumulators + fragments + held + 40)
 
 
-def blocks_per_sm(t: Tiling, maths: str, layout: str = NCHW, rows: int = 0) -> int:
+def blocks_per_sm(t: Tiling, maths: str, layout: str, rows: int) -> int:
     regs = -(-estimate_registers(t, maths, layout, rows) // 8) * 8
     by_regs = REGISTERS // (regs * t.threads)
     by_smem = H100.limits.shared_per_sm // (smem_bytes(t, maths, layout)
@@ -88,7 +88,7 @@ class WarpTiles(cost.Schedule):
     also cover their latency (cost.load_latency), shared among the blocks resident on the SM.
     Each block also pays an unhidden pipeline fill and its epilogue."""
 
-    name = "grid"
+    name = "mma.sync grid"
 
     def __init__(self, layout: str):
         self.layout = layout

@@ -377,7 +377,6 @@ class Schedule(cost.Schedule):
     K-loop and epilogue, its candidates and its defines. The functions below ask the tiling's
     schedule (`schedule_of`); what every schedule shares stays in them."""
 
-    name = ""
     warp_specialised = True  # a loader warpgroup beside the MMA warps, blocks per SM bounded
     mma_overhead = 56  # registers an MMA thread needs beside its accumulators
     splits_k = True  # a tiling's split_k may be above 1
