@@ -26,11 +26,12 @@ SOURCE = (r"""
 // Compile-time: as pipelined, plus NHWC 1 and VEC (elements per copy).
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
-          + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
-          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.LOADER_LANE
-                            + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B
+          + gather_nhwc.NHWC_GATHER
+          + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + epilogue.STAGED_STORE
+          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.START + mainloop.LOAD_A
+                            + gather_nhwc.LOAD_TILE
                             + mainloop.COMPUTE + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE
-                            + epilogue.STORE_NHWC))
+                            + epilogue.STORE_STAGED))
 
 from dataclasses import replace  # noqa: E402
 

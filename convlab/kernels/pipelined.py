@@ -37,10 +37,11 @@ SOURCE = (r"""
 // defaults one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
-          + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE
-          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather.COLUMN_ORIGINS + mainloop.LOAD_A
-                            + gather.GATHER_B + mainloop.COMPUTE + mainloop.PIPELINE
-                            + splitk.SPLIT_K_REDUCE + epilogue.STORE_NCHW))
+          + gather.NCHW_GATHER
+          + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + epilogue.STAGED_STORE
+          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather.START + mainloop.LOAD_A
+                            + gather.LOAD_TILE + mainloop.COMPUTE + mainloop.PIPELINE
+                            + splitk.SPLIT_K_REDUCE + epilogue.STORE_STAGED))
 
 import dataclasses  # noqa: E402
 from dataclasses import dataclass  # noqa: E402

@@ -85,14 +85,17 @@ KERNELS = (r"""
 // where its schedule or maths has no use for it, so no piece defaults one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
+          + gather_nhwc.NHWC_GATHER
           + wgmma.INSTRUCTIONS
           + wgmma.MAINLOOP_STEP_DECLARATION + EPILOGUE_SOURCE + ELEMENT_SOURCE
-          + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS
+          + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS + persistent.IM2COL_GATHER
+          + epilogue.STAGED_STORE
+          + epilogue.PREFETCH_KEPT + epilogue.STORE_REGISTERS_NHWC
           + "#if HALO\n" + halo.KERNEL + "#elif PERSISTENT\n" + persistent.KERNEL + "#else\n"
-          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.LOADER_LANE
-                            + gather_nhwc.ROW_ORIGINS + mainloop.LOAD_A + gather_nhwc.GATHER_B
+          + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.START + mainloop.LOAD_A
+                            + gather_nhwc.LOAD_TILE
                             + wgmma.COMPUTE + wgmma.PIPELINE + splitk.SPLIT_K_REDUCE
-                            + epilogue.STORE_NHWC)
+                            + epilogue.STORE_STAGED)
           + "#endif\n")
 # The family's kernels without their mainloop step, which a kernel file may write instead
 # (`#include <convlab/wgmma>`: userkernel.library); the variants' source adds the library's.

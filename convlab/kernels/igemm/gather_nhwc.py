@@ -1,50 +1,72 @@
-"""The im2col B operand gathered from a channels-last (NHWC) input: a pixel's channels are
-contiguous, so a B row (one pixel, BK reduction elements of one tap) is VEC-element cp.async
-copies, 16 bytes where the channel count allows, straight into a [n][k] shared tile. With
-GATHER_TAP a K-tile is BK channels of one tap (K order: channel chunk, tap, channel: the
-weights' order of the NCHW "tap" gather); otherwise K runs (tap, channel) through
-`gather_table`'s per-vector offsets, for layers with fewer channels than a K-tile."""
+"""The im2col B operand gathered from a channels-last (NHWC) input (NhwcGather, for the grid
+and persistent schedules alike): a pixel's channels are contiguous, so a B row (one pixel, BK
+reduction elements of one tap) is VEC-element cp.async copies, 16 bytes where the channel count
+allows, straight into a [n][k] shared tile. With GATHER_TAP a K-tile is BK channels of one tap
+(K order: channel chunk, tap, channel: the weights' order of the NCHW "tap" gather); otherwise
+K runs (tap, channel) through `gather_table`'s per-vector offsets, for layers with fewer
+channels than a K-tile."""
 
 import numpy as np
 
 from ...shapes import ConvShape
 from .tiling import INVALID_TAP, Tiling, k_tiles
 
-LOADER_LANE = r"""
-    // This thread copies vector kc of rows row0, row0 + ROW_STEP, ... of every B tile.
-    const int kc = tid % KCHUNKS;
-    const int row0 = tid / KCHUNKS;
-"""
+# The gather as a type: a thread's share of every B tile, the rows of the tile's unit it copies
+# (`start`, once a unit) and the K-tile's copies of them (`load`). Its Rows rows (BN_ROWS) are
+# row0, row0 + ROW_STEP, ...: under SWIZZLE, ROW_STEP % 8 == 0 keeps their swizzle phase. A
+# template, so a build whose schedule has no such gather (the halo's, whose N may be below
+# ROW_STEP) never sizes its arrays.
+NHWC_GATHER = r"""
+template <int Rows>
+struct NhwcGather {
+    int kc, row0;  // this thread copies vector kc of rows row0, row0 + ROW_STEP, ... (Rows)
+    long long off[Rows];
+    int ih0[Rows], iw0[Rows];
 
-ROW_ORIGINS = r"""
-    // Where each of this thread's rows has its pixel window start, and its offset at tap (0, 0)
-    // (plus, in tap order, its vector's channels: the table's offsets hold those). A row past
-    // the last pixel gets a row origin that fails every bounds test, so it gathers zeros.
-    long long off[BN_ROWS];
-    int ih0[BN_ROWS], iw0[BN_ROWS];
+    // tid: the thread's number among the LOADERS threads that gather.
+    __device__ __forceinline__ explicit NhwcGather(int tid)
+        : kc(tid % KCHUNKS), row0(tid / KCHUNKS) {}
+
+    // Where each of this thread's rows of the unit's tile has its pixel window start, and its
+    // offset at tap (0, 0) (plus, in tap order, its vector's channels: the table's offsets
+    // hold those). A row past the last pixel gets a row origin that fails every bounds test,
+    // so it gathers zeros.
+    __device__ __forceinline__ void start(const TileUnit& unit, int npix)
+    {
 #pragma unroll
-    for (int i = 0; i < BN_ROWS; ++i) {
-        const int n = unit.ntile * BN + row0 + i * ROW_STEP;
-        if (n < npix) {
-            const int b = n / HWO, r = n - b * HWO;
-            const int ho = r / WO, wo = r - ho * WO;
-            ih0[i] = ho * STRIDE - PAD_H;
-            iw0[i] = wo * STRIDE - PAD_W;
-            off[i] = (((long long)b * H + ih0[i]) * W + iw0[i]) * C + unit.group * CG
-                     + (GATHER_TAP ? kc * VEC : 0);
-        } else {
-            ih0[i] = -(1 << 29);
-            iw0[i] = 0;
-            off[i] = 0;
+        for (int i = 0; i < Rows; ++i) {
+            const int n = unit.ntile * BN + row0 + i * ROW_STEP;
+            if (n < npix) {
+                const int b = n / HWO, r = n - b * HWO;
+                const int ho = r / WO, wo = r - ho * WO;
+                ih0[i] = ho * STRIDE - PAD_H;
+                iw0[i] = wo * STRIDE - PAD_W;
+                off[i] = (((long long)b * H + ih0[i]) * W + iw0[i]) * C + unit.group * CG
+                         + (GATHER_TAP ? kc * VEC : 0);
+            } else {
+                ih0[i] = -(1 << 29);
+                iw0[i] = 0;
+                off[i] = 0;
+            }
         }
     }
-"""
 
-GATHER_B = r"""
-    // Rows row0 + i*ROW_STEP: under SWIZZLE, ROW_STEP % 8 == 0 keeps their swizzle phase.
-    auto load_tile = [&](int stage, int kt) {
-        load_a(stage, kt);
-        const unsigned sb = smem_u32(smem + stage * STAGE_WORDS + A_WORDS) + B_VEC_OFFSET(row0, kc);
+    // Whether row i's pixel reads inside the image at a tap dp rows and dq columns into the
+    // window (its index times DIL): without padding every tap of a real pixel lies inside the
+    // image (ho*S + dp <= H-1 by the definition of HO), so only rows past the last pixel
+    // (ih0 < 0) and, for the table, k past the reduction gather zeros.
+    __device__ __forceinline__ bool in_image(int i, int dp, int dq) const
+    {
+        return PAD_H == 0 && PAD_W == 0
+            ? ih0[i] >= 0
+            : (unsigned)(ih0[i] + dp) < (unsigned)H && (unsigned)(iw0[i] + dq) < (unsigned)W;
+    }
+
+    // K-tile kt of this thread's rows, by cp.async into the B tile at shared address `tile`.
+    __device__ __forceinline__ void load(unsigned tile, const elem_t* __restrict__ x,
+                                         const int4* __restrict__ table, int kt) const
+    {
+        const unsigned sb = tile + B_VEC_OFFSET(row0, kc);
         int shift, p, q;
         bool used;
         if constexpr (GATHER_TAP) {
@@ -63,9 +85,25 @@ GATHER_B = r"""
             used = e.w != 0;
         }
 #pragma unroll
-        for (int i = 0; i < BN_ROWS; ++i)
+        for (int i = 0; i < Rows; ++i)
             cp_async_vec<VEC * ELEM_BYTES>(sb + i * (ROW_STEP * B_LD * ELEM_BYTES),
-                                           x + (off[i] + shift), used && TAP_OK(i, p, q));
+                                           x + (off[i] + shift), used && in_image(i, p, q));
+    }
+};
+"""
+
+# The grid kernels' gather: every thread gathers, for the block's one unit.
+START = r"""
+    NhwcGather<BN_ROWS> gather(tid);
+    gather.start(unit, npix);
+"""
+
+# After the A copy's `load_a` (mainloop.LOAD_A): a K-tile's operands into a stage, for the
+# pipelines.
+LOAD_TILE = r"""
+    auto load_tile = [&](int stage, int kt) {
+        load_a(stage, kt);
+        gather.load(smem_u32(smem + stage * STAGE_WORDS + A_WORDS), x, table, kt);
     };
 """
 

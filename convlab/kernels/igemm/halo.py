@@ -24,7 +24,7 @@ copied once per block or per m-tile change instead of once per tile)."""
 
 from ...shapes import ConvShape
 from ..base import blocks
-from . import epilogue, mainloop
+from . import mainloop
 from .tiling import INT32_MAX, Tiling, element_bytes
 
 ROW_BYTES = 128
@@ -186,7 +186,9 @@ KERNEL = r"""
                 at = (i * WO + col) * M;
                 return col < WO && i < HALO_ROWS && unit.h0 + i < HO;
             };
-""" + epilogue.PREFETCH_KEPT + epilogue.STORE_REGISTERS_NHWC + r"""
+            prefetch_kept_tile(unit, ytile, pixel, tile_warp, lane, y, kept);
+            // no 16-byte path here (VECTOR_STORE is 0 under HALO), so no scratch
+            store_registers_nhwc(acc, unit, ytile, pixel, tile_warp, warp, lane, 0u, y, bias, kept);
         }
     }
 """)

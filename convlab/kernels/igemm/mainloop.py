@@ -104,15 +104,6 @@ using FilterTiles = FilterTileRun<(A_LAST_ROWS < BM)>;
 // its big one (mma.sync splits B in registers).
 #define B_PARTS (SWIZZLE && MODE == 1 ? 2 : 1)
 #define STAGE_WORDS (A_WORDS + B_PARTS * B_WORDS)
-
-// In bounds, for a tap dp rows and dq columns into the window (its index times DIL): without
-// padding every tap of a real pixel lies inside the image (ho*S + dp <= H-1 by the definition
-// of HO), so only columns past the last pixel (ih0 < 0) and, for the table, k past the
-// reduction gather zeros, and the table's offsets are all a k needs.
-#define TAP_OK(i, dp, dq)                                                                   \
-    (PAD_H == 0 && PAD_W == 0                                                                \
-         ? ih0[i] >= 0                                                                       \
-         : (unsigned)(ih0[i] + (dp)) < (unsigned)H && (unsigned)(iw0[i] + (dq)) < (unsigned)W)
 """
 
 def filled(frame: str, **slots: str) -> str:

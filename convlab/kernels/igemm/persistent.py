@@ -11,7 +11,7 @@ launch's cap: without it such tilings ran 5-16% slower on an H100 (2026-11-25). 
 room for one wgmma's accumulators beyond that cap (ptxas stops with C7602), so the host picks
 blocks per SM for those to fit (igemm.wgmma.blocks_per_sm)."""
 
-from . import epilogue, gather_nhwc, mainloop, wgmma
+from . import gather_nhwc, mainloop, wgmma
 
 INSTRUCTIONS = r"""
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count)
@@ -252,6 +252,38 @@ __device__ __forceinline__ void setmaxnreg_inc()
 }
 """
 
+# The "tma" gather as a type: the copy engine's im2col box of a unit's tile at each K-tile.
+IM2COL_GATHER = r"""
+struct Im2colGather {
+    int image, w0, h0, channels;  // the tile's first pixel's window corner, its group's channels
+
+    // The tile's first pixel, as NhwcGather::start finds it.
+    __device__ __forceinline__ explicit Im2colGather(const TileUnit& unit)
+    {
+        const int n0 = unit.ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
+        const int ho = r / WO, wo = r - ho * WO;
+        image = b;
+        w0 = wo * STRIDE - PAD_W;
+        h0 = ho * STRIDE - PAD_H;
+        channels = unit.group * CG;
+    }
+
+    // K-tile kt's box into the B tile at shared address `tile`, completing on `bar`: in a
+    // cluster, into every block's stage (the caller's block is the one that copies B).
+    __device__ __forceinline__ void load(unsigned tile, const TensorMap& map, int kt,
+                                         unsigned bar) const
+    {
+        const int cc = kt / KK, tap = kt - cc * KK, p = tap / KW;
+        if constexpr (CLUSTER > 1)
+            im2col_copy_multicast(tile, map, channels + cc * BK, w0, h0, image,
+                                  (tap - p * KW) * DIL, p * DIL, bar);
+        else
+            im2col_copy(tile, map, channels + cc * BK, w0, h0, image, (tap - p * KW) * DIL,
+                        p * DIL, bar);
+    }
+};
+"""
+
 # The kernel: the barriers and the list of units both roles walk, then the loader warpgroup's
 # loop beside the MMA warpgroups' (ROLES). Each reads the grid schedule's pieces where they are
 # the same (gather, B split, MMAs).
@@ -311,10 +343,11 @@ LOADER_UNITS = r"""
         // MMA threads free K-tile j's stage only after issuing j + 1, so a loader further
         // behind would wait for a stage that waits for its own publication.
 #define LAG (STAGES - 2)
+        NhwcGather<BN_ROWS> gather(tid);
         auto publish = [&](int p) {
             const int stage = p % STAGES;
             if constexpr (MODE == 1)
-                split_b_tile<CROSS_BF16>(smem, stage, row0, kc);
+                split_b_tile<CROSS_BF16>(smem, stage, gather.row0, gather.kc);
             fence_proxy_async();
             mbar_arrive(full0 + 8 * stage);
         };
@@ -325,6 +358,10 @@ $BODY
         }
         cp_async_wait<0>();
         for (int p = j < LAG ? 0 : j - LAG; p < j; ++p) publish(p);
+"""
+
+GATHER_START = r"""
+            gather.start(unit, npix);
 """
 
 LOAD_A_BULK = r"""
@@ -365,10 +402,7 @@ LOADER_TMA = r"""
             for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
                 const TileUnit unit = walk.unit(u);
                 const FilterTiles wtiles(wpack, unit.group, unit.mtile);
-                // the tile's first pixel, as the gather's ROW_ORIGINS finds it
-                const int n0 = unit.ntile * BN, b = n0 / HWO, r = n0 - b * HWO;
-                const int ho = r / WO, wo = r - ho * WO;
-                const int w0 = wo * STRIDE - PAD_W, h0 = ho * STRIDE - PAD_H;
+                const Im2colGather gather(unit);
                 for (int kt = unit.kbeg; kt < unit.kend; ++kt, ++j) {
                     const int stage = j % STAGES;
                     mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
@@ -376,16 +410,7 @@ LOADER_TMA = r"""
                     const unsigned sa = smem_u32(smem + stage * STAGE_WORDS);
                     mbar_arrive_expect(bar, (A_WORDS + B_WORDS) * 4);
                     bulk_copy(sa, wtiles.tile(kt), A_WORDS * 4, bar);
-                    const int cc = kt / KK, tap = kt - cc * KK, p = tap / KW;
-                    if constexpr (CLUSTER > 1) {
-                        if (copies_b)
-                            im2col_copy_multicast(sa + A_WORDS * 4, im2col_map,
-                                                  unit.group * CG + cc * BK, w0, h0, b,
-                                                  (tap - p * KW) * DIL, p * DIL, bar);
-                    } else {
-                        im2col_copy(sa + A_WORDS * 4, im2col_map, unit.group * CG + cc * BK,
-                                    w0, h0, b, (tap - p * KW) * DIL, p * DIL, bar);
-                    }
+                    if (copies_b) gather.load(sa + A_WORDS * 4, im2col_map, kt, bar);
                 }
             }
         }
@@ -442,7 +467,7 @@ CONSUMER = r"""
                 at = q * M;
                 return q < tile_pixels;
             };
-""" + epilogue.PREFETCH_KEPT + r"""
+            prefetch_kept_tile(unit, ytile, pixel, tile_warp, lane, y, kept);
 #pragma unroll
             for (int f = 0; f < NF; ++f)
 #pragma unroll
@@ -485,7 +510,8 @@ CONSUMER = r"""
                                   consumers_sync, &split_arrivals))
                     continue;
             }
-""" + epilogue.STORE_REGISTERS_NHWC + r"""
+            store_registers_nhwc(acc, unit, ytile, pixel, tile_warp, warp, lane,
+                                 empty0 + 8 * STAGES, y, bias, kept);
         }
 """
 
@@ -511,8 +537,7 @@ KERNEL = r"""
     BODY=PROLOGUE + mainloop.filled(
         ROLES,
         LOADER=(LOADER_BEGIN + "#if GATHER_TMA\n" + LOADER_TMA + "#else\n"
-                + gather_nhwc.LOADER_LANE
-                + mainloop.filled(LOADER_UNITS, BODY=gather_nhwc.ROW_ORIGINS + LOAD_A_BULK
-                                  + gather_nhwc.GATHER_B + LOADER_K_TILES)
+                + mainloop.filled(LOADER_UNITS, BODY=GATHER_START + LOAD_A_BULK
+                                  + gather_nhwc.LOAD_TILE + LOADER_K_TILES)
                 + "#endif\n"),
         CONSUMER=CONSUMER_BEGIN + wgmma.COMPUTE + PARTIAL_SUM + CONSUMER))

@@ -235,7 +235,7 @@ PIPELINE = r"""
     for (int it = 0; it < nk; ++it) {
         cp_async_wait<STAGES - 3>();
         if constexpr (MODE == 1)
-            split_b_tile<CROSS_BF16>(smem, it % STAGES, row0, kc);
+            split_b_tile<CROSS_BF16>(smem, it % STAGES, gather.row0, gather.kc);
         fence_proxy_async();
         __syncthreads();
         const int ahead = it + STAGES - 2;
