@@ -66,7 +66,9 @@ def test_the_channels_last_gather_compiles_alone(variant_name, shape):
     kernel = only("nhwc_gather", (
         "    NhwcGather<BN_ROWS> rows(tid);\n"
         "    rows.start(unit, npix);\n"
-        "    rows.load(smem_u32(smem), x, table, unit.kbeg);\n"
+        "    rows.load(smem, 0, x, table, unit.kbeg);\n"
+        "    const NhwcGather<BN_ROWS> started(tid, unit, npix);\n"
+        "    started.load(smem, 1, x, table, unit.kbeg);\n"
         "    cp_async_commit();\n    cp_async_wait<0>();\n"))
     assert_compiles_in_a_kernel_of_its_own(
         "nhwc_gather", FOUNDATION + gather_nhwc.NHWC_GATHER + kernel, switches(variant_name, shape))
@@ -111,8 +113,8 @@ ACCUMULATORS = ("    float acc[MF][NF][4];\n"
 def test_the_staged_store_compiles_alone(variant_name, epilogue_name, arch):
     """NCHW and NHWC (StagedStore<NHWC, BN>), the kept activation's add in NHWC."""
     kernel = only("staged_store", ACCUMULATORS + (
-        "    StagedStore<NHWC, BN>::store(acc, smem, unit, npix, warp, lane, warp / WARPS_N,\n"
-        "                                 warp % WARPS_N, y, bias, kept);\n"))
+        "    StagedStore<NHWC, BN>::store(acc, smem, unit, npix, warp, lane, lane >> 2, lane & 3,\n"
+        "                                 warp / WARPS_N, warp % WARPS_N, y, bias, kept);\n"))
     header = FOUNDATION + (HOPPER if arch == "sm_90a" else "")
     assert_compiles_in_a_kernel_of_its_own(
         "staged_store", header + epilogue.STAGED_STORE + kernel,
@@ -130,7 +132,8 @@ def test_the_register_store_compiles_alone(variant_name, epilogue_name, out_half
         "    auto pixel = [&](int q, unsigned& at) {\n"
         "        at = q * M;\n        return unit.ntile * BN + q < npix;\n    };\n"
         "    prefetch_kept_tile(unit, ytile, pixel, warp % 4, lane, y, kept);\n"
-        "    store_registers_nhwc(acc, unit, ytile, pixel, warp % 4, warp, lane,\n"
+        "    store_registers_nhwc(acc, unit, ytile, pixel, warp % 4, warp, lane, lane >> 2,\n"
+        "                         lane & 3,\n"
         "                         smem_u32(smem), y, bias, kept);\n"))
     assert_compiles_in_a_kernel_of_its_own(
         "register_store",

@@ -63,19 +63,19 @@ __device__ __forceinline__ void prefetch_kept_tile(const TileUnit& unit, const o
 # pixels; NHWC a warp per pixel, lanes along its consecutive output channels, adding the kept
 # activation under ADD_KEPT. Templates, so a build never sizes the arrays of one it does not
 # call (the wgmma halo schedule's N may be 8). Accumulator (i, j) element e of warp (wm, wn):
-# row 16i + g + 8*(e/2), column 8j + 2t + e%2 of the warp's tile (g = lane / 4, t = lane % 4).
+# row 16i + g8 + 8*(e/2), column 8j + 2*t4 + e%2 of the warp's tile (g8 = lane / 4,
+# t4 = lane % 4).
 STAGED_STORE = r"""
 template <bool Nhwc, int TileN> struct StagedStore;
 
 template <int TileN> struct StagedStore<false, TileN> {
     static __device__ __forceinline__ void store(const float (&acc)[MF][NF][4], float* smem,
                                                  const TileUnit& unit, int npix, int warp,
-                                                 int lane, int wm, int wn,
+                                                 int lane, int g8, int t4, int wm, int wn,
                                                  out_t* __restrict__ y,
                                                  const float* __restrict__ bias,
                                                  const kept_t* __restrict__ kept)
     {
-        const int g8 = lane >> 2, t4 = lane & 3;
         float* cs = smem;
 #pragma unroll
         for (int i = 0; i < MF; ++i)
@@ -116,12 +116,11 @@ template <int TileN> struct StagedStore<false, TileN> {
 template <int TileN> struct StagedStore<true, TileN> {
     static __device__ __forceinline__ void store(const float (&acc)[MF][NF][4], float* smem,
                                                  const TileUnit& unit, int npix, int warp,
-                                                 int lane, int wm, int wn,
+                                                 int lane, int g8, int t4, int wm, int wn,
                                                  out_t* __restrict__ y,
                                                  const float* __restrict__ bias,
                                                  const kept_t* __restrict__ kept)
     {
-        const int g8 = lane >> 2, t4 = lane & 3;
         // C staged transposed, [n][m] (C_LD = BM + 4): the fragment writes of a warp hit 32
         // banks, and each pixel's output channels are contiguous for the stores.
         float* cs = smem;
@@ -156,7 +155,8 @@ template <int TileN> struct StagedStore<true, TileN> {
 
 # The grid kernels' call of it, after the mainloop (and split-K's meeting).
 STORE_STAGED = r"""
-    StagedStore<NHWC, BN>::store(acc, smem, unit, npix, warp, lane, wm, wn, y, bias, kept);
+    StagedStore<NHWC, BN>::store(acc, smem, unit, npix, warp, lane, g8, t4, wm, wn, y, bias,
+                                 kept);
 """
 
 # The warp-specialised wgmma schedules' store, straight from the MMA warps' accumulators (no C
@@ -191,11 +191,10 @@ template <class Pixel>
 __device__ __forceinline__ void store_registers_nhwc(float (&acc)[MF][NF][4],
                                                      const TileUnit& unit, out_t* const ytile,
                                                      const Pixel& pixel, int tile_warp,
-                                                     int warp, int lane, unsigned scratches,
-                                                     out_t* y, const float* bias,
-                                                     const kept_t* kept)
+                                                     int warp, int lane, int g8, int t4,
+                                                     unsigned scratches, out_t* y,
+                                                     const float* bias, const kept_t* kept)
 {
-    const int g8 = lane >> 2, t4 = lane & 3;
     const int m0 = unit.mtile * BM + 16 * tile_warp + g8;
     const bool first = MG % BM == 0 || m0 < MG, second = MG % BM == 0 || m0 + 8 < MG;
     float b0 = 0.0f, b1 = 0.0f;

@@ -510,7 +510,7 @@ CONSUMER = r"""
                                   consumers_sync, &split_arrivals))
                     continue;
             }
-            store_registers_nhwc(acc, unit, ytile, pixel, tile_warp, warp, lane,
+            store_registers_nhwc(acc, unit, ytile, pixel, tile_warp, warp, lane, g8, t4,
                                  empty0 + 8 * STAGES, y, bias, kept);
         }
 """
