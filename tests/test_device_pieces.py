@@ -132,9 +132,9 @@ def test_the_register_store_compiles_alone(variant_name, epilogue_name, out_half
         "    auto pixel = [&](int q, unsigned& at) {\n"
         "        at = q * M;\n        return unit.ntile * BN + q < npix;\n    };\n"
         "    prefetch_kept_tile(unit, ytile, pixel, warp % 4, lane, y, kept);\n"
-        "    store_registers_nhwc(acc, unit, ytile, pixel, warp % 4, warp, lane, lane >> 2,\n"
-        "                         lane & 3,\n"
-        "                         smem_u32(smem), y, bias, kept);\n"))
+        "    store_registers_nhwc(acc, unit, pixel, ytile, ytile + 16 * (warp % 4) + (lane >> 2),\n"
+        "                         warp % 4, warp, lane, lane >> 2, lane & 3, smem_u32(smem), y,\n"
+        "                         bias, kept);\n"))
     assert_compiles_in_a_kernel_of_its_own(
         "register_store",
         FOUNDATION + HOPPER + epilogue.PREFETCH_KEPT + epilogue.STORE_REGISTERS_NHWC + kernel,

@@ -161,15 +161,19 @@ STORE_STAGED = r"""
 
 # The warp-specialised wgmma schedules' store, straight from the MMA warps' accumulators (no C
 # tile in shared memory: the stages hold the next tile's operands meanwhile). The schedule
-# gives it the tile's `unit` (igemm.tile_walks); `ytile`, the tile's first output pixel at the
-# tile's first output channel; `pixel(q, at)`: whether the tile's GEMM column q is an output,
-# and the element offset of its channel row from ytile; `tile_warp`: which 16 rows of the tile
-# the warp holds; and `scratches`: the shared address where the warps' STORE_SCRATCH bytes
-# start, which only the 16-byte paths (VECTOR_STORE) use. Each thread holds two output channels
-# and, per n-block, two columns: their bias is read once a tile and each column's address is
-# reckoned once for both channels. Both schedules had a copy of this loop reading the bias and
-# forming a 64-bit address per element, about 13 instructions an output (SASS of the VGG 3x3
-# tiles); this one takes half that, and on an H100 it timed the same (2026-11-26).
+# gives it the tile's `unit` (igemm.tile_walks); `pixel(q, at)`: whether the tile's GEMM column
+# q is an output, and the element offset of its channel row from ytile; `ytile`, the tile's
+# first output pixel at the tile's first output channel; `ythread`, ytile at the thread's first
+# channel (16 tile_warp + g8); `tile_warp`: which 16 rows of the tile the warp holds; the
+# lane's fragment coordinates (g8, t4); and `scratches`: the shared address where the warps'
+# STORE_SCRATCH bytes start, which only the 16-byte paths (VECTOR_STORE) use. The caller forms
+# ythread: formed here, it was re-formed at each column's stores, and the halo schedule's
+# shipped ResNet 3x3 tiling ran 1.025-1.034x the time (H200, 2026-11-29). Each thread holds
+# two output channels and, per n-block, two columns: their bias is read once a tile and each
+# column's address is reckoned once for both channels. Both schedules had a copy of this loop
+# reading the bias and forming a 64-bit address per element, about 13 instructions an output
+# (SASS of the VGG 3x3 tiles); this one takes half that, and on an H100 it timed the same
+# (2026-11-26).
 # What the stores cost is their count: an fp16 tile of 128x256 written an element at a time is
 # 128 2-byte stores a thread. With the stores switched off the persistent kernels took 1.15-1.17x
 # (AlexNet conv3) and 1.35-1.38x (VGG 3x3) fewer cycles; with the same bytes in 16-byte stores,
@@ -189,10 +193,10 @@ STORE_STAGED = r"""
 STORE_REGISTERS_NHWC = r"""
 template <class Pixel>
 __device__ __forceinline__ void store_registers_nhwc(float (&acc)[MF][NF][4],
-                                                     const TileUnit& unit, out_t* const ytile,
-                                                     const Pixel& pixel, int tile_warp,
-                                                     int warp, int lane, int g8, int t4,
-                                                     unsigned scratches, out_t* y,
+                                                     const TileUnit& unit, const Pixel& pixel,
+                                                     out_t* const ytile, out_t* const ythread,
+                                                     int tile_warp, int warp, int lane, int g8,
+                                                     int t4, unsigned scratches, out_t* y,
                                                      const float* bias, const kept_t* kept)
 {
     const int m0 = unit.mtile * BM + 16 * tile_warp + g8;
@@ -320,7 +324,6 @@ __device__ __forceinline__ void store_registers_nhwc(float (&acc)[MF][NF][4],
     const bool vector = false;
     constexpr int vector_blocks = 0;
 #endif
-    out_t* const yc = ytile + 16 * tile_warp + g8;
     // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (after the
     // vector stores, an odd last n-block). The kept elements are all added first: loads
     // with no store between them, in flight together. Beside float32's 16-byte path,
@@ -336,7 +339,7 @@ __device__ __forceinline__ void store_registers_nhwc(float (&acc)[MF][NF][4],
                 if (vector && f < vector_blocks) continue;
                 unsigned at;
                 if (pixel(8 * f + 2 * t4 + h, at)) {
-                    const long long i = yc + at - y;
+                    const long long i = ythread + at - y;
                     if (first) acc[0][f][h] += kept_value(kept, i);
                     if (second) acc[0][f][2 + h] += kept_value(kept, i + 8);
                 }
@@ -349,7 +352,7 @@ __device__ __forceinline__ void store_registers_nhwc(float (&acc)[MF][NF][4],
             if (vector && f < vector_blocks) continue;
             unsigned at;
             if (pixel(8 * f + 2 * t4 + h, at)) {
-                out_t* const p = yc + at;
+                out_t* const p = ythread + at;
                 const long long i = p - y;
                 if (first)
                     p[0] = to_out(finish_value(add_first ? acc[0][f][h]

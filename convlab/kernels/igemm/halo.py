@@ -188,8 +188,8 @@ KERNEL = r"""
             };
             prefetch_kept_tile(unit, ytile, pixel, tile_warp, lane, y, kept);
             // no 16-byte path here (VECTOR_STORE is 0 under HALO), so no scratch
-            store_registers_nhwc(acc, unit, ytile, pixel, tile_warp, warp, lane, g8, t4, 0u, y, bias,
-                                 kept);
+            store_registers_nhwc(acc, unit, pixel, ytile, ytile + 16 * tile_warp + g8, tile_warp,
+                                 warp, lane, g8, t4, 0u, y, bias, kept);
         }
     }
 """)

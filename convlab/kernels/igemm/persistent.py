@@ -510,8 +510,8 @@ CONSUMER = r"""
                                   consumers_sync, &split_arrivals))
                     continue;
             }
-            store_registers_nhwc(acc, unit, ytile, pixel, tile_warp, warp, lane, g8, t4,
-                                 empty0 + 8 * STAGES, y, bias, kept);
+            store_registers_nhwc(acc, unit, pixel, ytile, ytile + 16 * tile_warp + g8, tile_warp,
+                                 warp, lane, g8, t4, empty0 + 8 * STAGES, y, bias, kept);
         }
 """
 
