@@ -3,9 +3,11 @@
 Device source, composed into one kernel in `kernels/pipelined.py` (the order is the kernel's):
 `mainloop` (geometry macros, the PTX instructions, the kernel's frame, the A copy, the MMA
 K-step and the cp.async pipeline), `tile_walks` (which tile and K-tiles a block computes: the
-grid, persistent and halo schedules' walks), `gather` (the im2col B operand: per-tap or through an offset
-table, and the host's table), `splitk` (the in-kernel reduction of K-split partial tiles) and
-`epilogue` (the C tile through shared memory, bias and ReLU, NCHW stores); the channels-last
+grid, persistent and halo schedules' walks), `gather` (the im2col B operand, `NchwGather`:
+per-tap or through an offset table, and the host's table), `splitk` (the in-kernel reduction
+of K-split partial tiles) and `epilogue` (`StagedStore`: the C tile through shared memory,
+bias, ReLU and the kept activation, NCHW or NHWC stores; and the warp-specialised schedules'
+store from the registers, `store_registers_nhwc`); the channels-last
 and Hopper kernels swap in `gather_nhwc`, `staging`, `wgmma` (warpgroup MMAs on swizzled shared
 memory), `persistent` (its persistent, warp-specialised schedule) and `halo` (that schedule
 reading every tap's B out of one input patch per tile, and the rules of its tilings). Host side:

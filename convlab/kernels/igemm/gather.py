@@ -52,7 +52,9 @@ struct NchwGather {
     // (its index times DIL): without padding every tap of a real pixel lies inside the image
     // (ho*S + dp <= H-1 by the definition of HO), so only columns past the last pixel
     // (ih0 < 0) and, for the table, k past the reduction gather zeros, and the table's offsets
-    // are all a k needs.
+    // are all a k needs. A function here, where the channels-last gather writes its test out
+    // (NhwcGather::load says why): no shipped tiling is of this family, so the two forms were
+    // not timed against each other, and this one is the one that ran the GPU tests.
     __device__ __forceinline__ bool in_image(int i, int dp, int dq) const
     {
         return PAD_H == 0 && PAD_W == 0

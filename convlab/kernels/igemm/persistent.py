@@ -329,7 +329,7 @@ $CONSUMER
 
 LOADER_BEGIN = r"""
         if constexpr (PRODUCER_REGS > 0) setmaxnreg_dec<PRODUCER_REGS>();
-        // The loaders number themselves from 0, as the gather's pieces expect.
+        // The loaders number themselves from 0, as NhwcGather(tid) expects (tid < LOADERS).
         const int tid = threadIdx.x - THREADS;
 """
 
