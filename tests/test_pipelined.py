@@ -189,8 +189,9 @@ def test_gemm_weights_follow_the_kernels_k_order(shape, t, rng):
     assert np.array_equal(a, expected)
 
 
-def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling) -> np.ndarray:
-    """[G][MT][KT][1][bm*bk] as the wgmma kernels' copies read `wpack` (FilterTiles in
+def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling,
+                  parts: int) -> np.ndarray:
+    """[G][MT][KT][parts][bm*bk] as the wgmma kernels' copies read `wpack` (FilterTiles in
     igemm.mainloop): a group's last m-tile, where trimmed, comes first, its K-tiles its kept
     rows apart, and each copy moves a whole K-tile. The rows a copy reads past the kept ones
     belong to another tile (or the zero tail) and meet only outputs no epilogue stores; they
@@ -198,8 +199,8 @@ def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling) -> np.
     last copy does: none reads past it, and it holds no tail no copy reads."""
     flat = packed.reshape(-1)
     G, mt, kt = shape.groups, tiling.m_tiles(shape, t), tiling.k_tiles(shape, t)
-    whole = t.bm * t.bk
-    rows = packing.last_tile_rows(shape, t)
+    whole = parts * t.bm * t.bk
+    rows = packing.last_tile_rows(shape, t, parts)
     kept = whole * rows // t.bm
     out = np.empty((G, mt, kt, whole), dtype=packed.dtype)
     ends = []
@@ -214,12 +215,11 @@ def tiles_as_read(packed: np.ndarray, shape: ConvShape, t: tiling.Tiling) -> np.
                 if last:
                     out[g, m, k, kept:] = 0
     assert max(ends) == flat.size
-    return out.reshape(G, mt, kt, 1, t.bm * t.bk)
+    return out.reshape(G, mt, kt, parts, t.bm * t.bk)
 
 
 @pytest.mark.parametrize("name,maths", [("wgmma", "tf32"), ("wgmma-fp16", "fp16"),
-                                        ("wgmma-bf16", "bf16"), ("wgmma-3xtf32", "3xtf32"),
-                                        ("wgmma-split-bf16", "3xtf32")])
+                                        ("wgmma-bf16", "bf16")])
 @pytest.mark.parametrize("shape,t", [
     (ConvShape(64, 4096, 1, 1, 1000, 1), tiling.Tiling(128, 64, 32, 8, 1, 4, 1, "tap")),
     (ConvShape(2, 40, 5, 5, 36, 3, pad=1, groups=2), tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")),
@@ -230,16 +230,14 @@ def test_wgmma_packs_a_groups_last_m_tile_with_only_its_rows(name, maths, shape,
     8-row swizzle atoms) where whole 128-row tiles held 1,024, and the kernel's copies still
     read every filter in place."""
     variant = get_variant(name)
-    t = replace(t, bk=t.bk * (2 if maths in tiling.HALF_MATHS else 1))
+    t = replace(t, bk=t.bk * (2 if maths != "tf32" else 1))
     k = variant.kernel_shape(shape)
     w = rng.standard_normal(shape.weight_shape).astype(np.float32)
     packed = variant.packed_weights(w, k, t)
     a = packing.gemm_weights(w, k, t, NHWC)
-    held = {"tf32": tensorcore.round_tf32(a), "3xtf32": a}.get(maths)
-    if held is None:
-        (held,) = packing.operand_parts(a, maths)
-    whole = wgmma.swizzle_tiles(held, t)[:, :, :, None]
-    assert np.array_equal(tiles_as_read(packed, k, t), whole)
+    parts = [tensorcore.round_tf32(a)] if maths == "tf32" else packing.operand_parts(a, maths)
+    whole = np.stack([wgmma.swizzle_tiles(p, t) for p in parts], axis=3)
+    assert np.array_equal(tiles_as_read(packed, k, t, 1), whole)
     rows = blocks(k.Mg, 8) * 8
     tail = (t.bm - rows) * t.bk if tiling.m_tiles(k, t) == 1 else 0
     assert packed.size == k.groups * rows * tiling.k_tiles(k, t) * t.bk + tail

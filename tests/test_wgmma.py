@@ -117,23 +117,56 @@ def test_the_wgmma_kernel_assembles_to_warpgroup_mmas():
     assert result.cubin is None and "wgmma" in result.log
 
 
-@pytest.mark.parametrize("name", ["wgmma-3xtf32", "wgmma-split-bf16"])
-def test_the_fp32_class_packs_each_filter_once_as_float32(name):
-    """The fp32 class's kernels split A as it lands (split_a_tile), so the pack holds each
-    filter once, unrounded, at the descriptor's swizzled bytes of the big tile: one float32 a
-    filter, where a host split held two."""
-    shape = ConvShape(2, 32, 6, 6, 128, 3, pad=1)
+def test_3xtf32_packs_each_a_tile_as_a_big_then_a_small_swizzled_tile():
+    """The kernel reads A's small tile BM*128 bytes after its big one: the host's image holds
+    TF32 values at the descriptor's swizzled bytes that add up to the filters to ~2^-22."""
+    variant = get_variant("wgmma-3xtf32")
+    shape = ConvShape(2, 32, 6, 6, 70, 3, pad=1)
     t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
-    weights = np.random.default_rng(1).standard_normal(shape.weight_shape).astype(np.float32)
-    packed = get_variant(name).packed_weights(weights, shape, t)
+    rng = np.random.default_rng(1)
+    weights = rng.standard_normal(shape.weight_shape).astype(np.float32)
+    packed = variant.packed_weights(weights, shape, t)
     a = packing.gemm_weights(weights, shape, t, "NHWC")
-    assert packed.dtype == np.float32 and packed.size == a.size
-    raw = packed.view(np.uint8).reshape(1, 2, 9, t.bm * 128)
+    assert packed.shape == (1, 2, 9, 2, t.bm * t.bk) and packed.dtype == np.float32
+    raw = packed.view(np.uint8).reshape(1, 2, 9, 2, t.bm * 128)
     for mt, kt, m, k in [(0, 0, 0, 0), (1, 8, 5, 31), (0, 4, 63, 17), (1, 2, 9, 8)]:
         byte = m * 128 + ((k * 4) ^ (16 * (m % 8)))
-        held = raw[0, mt, kt, byte:byte + 4].view(np.float32)[0]
-        assert held == a[0, mt * t.bm + m, kt * t.bk + k]
-    assert np.count_nonzero(packed.view(np.uint32) & 0x1FFF) > 0.9 * np.count_nonzero(a)
+        big, small = (raw[0, mt, kt, part, byte:byte + 4].view(np.float32)[0] for part in (0, 1))
+        want = a[0, mt * t.bm + m, kt * t.bk + k]
+        assert big.view(np.uint32) & 0x1FFF == 0 and small.view(np.uint32) & 0x1FFF == 0
+        assert abs(np.float64(big) + np.float64(small) - want) <= 2.0 ** -21 * abs(want)
+        assert want == 0 or abs(small) <= 2.0 ** -10 * abs(want)
+    assert np.count_nonzero(packed[..., 1, :]) > 0.9 * np.count_nonzero(a)
+
+
+def bf16_value(bits) -> np.float64:
+    return np.float64((np.uint32(bits) << np.uint32(16)).view(np.float32))
+
+
+def test_the_bf16_cross_products_pack_a_as_big_then_small_bf16_halves_of_each_row():
+    """wgmma-split-bf16's A image: the big TF32 tile as 3xTF32's, then a tile of 128-byte
+    rows of BF16, k 0-31 of the K-tile holding the big part and k 32-63 the residual, at the
+    descriptor's swizzled bytes: one BF16 k16 product over the row is big x B's small + small
+    x B's big, the row order of B's second tile in the kernel's split."""
+    shape = ConvShape(2, 32, 6, 6, 70, 3, pad=1)
+    t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
+    weights = np.random.default_rng(2).standard_normal(shape.weight_shape).astype(np.float32)
+    packed = get_variant("wgmma-split-bf16").packed_weights(weights, shape, t)
+    three = get_variant("wgmma-3xtf32").packed_weights(weights, shape, t)
+    assert packed.shape == three.shape and np.array_equal(packed[..., 0, :], three[..., 0, :])
+    a = packing.gemm_weights(weights, shape, t, "NHWC")
+    raw = packed.view(np.uint8).reshape(1, 2, 9, 2, t.bm * 128)
+
+    def at(mt, kt, part, m, k, e):  # element k of row m, at its swizzled bytes
+        byte = m * 128 + ((k * e) ^ (16 * (m % 8)))
+        return raw[0, mt, kt, part, byte:byte + e]
+
+    for mt, kt, m, k in [(0, 0, 0, 0), (1, 8, 5, 31), (0, 4, 63, 17), (1, 2, 9, 8)]:
+        want = np.float64(a[0, mt * t.bm + m, kt * t.bk + k])
+        big = np.float64(at(mt, kt, 0, m, k, 4).view(np.float32)[0])
+        high, low = (bf16_value(at(mt, kt, 1, m, j, 2).view(np.uint16)[0]) for j in (k, 32 + k))
+        assert abs(high - big) <= 2.0 ** -8 * abs(big)  # BF16 rounds to nearest: 2^-8
+        assert abs(low - (want - big)) <= 2.0 ** -8 * abs(want - big)
 
 
 def test_the_bf16_cross_products_need_a_reduction_of_1024_terms():
@@ -861,24 +894,23 @@ def test_the_pingpong_rule_leaves_3xtf32_alone():
     ("wgmma-fp16", ConvShape(3, 32, 9, 9, 200, 3, pad=1, groups=2, bias=True)),
     ("wgmma-3xtf32", ConvShape(64, 4096, 1, 1, 1000, 1, bias=True)),
     ("channels-last", ConvShape(64, 4096, 1, 1, 1000, 1, bias=True)),
-], ids=["fc-1000", "grouped-100", "3xtf32", "mma-fragments"])
+], ids=["fc-1000", "grouped-100", "3xtf32-two-parts", "mma-fragments"])
 def test_the_kernel_steps_through_the_rows_the_host_packs(name, shape):
     """The device's A_LAST_ROWS (FilterTiles' step through a group's last m-tile) is the
-    host's packing.last_tile_rows where the pack is trimmed (every wgmma pack, 3xTF32's one
-    float32 image too), and a whole tile where it is not (the mma fragment packs): one build
-    of each, asserted by the compiler."""
+    host's packing.last_tile_rows where the pack is trimmed, and a whole tile where it is not
+    (3xTF32's two parts, the mma fragment packs): one build of each, asserted by the compiler."""
     variant = get_variant(name)
     k = variant.kernel_shape(shape)
     t = next(t for t in variant.ranked(shape) if k.Mg % t.bm)
     single = variant.configured(t)
-    trimmed = name.startswith("wgmma")
-    rows = packing.last_tile_rows(k, t) if trimmed else t.bm
+    trimmed = name.startswith("wgmma") and single.maths != "3xtf32"
+    rows = packing.last_tile_rows(k, t, 1) if trimmed else t.bm
     assert (rows < t.bm) == trimmed
     weights = np.ones(shape.weight_shape, dtype=np.float32)
     whole = k.groups * tiling.m_tiles(k, t) * t.bm * tiling.k_tiles(k, t) * t.bk
     packed = single.packed_weights(weights, k, t)
-    assert (packed.size * packed.itemsize
-            < whole * np.dtype(single.input_dtype()).itemsize) == trimmed
+    assert (packed.size * packed.itemsize < whole * np.dtype(single.input_dtype()).itemsize
+            * (2 if single.maths == "3xtf32" else 1)) == trimmed
     source = single.source + f'\nstatic_assert(A_LAST_ROWS == {rows}, "the host\'s rows");\n'
     options = single.compile_options(shape, None)
     arch = single.arch or jit.CHECK_ARCH

@@ -21,12 +21,11 @@ KERNELS = (r"""
 // reads, conflict-free without padding): the host packs each A tile in that image, the gather
 // writes B's 16-byte cp.async copies to the swizzled chunk. A K-tile is one 128-byte row (64
 // fp16/bf16 or 32 tf32 channels); one group of wgmmas stays in flight across K-tiles.
-// 3xTF32 (the fp32 class) keeps both operands' small parts in shared memory too: each thread
-// splits the A vectors it copied (the filters are held once, as float32) and writes the
-// rounded residual of the B vectors it copied, whose big part wgmma reads as they landed,
-// truncated. It sums the three products of a K-tile (in the grid schedule, of a span of
-// PART_KTILES K-tiles) apart, adding them to the total with FP32 adds, as
-// channels-last-3xtf32 does.
+// 3xTF32 (the fp32 class) keeps both operands' small parts in shared memory too (the host
+// splits the filters; each thread writes the rounded residual of the B vectors it copied, whose
+// big part wgmma reads as they landed, truncated) and sums the three products of a K-tile (in
+// the grid schedule, of a span of PART_KTILES K-tiles) apart, adding them to the total with
+// FP32 adds, as channels-last-3xtf32 does.
 //
 // CROSS_BF16 (wgmma-split-bf16): 3xTF32's three TF32 products a step take 3x the tensor cores'
 // time of TF32 (H100, 2026-11-26, no copies at all: 487 TFLOP/s of TF32 products issued, 162 of
@@ -102,6 +101,7 @@ KERNELS = (r"""
 # (`#include <convlab/wgmma>`: userkernel.library); the variants' source adds the library's.
 SOURCE = KERNELS + wgmma.MAINLOOP_STEP
 
+from dataclasses import replace  # noqa: E402
 from functools import lru_cache  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -113,8 +113,8 @@ from .base import ADD_RELU, Support  # noqa: E402
 from .channels_last import NHWC_ACTIVATIONS  # noqa: E402
 from .igemm import learned  # noqa: E402
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
-from .igemm.packing import (gemm_weights, last_tile_rows, operand_parts,  # noqa: E402
-                            trim_last_tiles)
+from .igemm.packing import (cross_bf16, gemm_weights, last_tile_rows, operand_parts,  # noqa: E402
+                            round_tf32, trim_last_tiles)
 from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
 from .pipelined import Form, Pipelined  # noqa: E402
 
@@ -292,17 +292,19 @@ class Wgmma(Pipelined):
         return wgmma.smem_bytes(t, self.maths, shape and self.kernel_shape(shape))
 
     def packed_weights(self, weights, k: ConvShape, t: Tiling) -> np.ndarray:
-        """The A operand as the kernel's swizzled shared memory holds a tile,
-        [G][MTILES][KTILES][1][bm*bk], a group's last m-tile trimmed (packing.trim_last_tiles):
-        TF32-rounded (tf32), fp16 or bf16 bits, or for the fp32 class the filters as they are,
-        which the kernel splits on chip (split_a_tile)."""
+        """Each A part (packing.operand_parts) as the kernel's swizzled shared memory holds its
+        tile: [G][MTILES][KTILES][parts][bm*bk], a group's last m-tile trimmed
+        (packing.trim_last_tiles). With the cross products in BF16: A's TF32 big part, then
+        [big | small] in BF16 per K-tile (packing.cross_bf16)."""
         a = gemm_weights(weights, k, t, NHWC)
-        if self.maths == "3xtf32":
-            tiles = wgmma.swizzle_tiles(a, t)
+        if self.form.cross_bf16:
+            big = wgmma.swizzle_tiles(round_tf32(a), t)
+            cross = wgmma.swizzle_tiles(cross_bf16(a, t.bk), replace(t, bk=2 * t.bk))
+            parts = [big, cross.view(np.float32)]
         else:
-            (part,) = operand_parts(a, self.maths)
-            tiles = wgmma.swizzle_tiles(part, t)
-        return trim_last_tiles(tiles[:, :, :, None], last_tile_rows(k, t), t.bm)
+            parts = [wgmma.swizzle_tiles(p, t) for p in operand_parts(a, self.maths)]
+        rows = last_tile_rows(k, t, len(parts))
+        return trim_last_tiles(np.stack(parts, axis=3), rows, t.bm)
 
 
 # Reductions below this many terms stay on 3xTF32: the BF16 roundings' worst case (constant

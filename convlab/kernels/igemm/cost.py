@@ -111,9 +111,8 @@ def ranked(shape: ConvShape, maths: str, family: Family,
 
 def dram_bytes(shape: ConvShape, maths: str) -> float:
     """Bytes the layer must move through device memory: inputs and weights in the kernel's
-    element type (the weights twice for 3xTF32, as the mma fragment packs hold them; wgmma's
-    pack holds them once and splits them on chip, which this still counts twice, as the
-    rankings its tunings were timed on did), float32 bias and outputs."""
+    element type (the weights twice for 3xTF32: big and small parts), float32 bias and
+    outputs."""
     e = element_bytes(maths)
     inputs = shape.B * shape.C * shape.H * shape.W
     weights = shape.M * shape.Cg * shape.taps * a_parts(maths)

@@ -48,6 +48,16 @@ def to_bf16_bits(a: np.ndarray) -> np.ndarray:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
+def cross_bf16(a: np.ndarray, bk: int) -> np.ndarray:
+    """[G][rows][KTILES*bk] float32 -> [G][rows][KTILES*2*bk] bfloat16 bits: each K-tile's
+    TF32 big part (split_tf32's) then its exact residual, each rounded to BF16: the A side of
+    the cross terms big x small + small x big as one BF16 product over twice the K."""
+    G, rows, cols = a.shape
+    big = round_tf32(a)
+    parts = [to_bf16_bits(p).reshape(G, rows, cols // bk, 1, bk) for p in (big, a - big)]
+    return np.concatenate(parts, axis=3).reshape(G, rows, 2 * cols)
+
+
 def fragment_order(a: np.ndarray, t: Tiling, half: bool) -> np.ndarray:
     """[G][rows][cols] -> [G][MTILES][KTILES][bm*bk] in mma fragment order (lane g*4+t).
 
@@ -90,9 +100,12 @@ def pack_weights(weights: np.ndarray, shape: ConvShape, t: Tiling, maths: str,
     return np.ascontiguousarray(np.stack([fragment_order(p, t, half) for p in parts], axis=3))
 
 
-def last_tile_rows(shape: ConvShape, t: Tiling) -> int:
+def last_tile_rows(shape: ConvShape, t: Tiling, parts: int) -> int:
     """The rows a group's last m-tile keeps of each K-tile in a wgmma pack (the kernel's
-    A_LAST_ROWS): its output channels in whole 8-row swizzle atoms."""
+    A_LAST_ROWS): its output channels in whole 8-row swizzle atoms, or all bm rows where a
+    K-tile holds two parts."""
+    if parts > 1:
+        return t.bm
     return blocks(shape.Mg - (m_tiles(shape, t) - 1) * t.bm, 8) * 8
 
 

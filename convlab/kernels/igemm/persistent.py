@@ -302,8 +302,7 @@ PROLOGUE = r"""
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
-            // each loader, and A's expect_tx where the copy engine brings A
-            mbar_init(full0 + 8 * s, GATHER_TMA ? 1 : LOADERS + !A_SPLIT_ON_CHIP);
+            mbar_init(full0 + 8 * s, GATHER_TMA ? 1 : LOADERS + 1);  // each loader, A's expect_tx
             // a cluster's MMA warps arrive once a warp, on every block's barrier; under
             // PINGPONG one warpgroup reads a stage
             mbar_init(empty0 + 8 * s, CLUSTER > 1 ? CLUSTER * NWARPS : THREADS / (1 + PINGPONG));
@@ -340,18 +339,15 @@ LOADER_UNITS = r"""
         // K-tiles later, when cp.async.wait_group says they landed: this thread fences them
         // for the async proxy that wgmma reads through (and splits them for 3xTF32) before
         // its arrival, so LAG + 1 K-tiles of copies stay in flight. A's tile comes by the copy
-        // engine, counted by the barrier's transaction bytes, or, where 3xTF32 splits it on
-        // chip (A_SPLIT_ON_CHIP), as B's copies do. LAG is at most STAGES - 2: the
+        // engine, counted by the barrier's transaction bytes. LAG is at most STAGES - 2: the
         // MMA threads free K-tile j's stage only after issuing j + 1, so a loader further
         // behind would wait for a stage that waits for its own publication.
 #define LAG (STAGES - 2)
         NhwcGather<BN_ROWS> gather(tid);
         auto publish = [&](int p) {
             const int stage = p % STAGES;
-            if constexpr (MODE == 1) {
-                split_a_tile<CROSS_BF16, LOADERS>(smem, stage, tid);
+            if constexpr (MODE == 1)
                 split_b_tile<CROSS_BF16>(smem, stage, gather.row0, gather.kc);
-            }
             fence_proxy_async();
             mbar_arrive(full0 + 8 * stage);
         };
@@ -371,18 +367,7 @@ GATHER_START = r"""
 LOAD_A_BULK = r"""
             const FilterTiles wtiles(wpack, unit.group, unit.mtile);
             auto load_a = [&](int stage, int kt) {
-                if constexpr (A_SPLIT_ON_CHIP) {
-                    // the loaders copy A as they do B, each splitting its own vectors once
-                    // they land (publish)
-                    const float4* src = wtiles.tile(kt);
-                    float* sa = smem + stage * STAGE_WORDS;
-#pragma unroll
-                    for (int v = 0; v < (A_COPY_VECS + LOADERS - 1) / LOADERS; ++v) {
-                        const int idx = tid + v * LOADERS;
-                        if (A_COPY_VECS % LOADERS == 0 || idx < A_COPY_VECS)
-                            cp_async16(smem_u32(sa + idx * 4), src + idx);
-                    }
-                } else if (tid == 0) {
+                if (tid == 0) {
                     const unsigned bar = full0 + 8 * stage;
                     mbar_arrive_expect(bar, A_WORDS * 4);
                     bulk_copy(smem_u32(smem + stage * STAGE_WORDS), wtiles.tile(kt), A_WORDS * 4,

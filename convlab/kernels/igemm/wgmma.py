@@ -57,8 +57,7 @@ __device__ __forceinline__ void wgmma_cross(float (&d)[MF][NF][4], unsigned long
 }
 
 // wgmma reads a TF32 operand by dropping each float's low 13 bits. 3xTF32: the filters are
-// split as they land (split_a_tile, below); B's big part is the vector as it landed (wgmma
-// truncates it), and each
+// split on the host; B's big part is the vector as it landed (wgmma truncates it), and each
 // thread writes the exact residual, rounded to TF32, to B's small tile once its copies land.
 // One vector load and store per copy, as it was copied: a warp's lanes cover whole 128-byte
 // rows. Rounding the big part in place as well cost a store per vector and its
@@ -127,52 +126,6 @@ __device__ __forceinline__ void split_b_tile(float* smem, int stage, int row0, i
                 small[e] = __uint_as_float(
                     to_tf32(f[e] - __uint_as_float(__float_as_uint(f[e]) & 0xFFFFE000u)));
             p[B_WORDS / Vec] = r;
-        }
-    }
-}
-
-// The 3xTF32 split of the A vectors this thread copied into the stage (first, first + Step,
-// ... of the K-tile's A_COPY_VECS), bit for bit the host's packing.split_tf32 (cvt.rna is
-// round_tf32; cvt.rn rounds to BF16 as to_bf16_bits does): the big part rounded to TF32 in
-// place, and A's second tile, the residual rounded to TF32 or, CrossBf16, the row [big |
-// small] in BF16 (64 elements a 128-byte row, the order B's second tile mirrors). The filters
-// are rounded here, not read truncated as B is: A's small part then stays within 2^-11 of a
-// filter, so the errors stay those of the split the host made before. Vector idx is 16-byte
-// chunk idx % 8 of row idx / 8, which holds the row's k-chunk (idx % 8) ^ (row % 8).
-template <bool CrossBf16, int Step>
-__device__ __forceinline__ void split_a_tile(float* smem, int stage, int first)
-{
-    float4* sa = reinterpret_cast<float4*>(smem + stage * STAGE_WORDS);
-#pragma unroll
-    for (int v = 0; v < (A_COPY_VECS + Step - 1) / Step; ++v) {
-        const int idx = first + v * Step;
-        if (A_COPY_VECS % Step != 0 && idx >= A_COPY_VECS) break;
-        const float4 a = sa[idx];
-        const float4 big = make_float4(__uint_as_float(to_tf32(a.x)),
-                                       __uint_as_float(to_tf32(a.y)),
-                                       __uint_as_float(to_tf32(a.z)),
-                                       __uint_as_float(to_tf32(a.w)));
-        sa[idx] = big;
-        if constexpr (CrossBf16) {
-            unsigned high[2], low[2];  // cvt.rn.bf16x2 puts its first operand in the high half
-            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(high[0]) : "f"(big.y), "f"(big.x));
-            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(high[1]) : "f"(big.w), "f"(big.z));
-            asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
-                : "=r"(low[0]) : "f"(a.y - big.y), "f"(a.x - big.x));
-            asm("cvt.rn.bf16x2.f32 %0, %1, %2;"
-                : "=r"(low[1]) : "f"(a.w - big.w), "f"(a.z - big.z));
-            const int m = idx / 8, chunk = (idx % 8) ^ (m % 8);
-            const unsigned row = smem_u32(sa) + BM * 128 + m * 128, phase = (m & 7) << 4;
-            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
-                         :: "r"(row + ((chunk * 8) ^ phase)), "r"(high[0]), "r"(high[1])
-                         : "memory");
-            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n"
-                         :: "r"(row + ((64 + chunk * 8) ^ phase)), "r"(low[0]), "r"(low[1])
-                         : "memory");
-        } else {
-            sa[A_COPY_VECS + idx] = make_float4(
-                __uint_as_float(to_tf32(a.x - big.x)), __uint_as_float(to_tf32(a.y - big.y)),
-                __uint_as_float(to_tf32(a.z - big.z)), __uint_as_float(to_tf32(a.w - big.w)));
         }
     }
 }
@@ -281,10 +234,8 @@ PIPELINE = r"""
     }
     for (int it = 0; it < nk; ++it) {
         cp_async_wait<STAGES - 3>();
-        if constexpr (MODE == 1) {
-            split_a_tile<CROSS_BF16, THREADS>(smem, it % STAGES, tid);
+        if constexpr (MODE == 1)
             split_b_tile<CROSS_BF16>(smem, it % STAGES, gather.row0, gather.kc);
-        }
         fence_proxy_async();
         __syncthreads();
         const int ahead = it + STAGES - 2;
