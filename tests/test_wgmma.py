@@ -846,9 +846,10 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
     """VGG-16's second 3x3 layer at batch 128 (64 channels: 18 K-tiles in tf32, 9 in fp16; the
     correction's choice one warpgroup at two blocks an SM): the own choice is that tiling's
     pingpong twin, N and gather kept, at the most stages. ResNet-50's stem (a short K-loop at
-    two blocks an SM), a layer whose choice is the two-warpgroup 128-row tile and one too
-    small for two tiles a block keep the correction's choice, and the tuner is offered the
-    twin last; so does an add-relu conv."""
+    two blocks an SM), a layer whose choice is the two-warpgroup 128-row tile, one too small
+    for two tiles a block, and two whose twin would run one block an SM in place of two
+    (AlexNet's conv4, 192 filters a group; Inception-v3's 5x5, gathered by table) keep the
+    correction's choice, and the tuner is offered the twin last; so does an add-relu conv."""
     variant = get_variant(name)
 
     def few_tiles(k, twin):  # no twin (a K-split), or under two tiles a block
@@ -863,11 +864,24 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
     stem = ConvShape(128, 3, 224, 224, 64, 7, stride=2, pad=3, bias=True)
     wide = ConvShape(128, 256, 28, 28, 256, 3, pad=1, bias=True)
     small = ConvShape(1, 64, 56, 56, 64, 3, pad=1, bias=True)
+    conv4 = ConvShape(128, 384, 13, 13, 384, 3, pad=1, groups=2, bias=True)
+    inception = ConvShape(128, 48, 35, 35, 64, 5, pad=2, bias=True)
+
+    def one_block_in_place_of_two(k, t):  # and taken before the filters and gather counted
+        twin = wgmma.pingpong_twin(k, t, variant.maths)
+        return (t.warps_m == 4 and not few_tiles(k, twin)
+                and tiling.k_tiles(k, t) >= wgmma.PINGPONG_MIN_KTILES
+                and wgmma.blocks_per_sm(t, variant.maths, k) == 2
+                and wgmma.blocks_per_sm(twin, variant.maths, k) == 1)
     premises = {  # why the rule passes each by
         stem: lambda k, t: (t.warps_m == 4 and tiling.k_tiles(k, t) < wgmma.PINGPONG_MIN_KTILES
                             and wgmma.blocks_per_sm(t, variant.maths, k) == 2),
         wide: lambda k, t: t.warps_m == 8,
         small: lambda k, t: few_tiles(k, wgmma.pingpong_twin(k, t, variant.maths)),
+        conv4: lambda k, t: (one_block_in_place_of_two(k, t)
+                             and k.Mg > wgmma.PINGPONG_MAX_FILTERS and t.gather != "table"),
+        inception: lambda k, t: (one_block_in_place_of_two(k, t)
+                                 and k.Mg <= wgmma.PINGPONG_MAX_FILTERS and t.gather == "table"),
     }
     for shape, premise in premises.items():
         offered = variant.configs(shape, "relu")

@@ -806,8 +806,14 @@ FAMILY = WgmmaFamily()
 # blocks an SM) 0.88-0.93x slower. Against the two-warpgroup 128-row tilings the twins ran
 # 0.72-1.07x, most within 4%: the own choice keeps those. 3xTF32 (three products a K-tile, the
 # epilogue a smaller share of the time) was not timed, so the rule leaves it alone; bf16 runs
-# fp16's instructions.
+# fp16's instructions. Every suite cell the rule then took (95; H200, 2026-11-29,
+# results/h200/pingpong-rule-20261129/), the twin against the tiling traded for it: where the
+# twin runs one block an SM in place of two, it won on every layer of at most
+# PINGPONG_MAX_FILTERS filters a group (24 cells, 1.03-1.18x) and lost on 17 of the 19 of 160
+# or 192 (0.86-1.03x: AlexNet's conv4, Inception-v3's 17x17 layers), and on the one layer its
+# base gathered by table (Inception-v3's 5x5, 0.76-0.77x in every class), so it keeps those.
 PINGPONG_MIN_KTILES = 8
+PINGPONG_MAX_FILTERS = 128
 PINGPONG_MATHS = ("tf32", "fp16", "bf16")
 
 
@@ -825,7 +831,9 @@ def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None
     """The pingpong twin the own choice takes in place of `t`, or None: t a one-warpgroup
     persistent tiling of PINGPONG_MATHS whose K-loop is at least PINGPONG_MIN_KTILES long or
     that runs one block an SM, and the layer at least two 64-row tiles for every block the
-    twin's grid holds, so that both warpgroups of every block have tiles."""
+    twin's grid holds, so that both warpgroups of every block have tiles. A twin that runs
+    fewer blocks an SM than `t` needs a layer of at most PINGPONG_MAX_FILTERS filters a group
+    and `t` a gather other than the table's."""
     if t.warps_m != 4 or maths not in PINGPONG_MATHS:
         return None
     twin = pingpong_twin(shape, t, maths)
@@ -834,5 +842,8 @@ def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None
     if output_tiles(shape, twin) < 2 * cost.SMS * blocks_per_sm(twin, maths, shape):
         return None
     if k_tiles(shape, t) < PINGPONG_MIN_KTILES and blocks_per_sm(t, maths, shape) > 1:
+        return None
+    if blocks_per_sm(twin, maths, shape) < blocks_per_sm(t, maths, shape) and (
+            shape.Mg > PINGPONG_MAX_FILTERS or t.gather == "table"):
         return None
     return twin
