@@ -867,7 +867,7 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
     conv4 = ConvShape(128, 384, 13, 13, 384, 3, pad=1, groups=2, bias=True)
     inception = ConvShape(128, 48, 35, 35, 64, 5, pad=2, bias=True)
 
-    def one_block_in_place_of_two(k, t):  # and taken before the filters and gather counted
+    def one_block_in_place_of_two(k, t):  # what the rule took before it counted filters
         twin = wgmma.pingpong_twin(k, t, variant.maths)
         return (t.warps_m == 4 and not few_tiles(k, twin)
                 and tiling.k_tiles(k, t) >= wgmma.PINGPONG_MIN_KTILES

@@ -806,12 +806,13 @@ FAMILY = WgmmaFamily()
 # blocks an SM) 0.88-0.93x slower. Against the two-warpgroup 128-row tilings the twins ran
 # 0.72-1.07x, most within 4%: the own choice keeps those. 3xTF32 (three products a K-tile, the
 # epilogue a smaller share of the time) was not timed, so the rule leaves it alone; bf16 runs
-# fp16's instructions. Every suite cell the rule then took (95; H200, 2026-11-29,
-# results/h200/pingpong-rule-20261129/), the twin against the tiling traded for it: where the
-# twin runs one block an SM in place of two, it won on every layer of at most
-# PINGPONG_MAX_FILTERS filters a group (24 cells, 1.03-1.18x) and lost on 17 of the 19 of 160
-# or 192 (0.86-1.03x: AlexNet's conv4, Inception-v3's 17x17 layers), and on the one layer its
-# base gathered by table (Inception-v3's 5x5, 0.76-0.77x in every class), so it keeps those.
+# fp16's instructions. On every suite cell the rule then took (95; H200, 2026-11-29,
+# results/h200/pingpong-rule-20261129/), timed against the tiling it traded: where the twin
+# runs one block an SM in place of two, it won on every layer of at most PINGPONG_MAX_FILTERS
+# filters a group (24 cells, 1.03-1.18x), lost on 17 of the 19 cells of 160 or 192 filters
+# (0.86-1.03x: AlexNet's conv4, Inception-v3's 17x17 layers) and on the one layer whose base
+# gathered by table (Inception-v3's 5x5, 0.76-0.77x in every class); the rule keeps the base
+# there.
 PINGPONG_MIN_KTILES = 8
 PINGPONG_MAX_FILTERS = 128
 PINGPONG_MATHS = ("tf32", "fp16", "bf16")
