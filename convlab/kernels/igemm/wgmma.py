@@ -809,10 +809,10 @@ FAMILY = WgmmaFamily()
 # fp16's instructions. On every suite cell the rule then took (95; H200, 2026-11-29,
 # results/h200/pingpong-rule-20261129/), timed against the tiling it traded: where the twin
 # runs one block an SM in place of two, it won on every layer of at most PINGPONG_MAX_FILTERS
-# filters a group (24 cells, 1.03-1.18x), lost on 17 of the 19 cells of 160 or 192 filters
-# (0.86-1.03x: AlexNet's conv4, Inception-v3's 17x17 layers) and on the one layer whose base
-# gathered by table (Inception-v3's 5x5, 0.76-0.77x in every class); the rule keeps the base
-# there.
+# filters a group whose base gathered by tap or copy engine (24 cells, 1.03-1.18x), lost on 17
+# of the 19 cells of 160 or 192 filters (0.86-1.03x: AlexNet's conv4, Inception-v3's 17x17
+# layers) and on the one layer whose base gathered by table (Inception-v3's 5x5, 64 filters,
+# 0.76-0.77x in every class); the rule keeps the base there.
 PINGPONG_MIN_KTILES = 8
 PINGPONG_MAX_FILTERS = 128
 PINGPONG_MATHS = ("tf32", "fp16", "bf16")
