@@ -181,7 +181,7 @@ def test_the_bf16_cross_products_need_a_reduction_of_1024_terms():
 def test_3xtf32_partial_sums_span_k_tiles_in_the_grid_schedule_only():
     """The grid schedule's 3xTF32 partial sum spans K-tiles by the rule (SPAN_TERMS_PER_ROOT_N
     * sqrt(n) terms, at least one K-tile, at most the layer's); the persistent one keeps a
-    K-tile (no PART_KTILES); TF32 never spans (1); the BF16 cross products turn on
+    K-tile (PART_KTILES 1); TF32 never spans (1); the BF16 cross products turn on
     CROSS_BF16."""
     t = tiling.Tiling(64, 32, 32, 4, 1, 3, 1, "tap")
     assert wgmma.part_ktiles(64, t, 2) == 1  # 40 terms: under two K-tiles
@@ -191,7 +191,7 @@ def test_3xtf32_partial_sums_span_k_tiles_in_the_grid_schedule_only():
     for variant in (get_variant(n) for n in ("wgmma-3xtf32", "wgmma-split-bf16")):
         grid = variant.configured(t).defines(shape)
         assert grid["PART_KTILES"] == 5
-        assert "PART_KTILES" not in variant.configured(persistent(t)).defines(shape)
+        assert variant.configured(persistent(t)).defines(shape)["PART_KTILES"] == 1
         assert grid.get("CROSS_BF16", 0) == (variant.name == "wgmma-split-bf16")
     assert get_variant("wgmma").configured(t).defines(shape)["PART_KTILES"] == 1
 
@@ -929,3 +929,39 @@ def test_the_kernel_steps_through_the_rows_the_host_packs(name, shape):
     options = single.compile_options(shape, None)
     arch = single.arch or jit.CHECK_ARCH
     assert jit.compile_cubin(single.name, source, options, arch)[:4] == b"\x7fELF"
+
+
+SAME_TYPE = """
+template <class A, class B> struct Same { enum : bool { value = false }; };
+template <class A> struct Same<A, A> { enum : bool { value = true }; };
+"""
+
+
+@pytest.mark.parametrize("schedule, gather, expected", [
+    ("grid", "tap", "GridKernel<GridWalk<SPLIT_K, MTILES, KTILES>>"),
+    ("persistent", "tap",
+     "PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>, NhwcGather<BN_ROWS>>"),
+    ("persistent", "tma",
+     "PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>, Im2colGather>"),
+    ("pingpong", "tap",
+     "PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>, NhwcGather<BN_ROWS>>"),
+    ("halo", "tap", "HaloKernel<{rows}, {patch_stages}>")])
+def test_the_kernel_runs_the_template_of_the_tilings_schedule(schedule, gather, expected):
+    """The one __global__ function runs the tiling's schedule: TilingKernel is that schedule's
+    template with its walk and gather (the halo's with its rows and patch buffers), and the
+    launch bounds are the schedule's threads and blocks per SM (none for the grid)."""
+    variant = get_variant("wgmma-fp16")
+    t = next(t for t in variant.ranked(RESNET)
+             if t.schedule == schedule and t.gather == gather and t.cluster == 1)
+    expected = expected.format(rows=t.rows, patch_stages=wgmma.halo.PATCH_STAGES)
+    warp_specialised = wgmma.schedule_of(t).warp_specialised
+    threads = t.threads + (128 if warp_specialised else 0)
+    min_blocks = wgmma.blocks_per_sm(t, "fp16", RESNET) if warp_specialised else 0
+    built = variant.configured(t)
+    assert built.source.count("__global__") == 1
+    check = (SAME_TYPE + f'static_assert(Same<TilingKernel, {expected}>::value, "schedule");\n'
+             f"static_assert(TilingKernel::threads == {threads} && "
+             f'TilingKernel::min_blocks == {min_blocks}, "launch bounds");\n')
+    result = jit.nvrtc_compile("wgmma.cu", built.source + check,
+                               built.compile_options(RESNET), "sm_90a")
+    assert result.cubin is not None, result.log

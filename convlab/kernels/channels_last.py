@@ -31,7 +31,8 @@ SOURCE = (r"""
           + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.START + mainloop.LOAD_A
                             + gather_nhwc.LOAD_TILE
                             + mainloop.COMPUTE + mainloop.PIPELINE + splitk.SPLIT_K_REDUCE
-                            + epilogue.STORE_STAGED))
+                            + epilogue.STORE_STAGED)
+          + mainloop.GRID_ENTRY)
 
 from dataclasses import replace  # noqa: E402
 

@@ -32,16 +32,17 @@ SOURCE = (r"""
 // Compile-time: C H W M KH KW STRIDE PAD_H PAD_W DIL G (shape), HAS_BIAS RELU, MODE, BM BN BK
 // WARPS_M WARPS_N STAGES SPLIT_K GATHER_TAP (tiling), NHWC 0 (channels_last.py composes the
 // NHWC kernel), IN_HALF 0, OUT_HALF and BF16_BITS (the output as fp16 or bf16 bits, for a conv
-// of that class after it: `writing`), and PERSISTENT 0, PINGPONG 0 and SWIZZLE 0: the shared
-// pieces read the wgmma schedules' switches too, and every build passes them, so no piece
-// defaults one.
+// of that class after it: `writing`), and PERSISTENT 0, PINGPONG 0, SWIZZLE 0, CLUSTER 1 and
+// GATHER_TMA 0: the shared pieces and the kernel's entry read the wgmma schedules' switches
+// too, and every build passes them, so no piece defaults one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
           + gather.NCHW_GATHER
           + EPILOGUE_SOURCE + ELEMENT_SOURCE + epilogue.KEPT_SOURCE + epilogue.STAGED_STORE
           + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather.START + mainloop.LOAD_A
                             + gather.LOAD_TILE + mainloop.COMPUTE + mainloop.PIPELINE
-                            + splitk.SPLIT_K_REDUCE + epilogue.STORE_STAGED))
+                            + splitk.SPLIT_K_REDUCE + epilogue.STORE_STAGED)
+          + mainloop.GRID_ENTRY)
 
 import dataclasses  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -258,7 +259,8 @@ class Pipelined(Variant):
         if t is None:
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         k = self.kernel_shape(shape)
-        return {"PERSISTENT": 0, "PINGPONG": 0, "SWIZZLE": 0, **self.layout_defines(k),
+        return {"PERSISTENT": 0, "PINGPONG": 0, "SWIZZLE": 0, "CLUSTER": 1, "GATHER_TMA": 0,
+                **self.layout_defines(k),
                 "C": k.C, "H": k.H, "W": k.W, "M": k.M,
                 "KH": k.Kh, "KW": k.Kw, "STRIDE": k.stride, "PAD_H": k.pad_h,
                 "PAD_W": k.pad_w, "DIL": k.dilation, "G": k.groups,

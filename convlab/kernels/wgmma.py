@@ -8,6 +8,22 @@ from ..gpu.elements import ELEMENT_SOURCE
 from .general import EPILOGUE_SOURCE
 from .igemm import epilogue, gather_nhwc, halo, mainloop, persistent, splitk, tile_walks, wgmma
 
+TILING_KERNEL = r"""
+// The tiling's schedule, its template instantiated with its pieces: the host's HALO and
+// PERSISTENT name the schedule, GATHER_TMA the persistent kernel's gather (the copy engine's
+// im2col, or the loader threads'). Only the kernel named is compiled.
+template <bool If, class Then, class Else> struct Choice { using type = Then; };
+template <class Then, class Else> struct Choice<false, Then, Else> { using type = Else; };
+
+using TilingKernel = typename Choice<
+    HALO, HaloKernel<HALO_ROWS, PATCH_STAGES>,
+    typename Choice<PERSISTENT,
+                    PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>,
+                                     typename Choice<GATHER_TMA, Im2colGather,
+                                                     NhwcGather<BN_ROWS>>::type>,
+                    GridKernel<GridWalk<SPLIT_K, MTILES, KTILES>>>::type>::type;
+"""
+
 KERNELS = (r"""
 // wgmma: changes from channels-last -- that kernel fed mma.sync, a warp-wide 16x8 product whose
 // operands each warp first loads into registers (ldmatrix, fragment loads): at one or two
@@ -91,12 +107,12 @@ KERNELS = (r"""
           + epilogue.KEPT_SOURCE + persistent.INSTRUCTIONS + persistent.IM2COL_GATHER
           + epilogue.STAGED_STORE
           + epilogue.PREFETCH_KEPT + epilogue.STORE_REGISTERS_NHWC
-          + "#if HALO\n" + halo.KERNEL + "#elif PERSISTENT\n" + persistent.KERNEL + "#else\n"
+          + halo.KERNEL + persistent.KERNEL
           + mainloop.filled(mainloop.GRID_KERNEL, BODY=gather_nhwc.START + mainloop.LOAD_A
                             + gather_nhwc.LOAD_TILE
                             + wgmma.COMPUTE + wgmma.PIPELINE + splitk.SPLIT_K_REDUCE
                             + epilogue.STORE_STAGED)
-          + "#endif\n")
+          + TILING_KERNEL + mainloop.ENTRY)
 # The family's kernels without their mainloop step, which a kernel file may write instead
 # (`#include <convlab/wgmma>`: userkernel.library); the variants' source adds the library's.
 SOURCE = KERNELS + wgmma.MAINLOOP_STEP
@@ -216,13 +232,16 @@ class Wgmma(Pipelined):
 
     def defines(self, shape, epilogue=None):
         """The schedule's, over the switches it leaves alone (no halo, no copy-engine gather,
-        a block its own cluster, the tile's N one wgmma), and OUT_TF32 in tf32: every tf32
+        a block its own cluster, no bound on blocks per SM, no setmaxnreg, no store scratch,
+        the tile's N one wgmma), and OUT_TF32 in tf32: every tf32
         output is stored rounded to TF32 (gpu.elements' to_out), since a next tf32 conv reads
         it exact so; a pool or a layer compared alone gets the same rounding, within the tf32
         bound."""
         t = self.config_for(shape, epilogue)
-        return {**super().defines(shape, epilogue), "HALO": 0, "GATHER_TMA": 0, "CLUSTER": 1,
-                "WGMMA_N": t.bn, "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
+        return {**super().defines(shape, epilogue), "HALO": 0, "HALO_ROWS": 0, "PATCH_STAGES": 0,
+                "GATHER_TMA": 0, "CLUSTER": 1, "MIN_BLOCKS": 0, "PRODUCER_REGS": 0,
+                "CONSUMER_REGS": 0, "STORE_SCRATCH": 0, "PART_KTILES": 1, "WGMMA_N": t.bn,
+                "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
                 **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths),
                 **({"OUT_TF32": 1} if self.maths == "tf32" else {})}
 

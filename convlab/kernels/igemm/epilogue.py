@@ -57,6 +57,15 @@ __device__ __forceinline__ void prefetch_kept_tile(const TileUnit& unit, const o
 }
 """
 
+# The staged store's one signature, both layouts' (STORE_STAGED calls it).
+STAGED_STORE_SIGNATURE = r"""    static __device__ __forceinline__ void store(const float (&acc)[MF][NF][4], float* smem,
+                                                 const TileUnit& unit, int npix, int warp,
+                                                 int lane, int g8, int t4, int wm, int wn,
+                                                 out_t* __restrict__ y,
+                                                 const float* __restrict__ bias,
+                                                 const kept_t* __restrict__ kept)
+"""
+
 # The grid schedule's epilogue: the block's tile (TileN = BN pixels wide) staged in shared
 # memory (the stages, free once the mainloop ends) so the stores run along whole rows, then
 # stored by `store`: NCHW (Nhwc false) a warp per output channel row, lanes along consecutive
@@ -69,13 +78,7 @@ STAGED_STORE = r"""
 template <bool Nhwc, int TileN> struct StagedStore;
 
 template <int TileN> struct StagedStore<false, TileN> {
-    static __device__ __forceinline__ void store(const float (&acc)[MF][NF][4], float* smem,
-                                                 const TileUnit& unit, int npix, int warp,
-                                                 int lane, int g8, int t4, int wm, int wn,
-                                                 out_t* __restrict__ y,
-                                                 const float* __restrict__ bias,
-                                                 const kept_t* __restrict__ kept)
-    {
+""" + STAGED_STORE_SIGNATURE + r"""    {
         float* cs = smem;
 #pragma unroll
         for (int i = 0; i < MF; ++i)
@@ -114,13 +117,7 @@ template <int TileN> struct StagedStore<false, TileN> {
 };
 
 template <int TileN> struct StagedStore<true, TileN> {
-    static __device__ __forceinline__ void store(const float (&acc)[MF][NF][4], float* smem,
-                                                 const TileUnit& unit, int npix, int warp,
-                                                 int lane, int g8, int t4, int wm, int wn,
-                                                 out_t* __restrict__ y,
-                                                 const float* __restrict__ bias,
-                                                 const kept_t* __restrict__ kept)
-    {
+""" + STAGED_STORE_SIGNATURE + r"""    {
         // C staged transposed, [n][m] (C_LD = BM + 4): the fragment writes of a warp hit 32
         // banks, and each pixel's output channels are contiguous for the stores.
         float* cs = smem;

@@ -19,6 +19,7 @@ from .tiling import INVALID_TAP, Tiling, k_tiles
 NHWC_GATHER = r"""
 template <int Rows>
 struct NhwcGather {
+    enum : bool { copy_engine = false };  // the threads copy (cp.async)
     const int kc, row0;  // this thread copies vector kc of rows row0, row0 + ROW_STEP, ... (Rows)
     long long off[Rows];
     int ih0[Rows], iw0[Rows];

@@ -34,42 +34,54 @@ PATCH_STAGES = 2
 
 # PATCHERS: loader warp 0 brings A (one lane issues the bulk copies), warps 1-3 copy patches.
 KERNEL = r"""
-// The 128-byte swizzle follows the shared address (the patch starts on 1 KB): a tap's B starts
-// at any pixel, mid-atom, with the descriptor's base offset 0.
-#define PW (W + 2 * PAD_W)
-#define PROWS ((BN + (KH - 1) * (PW + 1) + 7) / 8 * 8)
-#define PATCH_BYTES (PROWS * 128)
-#define ROW_BLOCKS ((HO + HALO_ROWS - 1) / HALO_ROWS)
-#define A_RESIDENT (STAGES == KTILES)
-#define PATCHERS 96
-#define A_BYTES (A_WORDS * 4)
-
 // wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][BM*BK] (a
 // group's last m-tile trimmed: FilterTiles) in the tap gather's K order (channel chunk, tap,
-// channel); table, ws and counters are unused.
-""" + mainloop.filled(mainloop.WARP_SPECIALISED_KERNEL, BODY=r"""
+// channel); table, ws and counters are unused. A tile is Rows output rows of one image; its
+// patch takes PatchStages buffers.
+template <int Rows, int PatchStages>
+struct HaloKernel {
+    enum : int { threads = THREADS + LOADERS, min_blocks = MIN_BLOCKS };
+    // The 128-byte swizzle follows the shared address (the patch starts on 1 KB): a tap's B
+    // starts at any pixel, mid-atom, with the descriptor's base offset 0.
+    enum : int {
+        PW = W + 2 * PAD_W,
+        PROWS = (BN + (KH - 1) * (PW + 1) + 7) / 8 * 8,
+        PATCH_BYTES = PROWS * 128,
+        PATCHERS = 96,
+        A_BYTES = A_WORDS * 4,
+    };
+    enum : bool { A_RESIDENT = STAGES == KTILES };
+    using Walk = HaloWalk<MTILES, KTILES, G, (HO + Rows - 1) / Rows, Rows>;
+
+    static __device__ __forceinline__ void run(""" + mainloop.RUN_PARAMETERS + r""");
+};
+
+template <int Rows, int PatchStages>
+__device__ __forceinline__ void HaloKernel<Rows, PatchStages>::run(""" + (
+    mainloop.RUN_PARAMETERS + r""")
+{""" + mainloop.WARP_SPECIALISED_SMEM + r"""
     // The A ring, two patches, then the barriers: A full (the bulk copy landed) and empty
     // (every MMA thread is done with it) per A buffer, patch full (each patch copier's copies
     // landed) and empty per patch.
     const unsigned a0 = smem_u32(smem);
     const unsigned patch0 = a0 + STAGES * A_BYTES;
-    const unsigned afull0 = patch0 + PATCH_STAGES * PATCH_BYTES;
+    const unsigned afull0 = patch0 + PatchStages * PATCH_BYTES;
     const unsigned aempty0 = afull0 + 8 * STAGES;
     const unsigned pfull0 = aempty0 + 8 * STAGES;
-    const unsigned pempty0 = pfull0 + 8 * PATCH_STAGES;
+    const unsigned pempty0 = pfull0 + 8 * PatchStages;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
     const int tile_warp = warp;  // the warp's 16 rows of the tile
     // Tiles in (group, m-tile, image, row block) order, a contiguous run of them a block
     // (igemm.tile_walks).
-    const HaloWalk<MTILES, KTILES, G, ROW_BLOCKS, HALO_ROWS> walk(batch);
+    const Walk walk(batch);
     if (tid == 0) {
 #pragma unroll 1
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(afull0 + 8 * s, 1);
             mbar_init(aempty0 + 8 * s, THREADS);
         }
-        for (int s = 0; s < PATCH_STAGES; ++s) {
+        for (int s = 0; s < PatchStages; ++s) {
             mbar_init(pfull0 + 8 * s, PATCHERS);
             mbar_init(pempty0 + 8 * s, THREADS);
         }
@@ -98,7 +110,7 @@ KERNEL = r"""
                 }
             }
         } else {
-            // Patch u (a tile's channel chunk) goes to buffer u % PATCH_STAGES once the MMA
+            // Patch u (a tile's channel chunk) goes to buffer u % PatchStages once the MMA
             // threads released it; it is published when its copies landed, before the next one
             // starts, so it lands while the MMA threads work through the chunk before it.
             // Thread ptid copies 16-byte chunk kc of patch pixels row0, row0 + 12, ... (to
@@ -110,7 +122,7 @@ KERNEL = r"""
             auto publish = [&](int p) {
                 cp_async_wait<0>();
                 fence_proxy_async();
-                mbar_arrive(pfull0 + 8 * (p % PATCH_STAGES));
+                mbar_arrive(pfull0 + 8 * (p % PatchStages));
             };
             for (int t = walk.first; t < walk.last; ++t) {
                 const TileUnit unit = walk.unit(t);
@@ -118,8 +130,8 @@ KERNEL = r"""
                                     + kc * VEC;
                 for (int cc = 0; cc < CCHUNKS; ++cc, ++u) {
                     if (u > 0) publish(u - 1);
-                    const int ps = u % PATCH_STAGES;
-                    mbar_wait(pempty0 + 8 * ps, ((u / PATCH_STAGES) & 1) ^ 1);
+                    const int ps = u % PatchStages;
+                    mbar_wait(pempty0 + 8 * ps, ((u / PatchStages) & 1) ^ 1);
                     const unsigned dst = patch0 + ps * PATCH_BYTES;
 #pragma unroll 4
                     for (int r = row0; r < PROWS; r += PATCHERS / 8) {
@@ -155,8 +167,8 @@ KERNEL = r"""
                 for (int e = 0; e < 4; ++e) acc[0][f][e] = 0.0f;
             fence_operands(acc);
             for (int cc = 0; cc < CCHUNKS; ++cc, ++u) {
-                mbar_wait(pfull0 + 8 * (u % PATCH_STAGES), (u / PATCH_STAGES) & 1);
-                const unsigned sp = patch0 + (u % PATCH_STAGES) * PATCH_BYTES;
+                mbar_wait(pfull0 + 8 * (u % PatchStages), (u / PatchStages) & 1);
+                const unsigned sp = patch0 + (u % PatchStages) * PATCH_BYTES;
                 for (int tap = 0; tap < KK; ++tap, ++j) {
                     const int kt = cc * KK + tap;
                     const int stage = A_RESIDENT ? kt : j % STAGES;
@@ -168,12 +180,12 @@ KERNEL = r"""
                     mainloop_step(sa, sb, acc, false);
                     wgmma_wait<1>();
                     if (!A_RESIDENT && kt > 0) mbar_arrive(aempty0 + 8 * ((j - 1) % STAGES));
-                    if (tap == 0 && cc > 0) mbar_arrive(pempty0 + 8 * ((u - 1) % PATCH_STAGES));
+                    if (tap == 0 && cc > 0) mbar_arrive(pempty0 + 8 * ((u - 1) % PatchStages));
                 }
             }
             wgmma_wait<0>();
             if (!A_RESIDENT) mbar_arrive(aempty0 + 8 * ((j - 1) % STAGES));
-            mbar_arrive(pempty0 + 8 * ((u - 1) % PATCH_STAGES));
+            mbar_arrive(pempty0 + 8 * ((u - 1) % PatchStages));
             if (fresh) ++round;
             if (A_RESIDENT && !keep)
                 for (int kt = 0; kt < KTILES; ++kt) mbar_arrive(aempty0 + 8 * kt);
@@ -184,7 +196,7 @@ KERNEL = r"""
             auto pixel = [&](int q, unsigned& at) {
                 const int i = q / PW, col = q - i * PW;
                 at = (i * WO + col) * M;
-                return col < WO && i < HALO_ROWS && unit.h0 + i < HO;
+                return col < WO && i < Rows && unit.h0 + i < HO;
             };
             prefetch_kept_tile(unit, ytile, pixel, tile_warp, lane, y, kept);
             // no 16-byte path here (VECTOR_STORE is 0 under HALO), so no scratch
@@ -192,6 +204,7 @@ KERNEL = r"""
                                  warp, lane, g8, t4, 0u, y, bias, kept);
         }
     }
+}
 """)
 
 

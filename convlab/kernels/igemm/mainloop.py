@@ -1,8 +1,9 @@
 """The implicit GEMM's mainloop pieces: the tile geometry as macros, the PTX it issues
-(cp.async, mma.sync, ldmatrix), the kernels' frames (each with a slot its schedule's pieces
-fill: `filled`), the A operand's copy, one K-tile's MMAs and the cp.async pipeline over the
-K-tiles (STAGES deep; two stages with B through registers for fp16/bf16 gathered from NCHW,
-whose 2-byte elements are below cp.async's minimum)."""
+(cp.async, mma.sync, ldmatrix), the grid schedule's kernel template (with a slot the family's
+pieces fill: `filled`), the kernel's entry, which runs a schedule's template, the A operand's
+copy, one K-tile's MMAs and the cp.async pipeline over the K-tiles (STAGES deep; two stages
+with B through registers for fp16/bf16 gathered from NCHW, whose 2-byte elements are below
+cp.async's minimum)."""
 
 GEOMETRY = r"""
 #define HALF (MODE >= 2)
@@ -211,10 +212,59 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
 }
 """
 
-# The kernel of both warp-specialised schedules (igemm.persistent and igemm.halo), around the
-# schedule's BODY: the launch bounds name the loader warpgroup and the blocks per SM; shared
-# memory starts on 1 KB for the swizzle.
-WARP_SPECIALISED_KERNEL = r"""extern "C" __global__ void __launch_bounds__(THREADS + LOADERS, MIN_BLOCKS)
+# A schedule's kernel is a class template (GRID_KERNEL below; igemm.persistent's and
+# igemm.halo's) over the pieces it walks, gathers and stores with: its `run` is the kernel's
+# body, the schedule's BODY slot filled by the family's pieces, and its enumerators `threads`
+# and `min_blocks` the launch bounds. ENTRY is the one __global__ function: it runs the schedule
+# as the family's source instantiates it, TilingKernel, passing its parameters on as they came
+# (a persistent kernel's im2col map last). A template's constants are enumerators, not static
+# constexpr members: NVRTC gives those storage in global memory, which changed every cubin.
+RUN_PARAMETERS = r"""
+        const elem_t* __restrict__ x, const float4* __restrict__ wpack,
+        const int4* __restrict__ table, const float* __restrict__ bias, out_t* __restrict__ y,
+        float* __restrict__ ws, int* __restrict__ counters, int batch,
+        const kept_t* __restrict__ kept"""
+
+# The grid schedule: a block per unit of work (igemm.tile_walks' Walk: a tile, or a K-split of
+# one), every thread copying and multiplying; its BODY is the family's gather, mainloop and
+# epilogue.
+GRID_KERNEL = r"""
+// wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
+// (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
+// ws, counters: split-K partial tiles and arrival counts (all counts zero between launches);
+// kept: the residual block's kept activation the add-relu epilogue adds (igemm.epilogue).
+template <class Walk>
+struct GridKernel {
+    enum : int { threads = THREADS, min_blocks = 0 };  // 0: no bound on blocks per SM
+    static __device__ __forceinline__ void run(""" + RUN_PARAMETERS + r""");
+};
+
+template <class Walk>
+__device__ __forceinline__ void GridKernel<Walk>::run(""" + RUN_PARAMETERS + r""")
+{
+    extern __shared__ __align__(16) float smem_raw[];
+    // Swizzled tiles must start on 1024-byte boundaries (the host asks for 1 KB more).
+    float* const smem =
+        SWIZZLE ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4 : smem_raw;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+    const TileUnit unit = Walk::unit();
+    const int npix = batch * HWO;  // < 2^31, checked by the host
+$BODY
+}
+"""
+
+# The warp-specialised schedules' shared memory starts on 1 KB, for the swizzle.
+WARP_SPECIALISED_SMEM = r"""
+    extern __shared__ __align__(16) float smem_raw[];
+    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
+"""
+
+# The kernel. Its switches are the few a template cannot carry: a cluster's launch attribute
+# and the copy engine's tensor map, a parameter passed by value.
+ENTRY = r"""
+extern "C" __global__ void __launch_bounds__(TilingKernel::threads, TilingKernel::min_blocks)
 #if CLUSTER > 1
 __cluster_dims__(CLUSTER, 1, 1)
 #endif
@@ -226,38 +276,16 @@ conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
 #endif
              , const kept_t* __restrict__ kept)
 {
-    extern __shared__ __align__(16) float smem_raw[];
-    float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
-$BODY
+    TilingKernel::run(x, wpack, table, bias, y, ws, counters, batch, kept
+#if GATHER_TMA
+                      , &im2col_map
+#endif
+    );
 }
 """
 
-# The grid schedule's kernel, around its BODY (gather, mainloop and epilogue): its parameters
-# and the unit of work (igemm.tile_walks) this block computes.
-GRID_KERNEL = r"""
-// wpack: the filters as A fragments, [G][MTILES][KTILES][A_PARTS][BM/16][KSTEPS][32 lanes][16 B]
-// (host-packed, zero-padded); table: per k {offset c*H*W+p*W+q, p, q, 0} when !GATHER_TAP;
-// ws, counters: split-K partial tiles and arrival counts (all counts zero between launches);
-// kept: the residual block's kept activation the add-relu epilogue adds (igemm.epilogue).
-extern "C" __global__ void __launch_bounds__(THREADS)
-conv_forward(const elem_t* __restrict__ x, const float4* __restrict__ wpack,
-             const int4* __restrict__ table, const float* __restrict__ bias,
-             out_t* __restrict__ y, float* __restrict__ ws, int* __restrict__ counters, int batch,
-             const kept_t* __restrict__ kept)
-{
-    extern __shared__ __align__(16) float smem_raw[];
-    // Swizzled tiles must start on 1024-byte boundaries (the host asks for 1 KB more).
-    float* const smem =
-        SWIZZLE ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4 : smem_raw;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g8 = lane >> 2, t4 = lane & 3;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    using Walk = GridWalk<SPLIT_K, MTILES, KTILES>;
-    const TileUnit unit = Walk::unit();
-    const int npix = batch * HWO;  // < 2^31, checked by the host
-$BODY
-}
-"""
+# The kernel of a family with the grid schedule alone.
+GRID_ENTRY = "\nusing TilingKernel = GridKernel<GridWalk<SPLIT_K, MTILES, KTILES>>;\n" + ENTRY
 
 LOAD_A = r"""
     const FilterTiles wtiles(wpack, unit.group, unit.mtile);

@@ -255,6 +255,7 @@ __device__ __forceinline__ void setmaxnreg_inc()
 # The "tma" gather as a type: the copy engine's im2col box of a unit's tile at each K-tile.
 IM2COL_GATHER = r"""
 struct Im2colGather {
+    enum : bool { copy_engine = true };  // one thread has the copy engine copy
     int image, w0, h0, channels;  // the tile's first pixel's window corner, its group's channels
 
     // The tile's first pixel, as NhwcGather::start finds it.
@@ -289,8 +290,8 @@ struct Im2colGather {
 # the same (gather, B split, MMAs).
 PROLOGUE = r"""
     // After the stages: STAGES "full" barriers (the loaders' copies and A's bulk copy landed;
-    // under GATHER_TMA both copies, counted in bytes behind one arrival) and STAGES "empty"
-    // ones (every MMA thread is done reading the stage).
+    // with the copy engine's gather, both copies, counted in bytes behind one arrival) and
+    // STAGES "empty" ones (every MMA thread is done reading the stage).
     const unsigned full0 = smem_u32(smem + STAGES * STAGE_WORDS);
     const unsigned empty0 = full0 + 8 * STAGES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -298,11 +299,12 @@ PROLOGUE = r"""
     // The warp's 16 rows of its tile: under PINGPONG each warpgroup holds a whole tile.
     const int tile_warp = PINGPONG ? warp & 3 : warp;
     const int npix = batch * HWO;  // < 2^31, checked by the host
-    const PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN> walk(npix);
+    const Walk walk(npix);
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, GATHER_TMA ? 1 : LOADERS + 1);  // each loader, A's expect_tx
+            // each loader and A's expect_tx, or the copy engine's one expect_tx
+            mbar_init(full0 + 8 * s, Gather::copy_engine ? 1 : LOADERS + 1);
             // a cluster's MMA warps arrive once a warp, on every block's barrier; under
             // PINGPONG one warpgroup reads a stage
             mbar_init(empty0 + 8 * s, CLUSTER > 1 ? CLUSTER * NWARPS : THREADS / (1 + PINGPONG));
@@ -342,8 +344,8 @@ LOADER_UNITS = r"""
         // engine, counted by the barrier's transaction bytes. LAG is at most STAGES - 2: the
         // MMA threads free K-tile j's stage only after issuing j + 1, so a loader further
         // behind would wait for a stage that waits for its own publication.
-#define LAG (STAGES - 2)
-        NhwcGather<BN_ROWS> gather(tid);
+        constexpr int LAG = STAGES - 2;
+        Gather gather(tid);
         auto publish = [&](int p) {
             const int stage = p % STAGES;
             if constexpr (MODE == 1)
@@ -402,7 +404,7 @@ LOADER_TMA = r"""
             for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
                 const TileUnit unit = walk.unit(u);
                 const FilterTiles wtiles(wpack, unit.group, unit.mtile);
-                const Im2colGather gather(unit);
+                const Gather gather(unit);
                 for (int kt = unit.kbeg; kt < unit.kend; ++kt, ++j) {
                     const int stage = j % STAGES;
                     mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
@@ -410,7 +412,7 @@ LOADER_TMA = r"""
                     const unsigned sa = smem_u32(smem + stage * STAGE_WORDS);
                     mbar_arrive_expect(bar, (A_WORDS + B_WORDS) * 4);
                     bulk_copy(sa, wtiles.tile(kt), A_WORDS * 4, bar);
-                    if (copies_b) gather.load(sa + A_WORDS * 4, im2col_map, kt, bar);
+                    if (copies_b) gather.load(sa + A_WORDS * 4, *im2col_map, kt, bar);
                 }
             }
         }
@@ -530,14 +532,23 @@ KERNEL = r"""
 // wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][A_PARTS][BM*BK]
 // (a group's last m-tile trimmed: FilterTiles);
 // table: the "table" gather's per-vector offsets; ws, counters: split-K partial tiles and
-// arrival counts (all counts zero between launches); im2col_map (GATHER_TMA): the input's
-// tensor map.
-""" + mainloop.filled(
-    mainloop.WARP_SPECIALISED_KERNEL,
-    BODY=PROLOGUE + mainloop.filled(
+// arrival counts (all counts zero between launches); im2col_map: the input's tensor map, which
+// the copy engine's gather (Gather::copy_engine) reads.
+template <class Walk, class Gather>
+struct PersistentKernel {
+    enum : int { threads = THREADS + LOADERS, min_blocks = MIN_BLOCKS };
+    static __device__ __forceinline__ void run(""" + mainloop.RUN_PARAMETERS + r""",
+        const TensorMap* im2col_map = nullptr);
+};
+
+template <class Walk, class Gather>
+__device__ __forceinline__ void PersistentKernel<Walk, Gather>::run(""" + (
+    mainloop.RUN_PARAMETERS + r""", const TensorMap* im2col_map)
+{""" + mainloop.WARP_SPECIALISED_SMEM + PROLOGUE + mainloop.filled(
         ROLES,
-        LOADER=(LOADER_BEGIN + "#if GATHER_TMA\n" + LOADER_TMA + "#else\n"
+        LOADER=(LOADER_BEGIN + "        if constexpr (Gather::copy_engine) {\n" + LOADER_TMA
+                + "        } else {\n"
                 + mainloop.filled(LOADER_UNITS, BODY=GATHER_START + LOAD_A_BULK
                                   + gather_nhwc.LOAD_TILE + LOADER_K_TILES)
-                + "#endif\n"),
-        CONSUMER=CONSUMER_BEGIN + wgmma.COMPUTE + PARTIAL_SUM + CONSUMER))
+                + "        }\n"),
+        CONSUMER=CONSUMER_BEGIN + wgmma.COMPUTE + PARTIAL_SUM + CONSUMER) + "}\n")
