@@ -261,9 +261,10 @@ WARP_SPECIALISED_SMEM = r"""
     float* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 4;
 """
 
-# The kernel. Its switches are the few a template cannot carry: a cluster's launch attribute
-# and the copy engine's tensor map, a parameter passed by value.
 ENTRY = r"""
+// The kernel: it runs TilingKernel, the tiling's schedule with its pieces. Its switches are the
+// few a template cannot carry: a cluster's launch attribute, and the copy engine's tensor map,
+// a parameter passed by value.
 extern "C" __global__ void __launch_bounds__(TilingKernel::threads, TilingKernel::min_blocks)
 #if CLUSTER > 1
 __cluster_dims__(CLUSTER, 1, 1)
