@@ -216,8 +216,8 @@ def device_pieces() -> dict[str, str]:
 
 
 def test_no_device_piece_opens_a_brace_another_closes(no_gpu):
-    """A piece is whole statements or declarations: a kernel's frame holds its slots
-    (`mainloop.filled`), so what one piece opens it closes."""
+    """A piece is whole statements or declarations: a schedule's kernel template holds its
+    slots (`mainloop.filled`), so what one piece opens it closes."""
     pieces = device_pieces()
     assert "convlab.kernels.igemm.wgmma.COMPUTE" in pieces and len(pieces) > 100
     unbalanced = []

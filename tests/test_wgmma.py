@@ -11,6 +11,7 @@ import pytest
 
 from convlab.errors import ConvlabError
 from convlab.gpu import hardware, jit, tensormap
+from convlab.gpu.cubin import kernel_resources
 from convlab.kernels import base, get_variant, wgmma as W
 from convlab.kernels.igemm import packing, tiling, wgmma
 from convlab.models import get_model
@@ -951,8 +952,9 @@ def test_the_kernel_runs_the_template_of_the_tilings_schedule(schedule, gather, 
     template with its walk and gather (the halo's with its rows and patch buffers), and the
     launch bounds are the schedule's threads and blocks per SM (none for the grid)."""
     variant = get_variant("wgmma-fp16")
-    t = next(t for t in variant.ranked(RESNET)
-             if t.schedule == schedule and t.gather == gather and t.cluster == 1)
+    t = next((t for t in variant.ranked(RESNET)
+              if t.schedule == schedule and t.gather == gather and t.cluster == 1), None)
+    assert t, f"no {schedule} tiling gathering by {gather} on {RESNET.brief()}"
     expected = expected.format(rows=t.rows, patch_stages=wgmma.halo.PATCH_STAGES)
     warp_specialised = wgmma.schedule_of(t).warp_specialised
     threads = t.threads + (128 if warp_specialised else 0)
@@ -965,3 +967,4 @@ def test_the_kernel_runs_the_template_of_the_tilings_schedule(schedule, gather, 
     result = jit.nvrtc_compile("wgmma.cu", built.source + check,
                                built.compile_options(RESNET), "sm_90a")
     assert result.cubin is not None, result.log
+    assert kernel_resources(result.cubin)["conv_forward"].max_threads == threads

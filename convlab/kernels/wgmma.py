@@ -11,15 +11,16 @@ from .igemm import epilogue, gather_nhwc, halo, mainloop, persistent, splitk, ti
 TILING_KERNEL = r"""
 // The tiling's schedule, its template instantiated with its pieces: the host's HALO and
 // PERSISTENT name the schedule, GATHER_TMA the persistent kernel's gather (the copy engine's
-// im2col, or the loader threads'). Only the kernel named is compiled.
+// im2col, or the loader threads'). Only the template named is instantiated; the others are
+// parsed too, which is why every build passes every schedule's switches.
 template <bool If, class Then, class Else> struct Choice { using type = Then; };
 template <class Then, class Else> struct Choice<false, Then, Else> { using type = Else; };
 
 using TilingKernel = typename Choice<
-    HALO, HaloKernel<HALO_ROWS, PATCH_STAGES>,
-    typename Choice<PERSISTENT,
+    HALO != 0, HaloKernel<HALO_ROWS, PATCH_STAGES>,
+    typename Choice<PERSISTENT != 0,
                     PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>,
-                                     typename Choice<GATHER_TMA, Im2colGather,
+                                     typename Choice<GATHER_TMA != 0, Im2colGather,
                                                      NhwcGather<BN_ROWS>>::type>,
                     GridKernel<GridWalk<SPLIT_K, MTILES, KTILES>>>::type>::type;
 """
@@ -94,11 +95,12 @@ KERNELS = (r"""
 // Compile-time: as channels-last, plus SWIZZLE 1; WARPS_M = 4 per warpgroup, WARPS_N = 1, BM
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under
 // HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, PINGPONG (BM 64 with
-// WARPS_M 8: a tile a warpgroup), MIN_BLOCKS (blocks per SM),
-// PRODUCER_REGS and CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA; HALO and
-// HALO_ROWS; WGMMA_N and WGMMA_TAIL (the MMA's N, and the halo's extra N); PART_KTILES (above
-// 1 for 3xTF32 in the grid schedule) and CROSS_BF16. Every build passes each of them, 0 or 1
-// where its schedule or maths has no use for it, so no piece defaults one.
+// WARPS_M 8: a tile a warpgroup), MIN_BLOCKS (blocks per SM, 0: no bound), PRODUCER_REGS and
+// CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA, CLUSTER (blocks a cluster);
+// HALO, HALO_ROWS and PATCH_STAGES; WGMMA_N and WGMMA_TAIL (the MMA's N, and the halo's extra
+// N); PART_KTILES (above 1 for 3xTF32 in the grid schedule) and CROSS_BF16. Every build passes
+// each of them, 0 or 1 where its schedule or maths has no use for it, so no piece defaults
+// one.
 """
           + mainloop.GEOMETRY + mainloop.INSTRUCTIONS + tile_walks.SOURCE + splitk.SPLIT_K_LAST
           + gather_nhwc.NHWC_GATHER
@@ -233,10 +235,9 @@ class Wgmma(Pipelined):
     def defines(self, shape, epilogue=None):
         """The schedule's, over the switches it leaves alone (no halo, no copy-engine gather,
         a block its own cluster, no bound on blocks per SM, no setmaxnreg, no store scratch,
-        the tile's N one wgmma), and OUT_TF32 in tf32: every tf32
-        output is stored rounded to TF32 (gpu.elements' to_out), since a next tf32 conv reads
-        it exact so; a pool or a layer compared alone gets the same rounding, within the tf32
-        bound."""
+        the tile's N one wgmma), and OUT_TF32 in tf32: every tf32 output is stored rounded to
+        TF32 (gpu.elements' to_out), since a next tf32 conv reads it exact so; a pool or a
+        layer compared alone gets the same rounding, within the tf32 bound."""
         t = self.config_for(shape, epilogue)
         return {**super().defines(shape, epilogue), "HALO": 0, "HALO_ROWS": 0, "PATCH_STAGES": 0,
                 "GATHER_TMA": 0, "CLUSTER": 1, "MIN_BLOCKS": 0, "PRODUCER_REGS": 0,

@@ -37,7 +37,7 @@ KERNEL = r"""
 // wpack: A tiles as the swizzled shared memory holds them, [G][MTILES][KTILES][BM*BK] (a
 // group's last m-tile trimmed: FilterTiles) in the tap gather's K order (channel chunk, tap,
 // channel); table, ws and counters are unused. A tile is Rows output rows of one image; its
-// patch takes PatchStages buffers.
+// channel chunks' patches take turns in PatchStages buffers.
 template <int Rows, int PatchStages>
 struct HaloKernel {
     enum : int { threads = THREADS + LOADERS, min_blocks = MIN_BLOCKS };
