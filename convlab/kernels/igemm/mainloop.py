@@ -213,9 +213,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
 """
 
 # A schedule's kernel is a class template (GRID_KERNEL below; igemm.persistent's and
-# igemm.halo's) over the pieces it walks, gathers and stores with: its `run` is the kernel's
-# body, the schedule's BODY slot filled by the family's pieces, and its enumerators `threads`
-# and `min_blocks` the launch bounds. ENTRY is the one __global__ function: it runs the schedule
+# igemm.halo's) over the pieces that differ between its builds (its tile walk; the persistent
+# kernel's gather too; the halo's rows): its `run` is the kernel's body, the schedule's BODY
+# slot filled by the family's pieces, and its enumerators `threads` and `min_blocks` the launch
+# bounds. ENTRY is the one __global__ function: it runs the schedule
 # as the family's source instantiates it, TilingKernel, passing its parameters on as they came
 # (a persistent kernel's im2col map last). A template's constants are enumerators, not static
 # constexpr members: NVRTC gives those storage in global memory, which changed every cubin.
