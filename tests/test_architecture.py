@@ -241,8 +241,8 @@ def test_the_wgmma_kernel_is_chosen_by_types_not_switches():
     """The assembled wgmma source (every schedule, maths and element type) holds at most 20
     preprocessor conditionals; the rest is templates and `if constexpr`. Its one __global__
     function runs the tiling's schedule, a template: no conditional picks a schedule (HALO,
-    PERSISTENT, PINGPONG) or the persistent kernel's gather outside that function's
-    signature."""
+    PERSISTENT, PINGPONG, or VECTOR_STORE, which reads HALO) or the persistent kernel's gather
+    outside that function's signature."""
     from convlab.kernels.igemm import mainloop
     from convlab.kernels.wgmma import SOURCE
 
@@ -252,7 +252,7 @@ def test_the_wgmma_kernel_is_chosen_by_types_not_switches():
                             SOURCE.replace(mainloop.ENTRY, ""), re.M)
     assert conditions
     assert not [c for c in conditions
-                if re.search(r"\b(HALO|PERSISTENT|PINGPONG|GATHER_TMA)\b", c)]
+                if re.search(r"\b(HALO|PERSISTENT|PINGPONG|GATHER_TMA|VECTOR_STORE)\b", c)]
 
 
 def test_the_implicit_gemm_kernels_take_their_tiles_from_a_tile_walk():

@@ -201,13 +201,12 @@ __device__ __forceinline__ void store_registers_nhwc(float (&acc)[MF][NF][4],
     float b0 = 0.0f, b1 = 0.0f;
     if (HAS_BIAS && first) b0 = __ldg(bias + unit.group * MG + m0);
     if (HAS_BIAS && second) b1 = __ldg(bias + unit.group * MG + m0 + 8);
-#if VECTOR_STORE
-    // A caller's y (or kept) may be a view that does not start on 16 bytes: element
-    // stores then.
-    const bool vector = (reinterpret_cast<unsigned long long>(y) & 15) == 0
+    // The 16-byte paths, compiled only under VECTOR_STORE. A caller's y (or kept) may be a
+    // view that does not start on 16 bytes: element stores then.
+    const bool vector = VECTOR_STORE && (reinterpret_cast<unsigned long long>(y) & 15) == 0
         && (!ADD_KEPT || (reinterpret_cast<unsigned long long>(kept)
                           & (OUT_HALF ? 15 : 4 * sizeof(kept_t) - 1)) == 0);
-    if (vector) {
+    if constexpr (VECTOR_STORE) if (vector) {
         if constexpr (OUT_HALF) {
             // Matrix i (0-3) is n-block f + i/2, channels 8(i%2)..; lane L names row L%8 of
             // matrix L/8, which lands as scratch column P = 8(L/16) + L%8, half (L/8)%2.
@@ -316,11 +315,7 @@ __device__ __forceinline__ void store_registers_nhwc(float (&acc)[MF][NF][4],
     // `vector`: as one run-time count it made ptxas build fp16's plain 128x256 conv 1.37x
     // slower (ResNet-50's layer1 expansion at batch 128, 0.1044 against 0.0761 ms alone,
     // H200, 2026-11-28, results/h200/resnet50-vgg16-classes-20261128/logs/).
-    constexpr int vector_blocks = OUT_HALF ? NF - NF % 2 : NF;
-#else
-    const bool vector = false;
-    constexpr int vector_blocks = 0;
-#endif
+    constexpr int vector_blocks = !VECTOR_STORE ? 0 : OUT_HALF ? NF - NF % 2 : NF;
     // Element e of n-block f: channel m0 + 8*(e/2), column 8f + 2*t4 + e%2 (after the
     // vector stores, an odd last n-block). The kept elements are all added first: loads
     // with no store between them, in flight together. Beside float32's 16-byte path,
