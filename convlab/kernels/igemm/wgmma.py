@@ -840,11 +840,11 @@ def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None
     twin = pingpong_twin(shape, t, maths)
     if twin is None:
         return None
-    if output_tiles(shape, twin) < 2 * cost.SMS * blocks_per_sm(twin, maths, shape):
+    twin_blocks, base_blocks = blocks_per_sm(twin, maths, shape), blocks_per_sm(t, maths, shape)
+    if output_tiles(shape, twin) < 2 * cost.SMS * twin_blocks:
         return None
-    if k_tiles(shape, t) < PINGPONG_MIN_KTILES and blocks_per_sm(t, maths, shape) > 1:
+    if k_tiles(shape, t) < PINGPONG_MIN_KTILES and base_blocks > 1:
         return None
-    if blocks_per_sm(twin, maths, shape) < blocks_per_sm(t, maths, shape) and (
-            shape.Mg > PINGPONG_MAX_FILTERS or t.gather == "table"):
+    if twin_blocks < base_blocks and (shape.Mg > PINGPONG_MAX_FILTERS or t.gather == "table"):
         return None
     return twin
