@@ -854,6 +854,114 @@ def test_the_pingpong_schedule_writes_fp16_and_runs_again(variant, rng):
         check_relaunch_and_fp16(variant, t, shape, x, w, b)
 
 
+def stream_k_tilings(variant, shape):
+    """The stream-K twins (igemm.wgmma.StreamK) of persistent_tilings' picks, unsplit and a
+    block alone: each gather, one and two warpgroups, one and two blocks an SM."""
+    found = []
+    for t in persistent_tilings(variant, shape):
+        twin = dataclasses.replace(t, schedule="stream-k", split_k=1, cluster=1)
+        if (twin not in found and not variant.tiling_problem(twin)
+                and not variant.shape_problem(shape, twin)):
+            found.append(twin)
+    return found
+
+
+# Few tiles of long K-loops: a tile's K-tiles cut across many blocks' runs (four K-tiles a run
+# where the layer has too few for every slot), in groups, with a bias.
+LONG_K = [ConvShape(1, 256, 7, 7, 256, 3, pad=1, bias=True),
+          ConvShape(2, 512, 5, 5, 72, 3, pad=1, groups=2, bias=True)]
+
+
+@pytest.mark.parametrize("shape", GENERAL + list(ALEXNET.values()) + MANY_TILES + LONG_K,
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_stream_k_schedule(variant, shape, rng):
+    """Equal runs of the tiles' K-tiles, a run a block: tiles cut across several runs, runs
+    across several tiles, a run inside one tile; channel and pixel tails, groups."""
+    tilings = stream_k_tilings(variant, shape)
+    assert tilings
+    check_tilings(variant, shape, tilings, rng)
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("shape", [LONG_K[0], MANY_TILES[1]], ids=["long-k", "many-tiles"])
+@pytest.mark.parametrize("variant", WGMMA, ids=lambda v: v.name)
+def test_the_stream_k_schedule_writes_fp16_and_runs_again(variant, shape, rng):
+    """The pieces' arrival counts are back at zero after a launch (the second gives the same
+    bits), and the last piece's register store writes fp16 as the float32 one rounded."""
+    skip_off_its_gpu(variant, shape)
+    tilings = stream_k_tilings(variant, shape)
+    assert tilings
+    x, w, b = random_problem(shape, rng, signed=True)
+    for t in tilings:
+        check_relaunch_and_fp16(variant, t, shape, x, w, b)
+
+
+def stream_k_units(ktiles: int, tiles: int, blocks: int) -> list[list[tuple]]:
+    """Each block's units as StreamKWalk hands them out on the device, for a list of `tiles`
+    tiles of `ktiles` K-tiles each: (tile, kbeg, kend, piece, pieces, partial-tile slot)."""
+    import cupy
+
+    from convlab.kernels.igemm import tile_walks
+
+    most = -(-tiles * ktiles // blocks) + 2
+    source = tile_walks.SOURCE + (
+        'extern "C" __global__ void walk(int npix, int most, int* count, int* out)\n{\n'
+        f"    const StreamKWalk<1, {ktiles}, 1, 1> w(npix);\n"
+        "    int n = 0;\n"
+        "    for (int u = w.first(); u < w.units && n < most; u = w.next(u), ++n) {\n"
+        "        const TileUnit t = w.unit(u);\n"
+        "        int* o = out + (blockIdx.x * most + n) * 6;\n"
+        "        o[0] = t.tile; o[1] = t.kbeg; o[2] = t.kend; o[3] = t.split;\n"
+        "        o[4] = w.pieces(t); o[5] = (int)w.part(t, t.split);\n"
+        "    }\n"
+        "    count[blockIdx.x] = n;\n}\n")
+    kernel = cupy.RawModule(code=source, options=("-std=c++17",)).get_function("walk")
+    count = cupy.full(blocks, -1, dtype=cupy.int32)
+    out = cupy.full(blocks * most * 6, -1, dtype=cupy.int32)
+    kernel((blocks,), (1,), (np.int32(tiles), np.int32(most), count, out))
+    counts, units = cupy.asnumpy(count), cupy.asnumpy(out).reshape(blocks, most, 6)
+    assert (counts < most).all(), "a block's run held more units than a run can"
+    return [[tuple(u) for u in units[b, :counts[b]]] for b in range(blocks)]
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("ktiles,tiles,blocks", [
+    (9, 1, 2), (9, 1, 9), (40, 3, 30), (72, 28, 132), (72, 28, 264), (9, 160, 132),
+    (1, 300, 132), (3, 7, 5), (5, 13, 64), (40, 1, 3), (9, 500, 132), (5, 264, 132),
+    (7, 399, 132), (16, 1000, 264)])
+def test_the_stream_k_walk_covers_every_k_tile_once(ktiles, tiles, blocks):
+    """StreamKWalk on the device (at most a block a K-tile, as the host launches it): the
+    blocks' units cover every tile's K-tiles once, each tile's in order; all but the last one
+    to two waves of tiles are whole, tile b + iG block b's; a tile's pieces are numbered 0.. in
+    block order, agree on how many they are, and keep their partial tiles in slots no other
+    piece of a cut tile uses, among the two a block; the blocks' K-tiles differ by at most
+    one."""
+    walked = stream_k_units(ktiles, tiles, blocks)
+    runs = [sum(kend - kbeg for _, kbeg, kend, *_ in units) for units in walked]
+    assert sum(runs) == tiles * ktiles and max(runs) - min(runs) <= 1
+    pieces: dict[int, list[tuple]] = {}
+    for b, units in enumerate(walked):
+        for tile, kbeg, kend, piece, count, slot in units:
+            pieces.setdefault(tile, []).append((b, kbeg, kend, piece, count, slot))
+    assert sorted(pieces) == list(range(tiles))
+    waves = tiles // blocks
+    whole = (waves - 1) * blocks if waves > 1 else 0
+    assert all(pieces[tile] == [(tile % blocks, 0, ktiles, 0, 1, pieces[tile][0][5])]
+               for tile in range(whole))
+    slots = []
+    for tile, found in pieces.items():
+        assert [p[1] for p in found] == [0] + [p[2] for p in found[:-1]]
+        assert found[-1][2] == ktiles
+        assert [p[3] for p in found] == list(range(len(found)))
+        assert {p[4] for p in found} == {len(found)}
+        assert len({p[0] for p in found}) == len(found)
+        if len(found) > 1:
+            slots += [p[5] for p in found]
+            assert all(2 * p[0] <= p[5] <= 2 * p[0] + 1 for p in found)
+    assert len(slots) == len(set(slots))
+
+
 # The last FC layer of a 1,000-class network as a 1x1 conv (no whole m-tile at bm 64 or 128),
 # and a grouped layer of several m-tiles a group, the last a part: the packs' trimmed m-tiles.
 TRIMMED = [ConvShape(4, 256, 1, 1, 1000, 1, bias=True),
