@@ -151,9 +151,9 @@ def test_ceiling_kernels_compile():
 
 def _add_relu_cases():
     """The add-relu epilogue in every store that has it: the grid schedule's staged one, the
-    persistent, pingpong and stream-K schedules' register one (its 16-byte path with 16-bit
-    output and kept: fp16, and bf16 bits), the halo schedule's; output channels and pixels
-    that end mid-tile."""
+    persistent and pingpong schedules' register one (its 16-byte path with 16-bit output and
+    kept: fp16, and bf16 bits), the halo schedule's; output channels and pixels that end
+    mid-tile."""
     from convlab.gpu.elements import BFLOAT16, FLOAT16
     from convlab.kernels import ADD_RELU, VARIANTS
 
@@ -168,7 +168,7 @@ def _add_relu_cases():
                     v = v.writing(half_type).adding(half_type) if half else v
                     tilings = {t.schedule: t for t in reversed(v.configs(shape, ADD_RELU))}
                     tilings.update({t.schedule: t for t in reversed(v.ranked(shape))
-                                    if t.schedule in ("pingpong", "stream-k")})
+                                    if t.schedule == "pingpong"})
                     cases += [(v.configured(t), shape) for t in tilings.values()]
     return cases
 

@@ -344,7 +344,7 @@ def test_persistent_tilings_split_k_where_the_grid_ones_do_and_only_wgmma_runs_t
     assert not get_variant("wgmma-3xtf32").tiling_problem(  # one warpgroup
         dataclasses.replace(split_3xtf32, bm=64, warps_m=4))
     assert "schedule must be" in get_variant("wgmma-fp16").tiling_problem(
-        dataclasses.replace(t, schedule="wavefront"))
+        dataclasses.replace(t, schedule="stream-k"))
     channels_last = get_variant("channels-last-fp16")
     assert "needs wgmma" in channels_last.tiling_problem(
         persistent(tiling.Tiling(64, 128, 64, 4, 1, 4, 1, "tap")))
@@ -559,7 +559,7 @@ def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
     conv3 = SHAPES[2]
     ranked = variant.ranked(conv3)
     taps = {dataclasses.replace(t, gather="tma") for t in ranked
-            if t.schedule in ("persistent", "pingpong", "stream-k") and t.gather == "tap"}
+            if t.schedule in ("persistent", "pingpong") and t.gather == "tap"}
     assert taps and taps == {t for t in ranked if t.gather == "tma" and t.cluster == 1}
     pairs = {dataclasses.replace(t, cluster=2) for t in taps if t.schedule == "persistent"
              and t.split_k == 1 and -(-conv3.M // t.bm) % 2 == 0}
@@ -657,9 +657,8 @@ def test_the_warpgroup_mma_piece_compiles_alone_and_holds_no_switches():
 
 def test_the_tile_walks_compile_alone_and_hold_no_switches():
     """igemm.tile_walks is templates over the layer's constants, not -D switches: the grid,
-    persistent, stream-K and halo walks, each with its split-K slot where it has one (and the
-    slots of its pieces' partial tiles), instantiated by a kernel of their own, no other
-    source."""
+    persistent and halo walks, each with its split-K slot where it has one, instantiated by a
+    kernel of their own, no other source."""
     from convlab.kernels.igemm import tile_walks
 
     assert_compiles_alone("tile_walks", tile_walks.SOURCE, (
@@ -671,13 +670,6 @@ def test_the_tile_walks_compile_alone_and_hold_no_switches():
         "    for (int u = persistent.first(); u < persistent.units; u = persistent.next(u)) {\n"
         "        const TileUnit p = persistent.unit(u);\n"
         "        sum += persistent.slot(p) + p.split + p.mtile + p.ntile + p.group + p.kend;\n"
-        "        sum += persistent.pieces(p) + persistent.part(p, p.split);\n"
-        "    }\n"
-        "    const StreamKWalk<4, 9, 2, 128> stream(npix);\n"
-        "    static_assert(StreamKWalk<4, 9, 2, 128>::splits, \"pieces meet\");\n"
-        "    for (int u = stream.first(); u < stream.units; u = stream.next(u)) {\n"
-        "        const TileUnit s = stream.unit(u);\n"
-        "        sum += stream.slot(s) + stream.pieces(s) + stream.part(s, s.split) + s.kbeg;\n"
         "    }\n"
         "    const HaloWalk<4, 9, 2, 7, 4> halo(batch);\n"
         "    for (int t = halo.first; t < halo.last; ++t) {\n"
@@ -827,47 +819,6 @@ def test_the_pingpong_schedule_refuses_what_it_cannot_run():
     assert pingpongs == ones and {t.gather for t in pingpongs} == {"tap", "tma"}
 
 
-def test_the_stream_k_schedule_refuses_what_it_cannot_run_and_sizes_its_launch():
-    """No split-K of its own (its runs split K), no clusters, 3xTF32's two warpgroups at most
-    96 wide (as its split-K); its tilings are the unsplit persistent ones' twins, offered where
-    the tiles fill one to STREAM_K_MAX_WAVES waves of the SMs; a launch takes every slot where
-    the tiles fill them, on fewer never a run under STREAM_K_MIN_RUN K-tiles, and holds two
-    partial tiles a block and a count a tile; the own choice, outside the fitted correction's
-    data, never takes one."""
-    fp16 = get_variant("wgmma-fp16")
-    t = tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tma", "stream-k")
-    assert not fp16.tiling_problem(t)
-    assert t.brief() == "128x128x64 8x1w s4 k1 tma sk"
-    assert "no split-K" in fp16.tiling_problem(dataclasses.replace(t, split_k=2))
-    assert "cluster" in fp16.tiling_problem(dataclasses.replace(t, cluster=2))
-    assert "needs wgmma" in tiling.tiling_problem(t, "fp16")
-    fp32 = get_variant("wgmma-3xtf32")
-    wide = dataclasses.replace(t, bk=32, gather="tap")
-    assert "at most 96" in fp32.tiling_problem(wide)
-    assert not fp32.tiling_problem(dataclasses.replace(wide, bn=96))
-
-    vgg = ConvShape(8, 512, 28, 28, 512, 3, pad=1, bias=True)  # VGG-16's features.17, batch 8
-    k = fp16.kernel_shape(vgg)
-    tiles = tiling.output_tiles(k, t)
-    slots = hardware.current().sms * wgmma.blocks_per_sm(t, "fp16", k)
-    assert tiles >= slots and fp16.launch_grid(k, t) == (slots, 1, 1)
-    assert fp16.split_workspace(k, t) == (2 * slots * t.bm * t.bn, tiles)
-    lone = ConvShape(1, 64, 8, 8, 64, 3, pad=1)  # one tile of 9 K-tiles: two runs
-    assert fp16.launch_grid(fp16.kernel_shape(lone), t) == (2, 1, 1)
-
-    sms = wgmma.cost.SMS
-    ranked = fp16.ranked(vgg)
-    twins = {dataclasses.replace(p, schedule="stream-k") for p in ranked
-             if p.schedule == "persistent" and p.split_k == 1 and p.cluster == 1
-             and sms <= tiling.output_tiles(k, p) < wgmma.STREAM_K_MAX_WAVES * sms}
-    assert {p for p in ranked if p.schedule == "stream-k"} == twins
-    assert {p.gather for p in twins} == {"tap", "tma"}
-    assert not [p for p in fp16.configs(vgg, "relu") if p.schedule == "stream-k"]
-    layer4 = ConvShape(1, 512, 7, 7, 512, 3, pad=1)  # under a wave of tiles at batch 1
-    for few_or_many in (layer4, dataclasses.replace(vgg, B=128)):
-        assert not [p for p in fp16.ranked(few_or_many) if p.schedule == "stream-k"]
-
-
 @pytest.mark.parametrize("variant", VARIANTS_W, ids=lambda v: v.name)
 def test_the_pingpong_schedule_builds_without_spills(variant):
     """Each warpgroup holds a 64 x bn tile, as in the persistent schedule's two-warpgroup
@@ -995,29 +946,25 @@ template <class A> struct Same<A, A> { enum : bool { value = true }; };
      "PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>, Im2colGather>"),
     ("pingpong", "tap",
      "PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>, NhwcGather<BN_ROWS>>"),
-    ("stream-k", "tma",
-     "PersistentKernel<StreamKWalk<MTILES, KTILES, G, BN>, Im2colGather>"),
     ("halo", "tap", "HaloKernel<{rows}, {patch_stages}>")])
 def test_the_kernel_runs_the_template_of_the_tilings_schedule(schedule, gather, expected):
     """The one __global__ function runs the tiling's schedule: TilingKernel is that schedule's
     template with its walk and gather (the halo's with its rows and patch buffers), and the
     launch bounds are the schedule's threads and blocks per SM (none for the grid)."""
     variant = get_variant("wgmma-fp16")
-    # stream-K's tilings are offered on layers of one to four waves of tiles: batch 4
-    shape = dataclasses.replace(RESNET, B=4) if schedule == "stream-k" else RESNET
-    t = next((t for t in variant.ranked(shape)
+    t = next((t for t in variant.ranked(RESNET)
               if t.schedule == schedule and t.gather == gather and t.cluster == 1), None)
-    assert t, f"no {schedule} tiling gathering by {gather} on {shape.brief()}"
+    assert t, f"no {schedule} tiling gathering by {gather} on {RESNET.brief()}"
     expected = expected.format(rows=t.rows, patch_stages=wgmma.halo.PATCH_STAGES)
     warp_specialised = wgmma.schedule_of(t).warp_specialised
     threads = t.threads + (128 if warp_specialised else 0)
-    min_blocks = wgmma.blocks_per_sm(t, "fp16", shape) if warp_specialised else 0
+    min_blocks = wgmma.blocks_per_sm(t, "fp16", RESNET) if warp_specialised else 0
     built = variant.configured(t)
     assert built.source.count("__global__") == 1
     check = (SAME_TYPE + f'static_assert(Same<TilingKernel, {expected}>::value, "schedule");\n'
              f"static_assert(TilingKernel::threads == {threads} && "
              f'TilingKernel::min_blocks == {min_blocks}, "launch bounds");\n')
     result = jit.nvrtc_compile("wgmma.cu", built.source + check,
-                               built.compile_options(shape), "sm_90a")
+                               built.compile_options(RESNET), "sm_90a")
     assert result.cubin is not None, result.log
     assert kernel_resources(result.cubin)["conv_forward"].max_threads == threads

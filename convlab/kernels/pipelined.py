@@ -62,7 +62,7 @@ from .igemm.packing import pack_weights  # noqa: E402
 from .igemm.staging import NchwStaging, stage_dtype  # noqa: E402
 from .igemm.splitk import installed_scratch  # noqa: E402
 from .igemm.tiling import (MAX_CONFIGS, MODES, Tiling, k_step, m_tiles, n_tiles,  # noqa: E402
-                           shape_problem, smem_bytes, split_k_workspace, tiling_problem)
+                           output_tiles, shape_problem, smem_bytes, tiling_problem)
 
 # A null pointer, for the kernel parameters a launch's build never reads (the gather table of
 # a tap gather, the bias of a conv without one, split-K's arrays when unsplit, the kept
@@ -280,11 +280,6 @@ class Pipelined(Variant):
         """A block per output tile and K-split, groups along y."""
         return (m_tiles(k, t) * n_tiles(k, t) * t.split_k, k.groups, 1)
 
-    def split_workspace(self, k: ConvShape, t: Tiling) -> tuple[int, int]:
-        """(floats, counts) of the split-K workspace a launch of `t` needs (partial tiles,
-        arrival counts), (0, 0) where it has none."""
-        return split_k_workspace(k, t)
-
     def input_dtype(self):
         return np.dtype(stage_dtype(self.maths))
 
@@ -332,14 +327,14 @@ class Pipelined(Variant):
         wpack = cupy.asarray(self.packed_weights(weights, k, t))
         table = cupy.asarray(self.gather_table(k, t)) if t.gather == "table" else UNREAD
         bias_d = device_weights(bias) if bias is not None else UNREAD
-        partial_floats, counts = self.split_workspace(k, t)
-        shared = installed_scratch() if partial_floats else None
+        tiles = output_tiles(k, t)
+        shared = installed_scratch() if t.split_k > 1 else None
         if shared is not None:
-            shared.reserve(partial_floats, counts)
+            shared.reserve(tiles * t.split_k * t.bm * t.bn, tiles)
             ws = counters = None
-        elif partial_floats:
-            ws = cupy.empty(partial_floats, dtype=cupy.float32)
-            counters = cupy.zeros(counts, dtype=cupy.int32)
+        elif t.split_k > 1:
+            ws = cupy.empty(tiles * t.split_k * t.bm * t.bn, dtype=cupy.float32)
+            counters = cupy.zeros(tiles, dtype=cupy.int32)
         else:
             ws = counters = UNREAD
         grid = self.launch_grid(k, t)

@@ -10,20 +10,16 @@ from .igemm import epilogue, gather_nhwc, halo, mainloop, persistent, splitk, ti
 
 TILING_KERNEL = r"""
 // The tiling's schedule, its template instantiated with its pieces: the host's HALO and
-// PERSISTENT name the schedule, STREAM_K the persistent kernel's walk (stream-K's runs of
-// K-tiles, or whole units a block in turn), GATHER_TMA its gather (the copy engine's im2col,
-// or the loader threads'). Only the template named is instantiated; the others are parsed
-// too, which is why every build passes every schedule's switches.
+// PERSISTENT name the schedule, GATHER_TMA the persistent kernel's gather (the copy engine's
+// im2col, or the loader threads'). Only the template named is instantiated; the others are
+// parsed too, which is why every build passes every schedule's switches.
 template <bool If, class Then, class Else> struct Choice { using type = Then; };
 template <class Then, class Else> struct Choice<false, Then, Else> { using type = Else; };
 
 using TilingKernel = typename Choice<
     HALO != 0, HaloKernel<HALO_ROWS, PATCH_STAGES>,
     typename Choice<PERSISTENT != 0,
-                    PersistentKernel<typename Choice<STREAM_K != 0,
-                                                     StreamKWalk<MTILES, KTILES, G, BN>,
-                                                     PersistentWalk<SPLIT_K, MTILES, KTILES, G,
-                                                                    BN>>::type,
+                    PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>,
                                      typename Choice<GATHER_TMA != 0, Im2colGather,
                                                      NhwcGather<BN_ROWS>>::type>,
                     GridKernel<GridWalk<SPLIT_K, MTILES, KTILES>>>::type>::type;
@@ -89,12 +85,6 @@ KERNELS = (r"""
 // stages): VGG-16's 64-channel 3x3 layer at batch 128, tf32 2.007 -> 1.772 ms, fp16 1.000
 // -> 0.900 (2026-11-29, results/h200/pingpong-20261129/).
 //
-// STREAM_K (the tiling's schedule "stream-k"): the persistent schedule hands out whole units
-// (tiles, or their K-splits), so a layer whose units do not fill the slots in whole waves
-// leaves SMs idle for the last one: 160 units on 132 SMs take two units' time. Here the
-// tiles' K-tiles, all of them in one list, are cut into one equal run a block (StreamKWalk), a run's pieces of tiles meeting as K-splits do, so every SM does the same
-// work whatever the count of tiles (Osama et al., "Stream-K", PPoPP 2023).
-//
 // HALO (the tiling's schedule "halo", stride 1): the persistent schedule still gathers each
 // input pixel once per tap, K*K times a tile (ncu, ResNet 3x3 layer: L2 at 66%, the loaders
 // waiting on their copies, the tensor pipe 39% active). Here a tile is HALO_ROWS whole output
@@ -107,7 +97,7 @@ KERNELS = (r"""
 // HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, PINGPONG (BM 64 with
 // WARPS_M 8: a tile a warpgroup), MIN_BLOCKS (blocks per SM, 0: no bound), PRODUCER_REGS and
 // CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA, CLUSTER (blocks a cluster);
-// STREAM_K; HALO, HALO_ROWS and PATCH_STAGES; WGMMA_N and WGMMA_TAIL (the MMA's N, and the halo's extra
+// HALO, HALO_ROWS and PATCH_STAGES; WGMMA_N and WGMMA_TAIL (the MMA's N, and the halo's extra
 // N); PART_KTILES (above 1 for 3xTF32 in the grid schedule) and CROSS_BF16. Every build passes
 // each of them, 0 or 1 where its schedule or maths has no use for it, so no piece defaults
 // one.
@@ -148,16 +138,13 @@ from .pipelined import Form, Pipelined  # noqa: E402
 
 HALO_CONFIGS = 4
 CLUSTER_CONFIGS = 4  # of MAX_CONFIGS; see Wgmma.configs
-# Schedules the fitted correction (igemm.learned) has no data on, which it must not order:
-# the pingpong schedule's twins come by rule, stream-K's were timed after the fit.
-UNFITTED_SCHEDULES = ("pingpong", "stream-k")
 
 
 @lru_cache(maxsize=256)
 def _offered(k: ConvShape, maths: str, kept_bytes: int = 0,
              adds: bool = False) -> tuple[Tiling, ...]:
     candidates = tuple(t for t in ranked(k, maths, wgmma.FAMILY, kept_bytes)
-                       if t.schedule not in UNFITTED_SCHEDULES)
+                       if t.schedule != "pingpong")
     if not candidates:
         return ()
     if kept_bytes:
@@ -246,15 +233,14 @@ class Wgmma(Pipelined):
         return {**super().layout_defines(k), "SWIZZLE": 1}
 
     def defines(self, shape, epilogue=None):
-        """The schedule's, over the switches it leaves alone (no halo, no stream-K, no
-        copy-engine gather,
+        """The schedule's, over the switches it leaves alone (no halo, no copy-engine gather,
         a block its own cluster, no bound on blocks per SM, no setmaxnreg, no store scratch,
         the tile's N one wgmma), and OUT_TF32 in tf32: every tf32 output is stored rounded to
         TF32 (gpu.elements' to_out), since a next tf32 conv reads it exact so; a pool or a
         layer compared alone gets the same rounding, within the tf32 bound."""
         t = self.config_for(shape, epilogue)
         return {**super().defines(shape, epilogue), "HALO": 0, "HALO_ROWS": 0, "PATCH_STAGES": 0,
-                "STREAM_K": 0, "GATHER_TMA": 0, "CLUSTER": 1, "MIN_BLOCKS": 0, "PRODUCER_REGS": 0,
+                "GATHER_TMA": 0, "CLUSTER": 1, "MIN_BLOCKS": 0, "PRODUCER_REGS": 0,
                 "CONSUMER_REGS": 0, "STORE_SCRATCH": 0, "PART_KTILES": 1, "WGMMA_N": t.bn,
                 "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
                 **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths),
@@ -267,16 +253,12 @@ class Wgmma(Pipelined):
         return tensormap.Im2colMaps(self.input_dtype(), k, t.bk, t.bn)
 
     def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
-        """The warp-specialised schedules: at most as many blocks as the GPU holds at once
-        (igemm.wgmma's Schedule.blocks)."""
-        schedule = wgmma.schedule_of(t)
-        if not schedule.warp_specialised:
+        """Persistent and halo: as many blocks as the GPU holds at once (or units of work, a
+        tile's K-split each, if fewer), in whole clusters."""
+        if not wgmma.schedule_of(t).warp_specialised:
             return super().launch_grid(k, t)
         slots = hardware.current().sms * wgmma.blocks_per_sm(t, self.maths, k)
-        return (schedule.blocks(k, t, slots), 1, 1)
-
-    def split_workspace(self, k: ConvShape, t: Tiling) -> tuple[int, int]:
-        return wgmma.schedule_of(t).workspace(k, t, self.launch_grid(k, t)[0])
+        return (min(output_tiles(k, t) * t.split_k, slots - slots % t.cluster), 1, 1)
 
     def tiling_problem(self, t: Tiling) -> str:
         return wgmma.tiling_problem(t, self.maths)

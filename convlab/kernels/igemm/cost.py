@@ -1,10 +1,9 @@
 """The one cost model that ranks implicit-GEMM tilings for a layer, every family alike
 (`estimate`, `ranked`), and the short, varied list the tuner tries (`diverse`).
 
-A tiling's modelled time is the busiest SM's: `ceil(tiles / SMS)` waves of blocks (the stream-K
-schedule's even share, `Schedule.waves`), each block's K-loop and epilogue as its schedule runs
-them (`Schedule.busy`), at least the DRAM floor, plus split-K's (or stream-K's) partial tiles
-through memory and an add-relu epilogue's exposed read of its kept
+A tiling's modelled time is the busiest SM's: `ceil(tiles / SMS)` waves of blocks, each block's
+K-loop and epilogue as its schedule runs them (`Schedule.busy`), at least the DRAM floor, plus
+split-K's partial tiles through memory and an add-relu epilogue's exposed read of its kept
 activation (`Schedule.kept_read`), all SPILL_PENALTY times over where the schedule expects the
 tiling to spill. A family of kernels, one MMA instruction's over one activation layout
 (`Family`: the mma.sync kernels in igemm.mma_sync, the wgmma ones in igemm.wgmma), says which
@@ -13,7 +12,6 @@ are the H100's, calibrated on what `convlab tune` measured."""
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 from ...gpu.hardware import H100
@@ -52,14 +50,6 @@ class Schedule:
         `k_count` K-tiles and an epilogue of `epilogue` cycles."""
         raise NotImplementedError
 
-    def waves(self, shape: ConvShape, t: Tiling) -> float:
-        """Units a slot runs one after another: whole waves of the tiles and their K-splits."""
-        return -(-(output_tiles(shape, t) * t.split_k) // SMS)
-
-    def partial_tiles(self, shape: ConvShape, t: Tiling) -> int:
-        """Partial tiles written to memory and read back (split-K's)."""
-        return output_tiles(shape, t) * t.split_k if t.split_k > 1 else 0
-
     def spills(self, shape: ConvShape, t: Tiling, maths: str) -> bool:
         """Whether `t`'s threads are expected to spill registers (SPILL_PENALTY)."""
         return False
@@ -92,13 +82,15 @@ def estimate(shape: ConvShape, t: Tiling, maths: str, family: Family,
     with `kept_bytes` (an add-relu epilogue reading a kept activation of that element size),
     the kept read's exposed time (Schedule.kept_read); SPILL_PENALTY where it spills."""
     schedule = family.schedule_of(t)
-    waves = schedule.waves(shape, t)
-    resident = min(schedule.resident(shape, t, maths), math.ceil(waves))
+    tiles = output_tiles(shape, t) * t.split_k
+    waves = -(-tiles // SMS)
+    resident = min(schedule.resident(shape, t, maths), waves)
     k_count = k_tiles(shape, t) / t.split_k
     epilogue = 2 * t.bm * t.bn * 4 / SMEM_BYTES_PER_CYCLE
     total = max(schedule.busy(shape, t, maths, waves, resident, k_count, epilogue),
                 dram_bytes(shape, maths) / DRAM_BYTES_PER_CYCLE)
-    total += schedule.partial_tiles(shape, t) * t.bm * t.bn * 8 / DRAM_BYTES_PER_CYCLE
+    if t.split_k > 1:
+        total += tiles * t.bm * t.bn * 8 / DRAM_BYTES_PER_CYCLE
     if kept_bytes:
         total += schedule.kept_read(shape, t, kept_bytes)
     if schedule.spills(shape, t, maths):

@@ -428,9 +428,8 @@ CONSUMER = r"""
         // once the wgmmas reading it have retired (one group stays in flight, so the release
         // of K-tile j follows the issue of j + 1), and the tile's sum goes straight from the
         // registers to the output while the loaders fill the stages for the next tile. A
-        // K-split's partial sum (or a stream-K piece's, where the tile has others) goes to
-        // the workspace instead, and the tile's last piece to arrive adds them and stores
-        // (splitk.SPLIT_K_LAST). The loaders do not take part in
+        // K-split's partial sum goes to the workspace instead, and the tile's last split to
+        // arrive adds them and stores (splitk.SPLIT_K_LAST). The loaders do not take part in
         // the MMA threads' barriers.
         __shared__ int split_arrivals;
         auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" :: "n"(THREADS) : "memory"); };
@@ -508,12 +507,9 @@ CONSUMER = r"""
                 release((j - 1) % STAGES);
             }
             fence_operands(acc);
-            if constexpr (Walk::splits) {
-                const int pieces = walk.pieces(unit);
-                if (pieces > 1
-                    && !split_k_meet(&acc[0][0][0], ws, counters, walk.slot(unit), unit.split,
-                                     pieces, [&](int s) { return walk.part(unit, s); }, tid,
-                                     consumers_sync, &split_arrivals))
+            if constexpr (SPLIT_K > 1) {
+                if (!split_k_last(&acc[0][0][0], ws, counters, walk.slot(unit), unit.split, tid,
+                                  consumers_sync, &split_arrivals))
                     continue;
             }
             store_registers_nhwc(acc, unit, pixel, ytile, ytile + 16 * tile_warp + g8, tile_warp,

@@ -1,61 +1,47 @@
 """Split-K inside one launch: each split writes its partial tile, the last to arrive adds them
 in split order (so the result does not depend on arrival order) and goes on to the epilogue.
 One meeting point (SPLIT_K_LAST) for the grid schedule, whose blocks each hold one split and
-meet on __syncthreads, and the persistent and stream-K ones, whose MMA threads walk the splits
-(or stream-K's pieces of tiles) as units of work and meet on a named barrier the loaders do not
-take part in. SplitKScratch is their workspace, one for all the ops of a network."""
+meet on __syncthreads, and the persistent one, whose MMA threads walk the splits as units of
+work and meet on a named barrier the loaders do not take part in. SplitKScratch is their
+workspace, one for all the ops of a network."""
 
 import contextlib
 import contextvars
 
 SPLIT_K_LAST = r"""
-// Each of a tile's `pieces` (its K-splits, or stream-K's pieces) writes its partial tile to
-// slot part(piece) of the workspace (thread-private order: coalesced, and read back by the
-// same thread of whichever piece finishes last, its own included), then counts itself in;
+// Each split writes its partial tile (thread-private order: coalesced, and read back by the
+// same thread of whichever split finishes last, its own included), then counts itself in;
 // `sync` is a barrier of the THREADS threads that hold the tile's accumulators, `arrivals` a
-// shared word. The last piece to arrive adds the partials in piece order into `flat` and
+// shared word. The last split to arrive adds the partials in split order into `flat` and
 // returns true; the others return false and leave the tile to it. Every count is back at
 // zero when the tile is done.
-template <typename Sync, typename Part>
-__device__ __forceinline__ bool split_k_meet(float* flat, float* __restrict__ ws,
-                                             int* __restrict__ counters, long long tile_id,
-                                             int piece, int pieces, Part part, int tid,
-                                             Sync sync, int* arrivals)
-{
-    float* own = ws + part(piece) * (BM * BN);
-#pragma unroll
-    for (int e = 0; e < MF * NF * 4; ++e)
-        __stcg(own + e * THREADS + tid, flat[e]);
-    __threadfence();
-    sync();
-    if (tid == 0) *arrivals = atomicAdd(counters + tile_id, 1);
-    sync();
-    if (*arrivals != pieces - 1) return false;
-    __threadfence();
-    // A piece at a time, its own partial read back too, in a loop the compiler keeps: the
-    // pieces' loads unrolled beside the sum spilled the wide tiles' registers.
-#pragma unroll
-    for (int e = 0; e < MF * NF * 4; ++e) flat[e] = 0.0f;
-#pragma unroll 1
-    for (int s = 0; s < pieces; ++s) {
-        const float* partial = ws + part(s) * (BM * BN);
-#pragma unroll
-        for (int e = 0; e < MF * NF * 4; ++e)
-            flat[e] += __ldcg(partial + e * THREADS + tid);
-    }
-    if (tid == 0) counters[tile_id] = 0;
-    return true;
-}
-
-// SPLIT_K splits of a tile, their partial tiles side by side in its slot of the workspace.
 template <typename Sync>
 __device__ __forceinline__ bool split_k_last(float* flat, float* __restrict__ ws,
                                              int* __restrict__ counters, long long tile_id,
                                              int split, int tid, Sync sync, int* arrivals)
 {
-    return split_k_meet(flat, ws, counters, tile_id, split, SPLIT_K,
-                        [tile_id](int s) { return tile_id * SPLIT_K + s; }, tid, sync,
-                        arrivals);
+    float* parts = ws + tile_id * (SPLIT_K * BM * BN);
+#pragma unroll
+    for (int e = 0; e < MF * NF * 4; ++e)
+        __stcg(parts + split * (BM * BN) + e * THREADS + tid, flat[e]);
+    __threadfence();
+    sync();
+    if (tid == 0) *arrivals = atomicAdd(counters + tile_id, 1);
+    sync();
+    if (*arrivals != SPLIT_K - 1) return false;
+    __threadfence();
+    // A split at a time, its own partial read back too, in a loop the compiler keeps: the
+    // splits' loads unrolled beside the sum spilled the wide tiles' registers.
+#pragma unroll
+    for (int e = 0; e < MF * NF * 4; ++e) flat[e] = 0.0f;
+#pragma unroll 1
+    for (int s = 0; s < SPLIT_K; ++s) {
+#pragma unroll
+        for (int e = 0; e < MF * NF * 4; ++e)
+            flat[e] += __ldcg(parts + s * (BM * BN) + e * THREADS + tid);
+    }
+    if (tid == 0) counters[tile_id] = 0;
+    return true;
 }
 """
 

@@ -40,10 +40,9 @@ class Tiling(Config):
     walks the tiles, a loader warpgroup copying for the MMA warpgroups; "halo": as persistent,
     but a tile is `rows` whole output rows whose input patch is copied once for all the taps,
     and `stages` counts A's buffers alone; "pingpong": as persistent, but each of the two MMA
-    warpgroups takes a 64-row tile of its own, the block's tiles in turn; "stream-k": as
-    persistent, but every tile's K-tiles in one list cut into one equal run a block).
-    `cluster` 2 (the persistent schedule with the copy engine's gather): two blocks on
-    neighbouring m-tiles of the same pixels, one B copy landing in both."""
+    warpgroups takes a 64-row tile of its own, the block's tiles in turn). `cluster` 2 (the
+    persistent schedule with the copy engine's gather): two blocks on neighbouring m-tiles of
+    the same pixels, one B copy landing in both."""
 
     bm: int
     bn: int
@@ -110,9 +109,9 @@ class Tiling(Config):
 
     def brief(self) -> str:
         """'128x128x32 2x2w s3 k1 tap' (' ws' after it: the persistent, warp-specialised
-        schedule; ' pp': its ping-pong form; ' sk': its stream-K form; ' halo4': the halo schedule, 4 output rows a tile;
+        schedule; ' pp': its ping-pong form; ' halo4': the halo schedule, 4 output rows a tile;
         ' c2' after that: two-block clusters): short enough for an 80-column table."""
-        ws = {"grid": "", "persistent": " ws", "pingpong": " pp", "stream-k": " sk"}.get(
+        ws = {"grid": "", "persistent": " ws", "pingpong": " pp"}.get(
             self.schedule, f" {self.schedule}{self.rows}")
         cluster = f" c{self.cluster}" if self.cluster != 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk} {self.warps_m}x{self.warps_n}w s{self.stages} "
@@ -166,7 +165,7 @@ def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
         return "gather 'tma' (the copy engine's im2col) needs wgmma's persistent schedule"
     if t.gather not in ("tap", "table"):
         return f"gather must be 'tap' or 'table', not {t.gather!r}"
-    if t.schedule in ("persistent", "pingpong", "stream-k", "halo"):
+    if t.schedule in ("persistent", "pingpong", "halo"):
         return f"schedule must be 'grid' (the {t.schedule} schedule needs wgmma), not {t.schedule!r}"
     if t.schedule != "grid":
         return f"schedule must be 'grid', not {t.schedule!r}"
@@ -233,15 +232,6 @@ def n_tiles(shape: ConvShape, t: Tiling) -> int:
 
 def output_tiles(shape: ConvShape, t: Tiling) -> int:
     return shape.groups * m_tiles(shape, t) * n_tiles(shape, t)
-
-
-def split_k_workspace(shape: ConvShape, t: Tiling) -> tuple[int, int]:
-    """(floats, counts) of the workspace `t`'s K-splits meet in (splitk.SPLIT_K_LAST): SPLIT_K
-    partial tiles and an arrival count a tile; (0, 0) without split-K."""
-    if t.split_k == 1:
-        return 0, 0
-    tiles = output_tiles(shape, t)
-    return tiles * t.split_k * t.bm * t.bn, tiles
 
 
 def shape_problem(shape: ConvShape, t: Tiling, layout: str = NCHW, maths: str = "tf32",

@@ -21,9 +21,8 @@ from ...gpu.hardware import H100
 from ...gpu.hopper import WGMMA_NS, WGMMA_PTX
 from ...shapes import NHWC, ConvShape
 from . import cost, halo
-from .tiling import (HALF_MATHS, INT32_MAX, MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts,
-                     channel_vector, element_bytes, k_tiles, output_tiles, shape_problem,
-                     split_k_workspace, vector_rows)
+from .tiling import (HALF_MATHS, MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, channel_vector,
+                     element_bytes, k_tiles, output_tiles, shape_problem, vector_rows)
 
 ROW_BYTES = 128  # one swizzle atom row, BK elements: a K-tile
 SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
@@ -311,8 +310,8 @@ def tiling_problem(t: Tiling, maths: str) -> str:
         return f"schedule must be one of {names}, not {t.schedule!r}"
     schedule = schedule_of(t)
     if t.gather == "tma" and not schedule.copies_by_tma:
-        return ("gather 'tma' (the copy engine's im2col) runs in the persistent, stream-k and "
-                "pingpong schedules only")
+        return ("gather 'tma' (the copy engine's im2col) runs in the persistent and pingpong "
+                "schedules only")
     if t.gather == "tma" and maths == "3xtf32":
         return "gather 'tma' runs fp16, bf16 and tf32 (3xTF32 splits B as its copies land)"
     if not schedule.splits_k and t.split_k != 1:
@@ -438,16 +437,6 @@ class Schedule(cost.Schedule):
     def options(self, shape: ConvShape, base: Tiling) -> list[Tiling]:
         """The schedule's tilings built on a grid-schedule `base` (candidates)."""
         return []
-
-    def blocks(self, shape: ConvShape, t: Tiling, slots: int) -> int:
-        """Blocks a warp-specialised launch runs, of the `slots` the GPU holds at once: one a
-        unit of work (a tile's K-split) if fewer, in whole clusters."""
-        return min(output_tiles(shape, t) * t.split_k, slots - slots % t.cluster)
-
-    def workspace(self, shape: ConvShape, t: Tiling, blocks: int) -> tuple[int, int]:
-        """(floats, counts) of the split-K workspace a launch of `blocks` blocks needs (its
-        partial tiles, its tiles' arrival counts), (0, 0) where it has none."""
-        return split_k_workspace(shape, t)
 
     def defines(self, shape: ConvShape, k: ConvShape, t: Tiling, maths: str) -> dict[str, int]:
         """The schedule's defines beside the layer's and the tiling's (`shape` as the user
@@ -605,75 +594,6 @@ class Pingpong(Persistent):
         return {**super().defines(shape, k, t, maths), "PINGPONG": 1}
 
 
-# The stream-K schedule's tilings are offered where a layer's unsplit tiles fill at least one
-# wave of the GPU's SMs and fewer than STREAM_K_MAX_WAVES (past it, whole tiles lose at most a
-# wave in that many), and a tile has at least STREAM_K_MIN_RUN K-tiles to cut. Below a wave,
-# split-K serves: its pieces' meetings cost latency a small layer cannot hide (2026-11-29:
-# stream-K over all of a layer's tiles ran 0.47-0.98x of the own choice on 136 suite cells,
-# results/h200/stream-k-20261129/). A launch on fewer tiles than slots (a tiling named by
-# hand) never cuts a run below STREAM_K_MIN_RUN K-tiles.
-STREAM_K_MIN_RUN = 4
-STREAM_K_MAX_WAVES = 4
-
-
-class StreamK(Persistent):
-    """As persistent, but the last one to two waves of tiles are stream-K's: their K-tiles, in
-    one list, cut into one equal run a block (igemm.tile_walks' StreamKWalk), the pieces of a
-    tile that runs share meeting as K-splits do, so the last wave leaves no SM idle. No split-K
-    of its own (the runs split K), no clusters and no pingpong."""
-
-    name = "stream-k"
-    splits_k = False
-
-    def tiling_problem(self, t, maths):
-        if maths == "3xtf32" and t.warps_m == 8 and t.bn > 96:
-            # as the persistent schedule's split-K: the meeting's registers beside two
-            # accumulator sets
-            return ("3xTF32's stream-K schedule with two warpgroups needs bn of at most 96 "
-                    "(two accumulator sets beside the pieces' meeting)")
-        return super().tiling_problem(t, maths)
-
-    def layer_problem(self, shape, t, maths):
-        problem = super().layer_problem(shape, t, maths)
-        iterations = output_tiles(shape, t) * k_tiles(shape, t)
-        if not problem and iterations > INT32_MAX:
-            problem = (f"{output_tiles(shape, t)} tiles x {k_tiles(shape, t)} K-tiles overflow "
-                       f"the stream-K walk's 32-bit index of K-tiles")
-        return problem
-
-    def blocks(self, shape, t, slots):
-        """Every slot where the tiles fill them; on fewer tiles, never a run shorter than
-        STREAM_K_MIN_RUN K-tiles."""
-        tiles = output_tiles(shape, t)
-        if tiles >= slots:
-            return slots
-        return max(1, min(slots, tiles * k_tiles(shape, t) // STREAM_K_MIN_RUN))
-
-    def workspace(self, shape, t, blocks):
-        """Two partial tiles a block (its first piece and its last), a count a tile."""
-        return 2 * blocks * t.bm * t.bn, output_tiles(shape, t)
-
-    def waves(self, shape, t):
-        """The tiles a SM's slots take, as a fraction: the runs share them evenly."""
-        return output_tiles(shape, t) / cost.SMS
-
-    def partial_tiles(self, shape, t):
-        """Two a block of one a SM, about: a run's first and last pieces."""
-        return min(2 * cost.SMS, output_tiles(shape, t) * k_tiles(shape, t))
-
-    def options(self, shape, base):
-        if (not cost.SMS <= output_tiles(shape, base) < STREAM_K_MAX_WAVES * cost.SMS
-                or k_tiles(shape, base) < STREAM_K_MIN_RUN):
-            return []
-        found = [replace(base, schedule=self.name)]
-        if base.gather == "tap":
-            found.append(replace(base, schedule=self.name, gather="tma"))
-        return found
-
-    def defines(self, shape, k, t, maths):
-        return {**super().defines(shape, k, t, maths), "STREAM_K": 1}
-
-
 class Halo(Persistent):
     """As persistent, but a tile is `rows` whole output rows whose input patch is copied once
     for all the taps (igemm.halo); no split-K."""
@@ -746,7 +666,7 @@ class Halo(Persistent):
                 "PATCH_STAGES": halo.PATCH_STAGES}
 
 
-SCHEDULES = {s.name: s for s in (Grid(), Persistent(), Pingpong(), StreamK(), Halo())}
+SCHEDULES = {s.name: s for s in (Grid(), Persistent(), Pingpong(), Halo())}
 
 
 def schedule_of(t: Tiling) -> Schedule:
@@ -836,9 +756,9 @@ def stores_vectors(shape: ConvShape, maths: str, output_dtype) -> bool:
 
 def kept_rounds(t: Tiling) -> int:
     """How many times a thread of the tiling's store waits for kept vectors: once per
-    KEPT_RING_COLUMNS of the persistent (pingpong, stream-K) schedule's tile; the grid and halo
+    KEPT_RING_COLUMNS of the persistent (or pingpong) schedule's tile; the grid and halo
     schedules' stores, without a read-ahead, count as two."""
-    if t.schedule not in ("persistent", "pingpong", "stream-k"):
+    if t.schedule not in ("persistent", "pingpong"):
         return 2
     return -(-t.bn // KEPT_RING_COLUMNS)
 
