@@ -137,6 +137,24 @@ def test_the_persistent_schedule(variant, shape, rng):
     check_tilings(variant, shape, tilings, rng)
 
 
+# The fp32 class holding its filters once: the MMA threads split them in registers.
+FILTERS_ONCE = [v.holding_filters_once() for v in WGMMA if v.maths == "3xtf32"]
+
+
+@pytest.mark.parametrize("shape", GENERAL + list(ALEXNET.values()) + MANY_TILES,
+                         ids=lambda s: f"B{s.B}-{s.brief()}")
+@pytest.mark.parametrize("variant", FILTERS_ONCE, ids=lambda v: f"{v.name}-filters-once")
+def test_the_fp32_class_holding_its_filters_once(variant, shape, rng):
+    """The float32 filters, once, split in the MMA threads' registers (A_SPLIT_ON_CHIP), in
+    the persistent tilings persistent_tilings picks (one and two warpgroups, split-K, one and
+    two blocks an SM) and the pingpong ones: groups, channel and pixel tails, a group's last
+    m-tile trimmed."""
+    tilings = persistent_tilings(variant, shape) + [
+        t for t in variant.ranked(shape) if t.schedule == "pingpong"][:2]
+    assert tilings and variant.filters_once
+    check_tilings(variant, shape, tilings, rng)
+
+
 def check_tilings(variant, shape, tilings, rng):
     """Each tiling against float64; the failures listed together."""
     failures = []

@@ -3,6 +3,7 @@ batch norm drawn so activations stay in range and folded so the network computes
 unfolded float64 forward does, residual blocks through the network's stack of kept activations,
 and PyTorch state dicts imported without PyTorch, bad ones refused in one line."""
 
+import copy
 import io
 import re
 import struct
@@ -19,7 +20,7 @@ from convlab.errors import DataError
 from convlab.kernels.base import StagedBuffer, Staging
 from convlab.models import (IMAGENET, AddKept, BatchNorm, Conv, Dense, GlobalAvgPool, Keep,
                             MaxPool, ModelSpec, ReLU, Softmax, Swap, get_model, random_weights)
-from convlab.net import importer, state_dict
+from convlab.net import importer, network, state_dict
 from convlab.net.network import (ARENA_ALIGNMENT, Network, arena_offsets, half_next,
                                   shortcut_as_half)
 from convlab.oracle import reference
@@ -179,6 +180,40 @@ def test_buffers_are_shared_once_nothing_reads_them(tiny):
             in_place = k == last[j] and net.steps[k].elementwise
             assert in_place or not np.shares_memory(net.steps[k].output, step.output), \
                 (step.label, k)
+
+
+def test_a_network_holds_its_filters_once_where_they_outweigh_its_activations(tiny,
+                                                                           monkeypatch):
+    """ResNet-50's 25.6 million filter weights outweigh two of its largest activations (0.8
+    million elements an image) up to batch 15, VGG-16's 138 million (3.2 million) up to 21;
+    where they do, every step its conv variant runs (its convs, and FCs it runs as 1x1 convs)
+    asks it for the form that holds them once (Variant.holding_filters_once), elsewhere none
+    does, and a run whose steps hold them once says so."""
+    assert network.filters_outweigh_activations(models.get_model("resnet50"), 15)
+    assert not network.filters_outweigh_activations(models.get_model("resnet50"), 16)
+    assert network.filters_outweigh_activations(models.get_model("vgg16"), 21)
+    assert not network.filters_outweigh_activations(models.get_model("vgg16"), 22)
+    from convlab.gpu import timer
+
+    asked = []
+    cpu = type(lab.network_plan(tiny.spec, "cpu", 2).variant)
+
+    def holding_once(self):
+        asked.append(self)
+        held = copy.copy(self)
+        held.filters_once = True
+        return held
+
+    monkeypatch.setattr(cpu, "holding_filters_once", holding_once)
+    policy = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3)
+    for outweigh in (True, False):
+        asked.clear()
+        monkeypatch.setattr(network, "filters_outweigh_activations", lambda spec, b: outweigh)
+        net = Network(tiny, lab.network_plan(tiny.spec, "cpu", 2))
+        gemms = [s for s in net.steps if isinstance(s, network.ConvStep)]
+        assert gemms and len(asked) == (len(gemms) if outweigh else 0)
+        result = lab.run(lab.network_plan(tiny.spec, "cpu", 2), weights=tiny, policy=policy)
+        assert any("filters held once" in note for note in result.notes) == outweigh
 
 
 def test_a_residual_add_writes_over_the_conv_output_only_it_reads():

@@ -640,16 +640,20 @@ def assert_compiles_alone(name: str, piece: str, kernel: str) -> None:
 
 def test_the_warpgroup_mma_piece_compiles_alone_and_holds_no_switches():
     """gpu.hopper's piece is types, not -D switches: every WgmmaOp a halo, grid or persistent
-    tile may use, in each element type, instantiated by a kernel of its own, no other source."""
+    tile may use, in each element type, and every WgmmaRegA (A from registers), instantiated by
+    a kernel of its own, no other source."""
     from convlab.gpu import hopper
 
     calls = "".join(
         f"    WgmmaOp<{n}, {element}>::mma<{32 - n // 8}>(d, da, db, 1);\n"
         for element, _ in hopper.WGMMA_ELEMENTS.values()
-        for n in hopper.WGMMA_TAILS + hopper.WGMMA_NS)
+        for n in hopper.WGMMA_TAILS + hopper.WGMMA_NS) + "".join(
+        f"    WgmmaRegA<{n}, {hopper.WGMMA_ELEMENTS[kind][0]}>::mma<{32 - n // 8}>(d, r, db, 1);\n"
+        for kind in hopper.REGISTER_A_ELEMENTS for n in hopper.WGMMA_NS)
     assert_compiles_alone("hopper", hopper.WGMMA_PTX, (
         'extern "C" __global__ void every_product(float* out, unsigned a)\n{\n'
         "    float d[1][32][4] = {};\n"
+        "    const unsigned r[4] = {a, a + 1, a + 2, a + 3};\n"
         "    const unsigned long long da = swizzle128_desc(a), db = swizzle128_desc(a + 1024);\n"
         "    wgmma_fence();\n" + calls + "    wgmma_commit();\n    wgmma_wait<0>();\n"
         "    fence_operands(d);\n    out[threadIdx.x] = d[0][31][3];\n}\n"))
@@ -930,6 +934,49 @@ def test_the_kernel_steps_through_the_rows_the_host_packs(name, shape):
     options = single.compile_options(shape, None)
     arch = single.arch or jit.CHECK_ARCH
     assert jit.compile_cubin(single.name, source, options, arch)[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("name", ["wgmma-3xtf32", "wgmma-split-bf16"])
+def test_the_fp32_class_holding_its_filters_once_packs_them_once(name):
+    """Held once (holding_filters_once), the fp32 class's warp-specialised packs are the
+    float32 filters, swizzled as the stage holds them and a group's last m-tile trimmed as the
+    other maths' are, which the MMA threads split (A_SPLIT_ON_CHIP, which the compiler checks);
+    the grid schedule's packs, and every pack of the variant as registered, hold both parts,
+    whole tiles. The flag survives a tiling, an output type and a kept type."""
+    registered = get_variant(name)
+    once = registered.holding_filters_once()
+    assert once.filters_once and not registered.filters_once
+    assert once.holding_filters_once() is once
+    shape = ConvShape(2, 128, 9, 9, 200, 3, pad=1, bias=True)  # 1,152 terms, a part m-tile
+    k = registered.kernel_shape(shape)
+    weights = np.random.default_rng(3).standard_normal(shape.weight_shape).astype(np.float32)
+    ranked = registered.ranked(shape)
+    for schedule in ("persistent", "grid"):
+        t = next(t for t in ranked if t.schedule == schedule and k.Mg % t.bm)
+        for variant in (registered, once):
+            single = variant.configured(t)
+            assert single.filters_once == variant.filters_once
+            split = variant.filters_once and schedule == "persistent"
+            packed = single.packed_weights(weights, k, t)
+            tile = t.bm * t.bk
+            mtiles, ktiles = tiling.m_tiles(k, t), tiling.k_tiles(k, t)
+            if split:
+                rows = packing.last_tile_rows(k, t, 1)
+                assert rows < t.bm
+                assert packed.size == k.groups * ((mtiles - 1) * tile + rows * t.bk) * ktiles
+                a = packing.gemm_weights(weights, k, t, "NHWC").astype(np.float32)
+                whole = wgmma.swizzle_tiles(a, t)[:, :, :, None, :]
+                assert np.array_equal(packed, packing.trim_last_tiles(whole, rows, t.bm))
+            else:
+                assert packed.size == 2 * k.groups * mtiles * tile * ktiles
+            source = single.source + (
+                f"\nstatic_assert(A_SPLIT_ON_CHIP == {int(split)} && "
+                f"A_COPY_VECS == {tile // 4 * (1 if split else 2)}, \"pack\");\n")
+            options = single.compile_options(shape, "relu")
+            assert jit.compile_cubin(single.name, source, options, "sm_90a")[:4] == b"\x7fELF"
+    assert once.writing(np.float32).filters_once and once.adding(np.float16).filters_once
+    fp16 = get_variant("wgmma-fp16")
+    assert fp16.holding_filters_once() is fp16
 
 
 SAME_TYPE = """

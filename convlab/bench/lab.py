@@ -482,6 +482,10 @@ def _run(plan: NetworkPlan, policy: timer.TimingPolicy | None = None,
     if network.fallback_layers:
         result.notes.append(fallback_note(network.fallback_layers, plan.fallback.name,
                                           variant.name))
+    if any(getattr(step, "variant", variant).filters_once for step in network.steps):
+        result.notes.append("filters held once: at this batch they outweigh the activations, "
+                            "so the fp32 kernels split them as they multiply (less memory, a "
+                            "slower forward)")
     result.device = hardware.device_info() if network.on_gpu else None
     result.wall_s = time.perf_counter() - start
     emit("done", result)

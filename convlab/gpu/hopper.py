@@ -9,30 +9,46 @@ fresh sum (D = A*B) instead of accumulating.
 
 Every N in 32s from 32 to 256, and the tails 8, 16 and 24 (the halo schedule's N is any multiple
 of 8: a multiple of 32 and a tail), is a specialisation: the 24 of every N in 8s would be 185 KB
-of source for the compiler to read each time."""
+of source for the compiler to read each time. `WgmmaRegA<N, Element>` is the same product with A
+from registers (N in 32s; TF32 and BF16 only), for the fp32 class's filters split in the MMA
+threads."""
 
 WGMMA_NS = tuple(range(32, 257, 32))
 WGMMA_TAILS = (8, 16, 24)
 WGMMA_ELEMENTS = {"tf32": ("Tf32", 8), "f16": ("F16", 16), "bf16": ("Bf16", 16)}
+# The element types whose products also take A from registers (WgmmaRegA): the fp32 class's,
+# whose filters are split into TF32 and BF16 parts in the MMA threads' registers.
+REGISTER_A_ELEMENTS = ("tf32", "bf16")
 
 
-def wgmma_specialisation(n: int, kind: str) -> str:
-    """WgmmaOp<n, Element>: the m64nNk(8|16) product of `kind`'s operands (PTX's type name)."""
+def wgmma_specialisation(n: int, kind: str, a_in_registers: bool = False) -> str:
+    """WgmmaOp<n, Element>: the m64nNk(8|16) product of `kind`'s operands (PTX's type name), both
+    by descriptor; a_in_registers, WgmmaRegA<n, Element>: A from registers (four 32-bit
+    registers a thread, its warp's 16 rows of the 64 as an mma.sync m16n8k(8|16) A fragment)."""
     element, k = WGMMA_ELEMENTS[kind]
     regs = n // 2
     d = ", ".join(f"%{i}" for i in range(regs))
-    immediates = "1, 1" if kind == "tf32" else "1, 1, 0, 0"  # scales; K-major A and B
     outputs = ", ".join(f'"+f"(d[0][First + {i // 4}][{i % 4}])' for i in range(regs))
-    return (f"template <> struct WgmmaOp<{n}, {element}> {{\n"
+    if a_in_registers:
+        name, a_type, a_inputs = "WgmmaRegA", "const unsigned (&a)[4]", 4
+        a = "{" + ", ".join(f"%{regs + i}" for i in range(4)) + "}"
+        inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), '
+        transposes = "" if kind == "tf32" else ", 0"  # K-major B
+    else:
+        name, a_type, a_inputs = "WgmmaOp", "unsigned long long da", 1
+        a = f"%{regs}"
+        inputs = '"l"(da), '
+        transposes = "" if kind == "tf32" else ", 0, 0"  # K-major A and B
+    return (f"template <> struct {name}<{n}, {element}> {{\n"
             "    template <int First, int MFrags, int NFrags>\n"
             "    __device__ __forceinline__ static void mma(float (&d)[MFrags][NFrags][4], "
-            "unsigned long long da, unsigned long long db, int scale_d)\n    {\n"
-            '        asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2)
-            + ', 0;\\n"\n'
+            f"{a_type}, unsigned long long db, int scale_d)\n    {{\n"
+            '        asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %'
+            + str(regs + a_inputs + 1) + ', 0;\\n"\n'
             f'            "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} "\n'
-            f'            "{{{d}}}, %{regs}, %{regs + 1}, p, {immediates};\\n}}\\n"\n'
+            f'            "{{{d}}}, {a}, %{regs + a_inputs}, p, 1, 1{transposes};\\n}}\\n"\n'
             f'            : {outputs}\n'
-            '            : "l"(da), "l"(db), "r"(scale_d));\n    }\n};\n')
+            f'            : {inputs}"l"(db), "r"(scale_d));\n    }}\n}};\n')
 
 
 WGMMA_PTX = r"""
@@ -88,5 +104,8 @@ template <> struct ModeElement<2> { using type = F16; };
 template <> struct ModeElement<3> { using type = Bf16; };
 
 template <int N, class Element> struct WgmmaOp;
+template <int N, class Element> struct WgmmaRegA;
 """ + "".join(wgmma_specialisation(n, kind) for kind in WGMMA_ELEMENTS
-              for n in WGMMA_TAILS + WGMMA_NS)
+              for n in WGMMA_TAILS + WGMMA_NS) + "".join(
+    wgmma_specialisation(n, kind, a_in_registers=True) for kind in REGISTER_A_ELEMENTS
+    for n in WGMMA_NS)

@@ -286,6 +286,13 @@ class Variant:
     def _writing(self, dtype: np.dtype) -> "Variant":
         raise NotImplementedError
 
+    filters_once = False  # whether its packs hold each filter once where they could hold two
+
+    def holding_filters_once(self) -> "Variant":
+        """This variant with its filters held once on the device where it can trade time for
+        that (the fp32 class on wgmma: Wgmma.holding_filters_once); itself elsewhere."""
+        return self
+
     def supports_epilogue(self, shape: ConvShape, epilogue: str) -> Support:
         if epilogue not in self.epilogues:
             return Support(False, f"'{self.name}' has no {epilogue} epilogue")

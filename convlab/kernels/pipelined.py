@@ -260,6 +260,7 @@ class Pipelined(Variant):
             raise ConvlabError(f"'{self.name}': {self.supports(shape).reason}")
         k = self.kernel_shape(shape)
         return {"PERSISTENT": 0, "PINGPONG": 0, "SWIZZLE": 0, "CLUSTER": 1, "GATHER_TMA": 0,
+                "FILTERS_ONCE": 0,
                 **self.layout_defines(k),
                 "C": k.C, "H": k.H, "W": k.W, "M": k.M,
                 "KH": k.Kh, "KW": k.Kw, "STRIDE": k.stride, "PAD_H": k.pad_h,

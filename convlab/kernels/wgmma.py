@@ -119,6 +119,7 @@ KERNELS = (r"""
 # (`#include <convlab/wgmma>`: userkernel.library); the variants' source adds the library's.
 SOURCE = KERNELS + wgmma.MAINLOOP_STEP
 
+import copy  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from functools import lru_cache  # noqa: E402
 
@@ -207,6 +208,35 @@ class Wgmma(Pipelined):
             raise ValueError("the wgmma kernel reads channels-last activations only")
         super().__init__(form, activations, config, output_dtype, kept_dtype)
 
+    def holding_filters_once(self) -> "Wgmma":
+        """The fp32 class with its warp-specialised tilings' packs holding each filter once, as
+        float32, which the MMA threads split in registers (the kernel's FILTERS_ONCE): half the
+        filters' memory, for time. On an H200 the shipped persistent fp32 tilings ran 1.06-1.14x
+        (3xTF32) and 1.16-1.19x (BF16 cross products) slower so, and ResNet-50 at batch 1 took
+        0.541 ms against 0.515 with 108 against 206 MiB held (2026-11-29,
+        results/h200/fp32-filters-in-registers-20261129/), so a network takes it only where its
+        filters outweigh its activations (net.network.filters_outweigh_activations). Other
+        maths and the grid schedule hold what they held."""
+        if self.maths != "3xtf32" or self.filters_once:
+            return self
+        held = copy.copy(self)
+        held.filters_once = True
+        return held
+
+    def _keeping_filters_once(self, variant: "Wgmma") -> "Wgmma":
+        if self.filters_once and variant is not self:
+            variant = variant.holding_filters_once()
+        return variant
+
+    def configured(self, config):
+        return self._keeping_filters_once(super().configured(config))
+
+    def _writing(self, dtype):
+        return self._keeping_filters_once(super()._writing(dtype))
+
+    def adding(self, dtype):
+        return self._keeping_filters_once(super().adding(dtype))
+
     @property
     def fuses_adds(self) -> bool:
         """Whether a network hands it its residual blocks' adds (every NHWC variant computes
@@ -243,6 +273,7 @@ class Wgmma(Pipelined):
                 "GATHER_TMA": 0, "CLUSTER": 1, "MIN_BLOCKS": 0, "PRODUCER_REGS": 0,
                 "CONSUMER_REGS": 0, "STORE_SCRATCH": 0, "PART_KTILES": 1, "WGMMA_N": t.bn,
                 "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
+                "FILTERS_ONCE": int(self.filters_once),
                 **wgmma.schedule_of(t).defines(shape, self.kernel_shape(shape), t, self.maths),
                 **({"OUT_TF32": 1} if self.maths == "tf32" else {})}
 
@@ -315,9 +346,13 @@ class Wgmma(Pipelined):
         """Each A part (packing.operand_parts) as the kernel's swizzled shared memory holds its
         tile: [G][MTILES][KTILES][parts][bm*bk], a group's last m-tile trimmed
         (packing.trim_last_tiles). With the cross products in BF16: A's TF32 big part, then
-        [big | small] in BF16 per K-tile (packing.cross_bf16)."""
+        [big | small] in BF16 per K-tile (packing.cross_bf16). Holding the filters once
+        (holding_filters_once), the fp32 class's warp-specialised tilings pack the float32
+        filters alone, which the kernel splits (A_SPLIT_ON_CHIP)."""
         a = gemm_weights(weights, k, t, NHWC)
-        if self.form.cross_bf16:
+        if self.filters_once and wgmma.schedule_of(t).warp_specialised:
+            parts = [wgmma.swizzle_tiles(a.astype(np.float32), t)]
+        elif self.form.cross_bf16:
             big = wgmma.swizzle_tiles(round_tf32(a), t)
             cross = wgmma.swizzle_tiles(cross_bf16(a, t.bk), replace(t, bk=2 * t.bk))
             parts = [big, cross.view(np.float32)]

@@ -212,6 +212,19 @@ def arena_offsets(sizes: list[int], lives: list[tuple[int, int]]) -> tuple[list[
     return offsets, max(total, 1)
 
 
+def filters_outweigh_activations(spec, batch: int) -> bool:
+    """Whether a network's conv and FC filters outweigh two of its largest activations (about
+    what its arena holds at its peak) at this batch: there a variant that can hold its filters
+    once (Variant.holding_filters_once: the fp32 class on wgmma, whose packs otherwise hold a
+    TF32 big part and a small one) does, trading time for the memory the second copy would be
+    the bulk of. ResNet-50: 25.6 million filter weights against 0.8 million elements of its
+    largest activation an image, so up to batch 15."""
+    filters = sum(int(np.prod(shape)) for name, shape in spec.parameter_shapes().items()
+                  if name.endswith(".weight") and len(shape) in (2, 4))
+    largest = max(int(np.prod(out)) for _, _, out in spec.trace(batch))
+    return filters > 2 * largest
+
+
 def shortcut_as_half(block_input: tuple[str, np.dtype] | None, layout: str) -> np.dtype | None:
     """The 16-bit type a residual block's shortcut conv, writing `layout`, writes (None: it
     writes float32): the one the block's input, whose place in the kept stack its output takes,
@@ -274,6 +287,7 @@ class Network:
         self.fallback_layers = plan.fallback_layers
         spec = plan.spec
         self.input = xp.empty((self.batch, *spec.input_shape), dtype=xp.float32)
+        self.filters_once = filters_outweigh_activations(spec, self.batch)
         # the steps launch one at a time: their split-K convs share one workspace, placed in
         # the arena with the buffers, not allocated at a launch a CUDA graph may be capturing
         self.split_k = SplitKScratch()
@@ -497,6 +511,8 @@ class Network:
                    kept: tuple[str, np.dtype] | None = None,
                    shortcut: tuple[str, np.dtype] | None = None) -> tuple[ConvStep, int]:
         i, shape, variant = decision.index, decision.shape, decision.variant
+        if self.filters_once:
+            variant = variant.holding_filters_once()
         layer, epilogue, absorbed = layers[i], decision.epilogue, decision.absorbed
         half = (self._half_next(layers, i + 1 + absorbed, variant.layout)
                 or shortcut_as_half(shortcut, variant.layout))

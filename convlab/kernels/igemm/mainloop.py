@@ -36,19 +36,29 @@ typedef StagedBits<ELEM_BYTES>::type elem_t;
 #define MTILES ((MG + BM - 1) / BM)
 #define CCHUNKS ((CG + BK - 1) / BK)
 #define KTILES (GATHER_TAP ? CCHUNKS * KK : (CG * KK + BK - 1) / BK)
+// A stage holds A's 3xTF32 parts, big then small.
 #define A_PARTS (MODE == 1 ? 2 : 1)
 #define A_WORDS (BM * BK * A_PARTS * ELEM_BYTES / 4)
 #define A_VECS (A_WORDS / 4)
+// FILTERS_ONCE (wgmma's warp-specialised schedules, 3xTF32): the pack holds each filter once,
+// as float32, and the MMA threads split their A fragments in registers (split_a_products):
+// held split, the fp32 class holds its filters twice, ResNet-50's 97 MiB of them as 195. The
+// grid schedule and the mma fragment packs hold both parts. A_COPY_VECS: the vectors of a
+// K-tile in the pack, which a copy moves.
+#define A_SPLIT_ON_CHIP (SWIZZLE && PERSISTENT && MODE == 1 && FILTERS_ONCE)
+#define A_PACK_PARTS (A_SPLIT_ON_CHIP ? 1 : A_PARTS)
+#define A_COPY_VECS (A_VECS / A_PARTS * A_PACK_PARTS)
 // wgmma's packs (SWIZZLE) hold a group's last m-tile with only the rows it has, in whole 8-row
 // swizzle atoms (igemm.packing.trim_last_tiles), so output channels past a whole tile cost no
 // padded filters: the last FC layer's 1,000 rows would otherwise be 1,024. It comes first in
-// its group, its K-tiles A_LAST_VECS apart, and a copy of one still moves A_VECS: the rows past
-// A_LAST_ROWS are the next K-tile's (or the next m-tile's, or a zero tail where the group has
-// one m-tile), and they meet only output rows past MG, which no epilogue stores. 3xTF32's two
-// parts lie side by side in a K-tile, so they keep the padding, and so do the mma fragment
-// packs: trimmed, the shipped channels-last tiling of a 1,000-row FC layer ran 3.7% slower.
-#define A_LAST_ROWS (SWIZZLE && A_PARTS == 1 ? (MG - (MTILES - 1) * BM + 7) / 8 * 8 : BM)
-#define A_LAST_VECS (A_VECS / BM * A_LAST_ROWS)
+// its group, its K-tiles A_LAST_VECS apart, and a copy of one still moves A_COPY_VECS: the
+// rows past A_LAST_ROWS are the next K-tile's (or the next m-tile's, or a zero tail where the
+// group has one m-tile), and they meet only output rows past MG, which no epilogue stores.
+// Where 3xTF32's two parts lie side by side in a K-tile (the grid schedule) they keep the
+// padding, and so do the mma fragment packs: trimmed, the shipped channels-last tiling of a
+// 1,000-row FC layer ran 3.7% slower.
+#define A_LAST_ROWS (SWIZZLE && A_PACK_PARTS == 1 ? (MG - (MTILES - 1) * BM + 7) / 8 * 8 : BM)
+#define A_LAST_VECS (A_COPY_VECS / BM * A_LAST_ROWS)
 // One (group, m-tile)'s run of packed K-tiles: where K-tile kt starts. Constructed from the pair,
 // or from the halo walk's one index for it, group * MTILES + mtile. A type per case, not a
 // `static constexpr` switch (NVRTC gave the member a constant section) nor a step the loaders'
@@ -57,20 +67,21 @@ template <bool Trimmed> struct FilterTileRun;
 template <> struct FilterTileRun<false> {
     const float4* base;
     __device__ __forceinline__ FilterTileRun(const float4* wpack, int group, int mtile)
-        : base(wpack + (long long)(group * MTILES + mtile) * KTILES * A_VECS) {}
+        : base(wpack + (long long)(group * MTILES + mtile) * KTILES * A_COPY_VECS) {}
     __device__ __forceinline__ FilterTileRun(const float4* wpack, int filters)
-        : base(wpack + (long long)filters * KTILES * A_VECS) {}
+        : base(wpack + (long long)filters * KTILES * A_COPY_VECS) {}
     __device__ __forceinline__ const float4* tile(int kt) const {
-        return base + (long long)kt * A_VECS;
+        return base + (long long)kt * A_COPY_VECS;
     }
 };
 template <> struct FilterTileRun<true> {
     const float4* base;
     long long step;
     __device__ __forceinline__ FilterTileRun(const float4* wpack, int group, int mtile)
-        : base(wpack + (long long)group * ((MTILES - 1) * A_VECS + A_LAST_VECS) * KTILES
-               + (mtile == MTILES - 1 ? 0 : (long long)(A_LAST_VECS + mtile * A_VECS) * KTILES)),
-          step(mtile == MTILES - 1 ? A_LAST_VECS : A_VECS) {}
+        : base(wpack + (long long)group * ((MTILES - 1) * A_COPY_VECS + A_LAST_VECS) * KTILES
+               + (mtile == MTILES - 1
+                      ? 0 : (long long)(A_LAST_VECS + mtile * A_COPY_VECS) * KTILES)),
+          step(mtile == MTILES - 1 ? A_LAST_VECS : A_COPY_VECS) {}
     __device__ __forceinline__ FilterTileRun(const float4* wpack, int filters)
         : FilterTileRun(wpack, filters / MTILES, filters % MTILES) {}
     __device__ __forceinline__ const float4* tile(int kt) const { return base + kt * step; }

@@ -371,9 +371,9 @@ LOAD_A_BULK = r"""
             auto load_a = [&](int stage, int kt) {
                 if (tid == 0) {
                     const unsigned bar = full0 + 8 * stage;
-                    mbar_arrive_expect(bar, A_WORDS * 4);
-                    bulk_copy(smem_u32(smem + stage * STAGE_WORDS), wtiles.tile(kt), A_WORDS * 4,
-                              bar);
+                    mbar_arrive_expect(bar, A_COPY_VECS * 16);
+                    bulk_copy(smem_u32(smem + stage * STAGE_WORDS), wtiles.tile(kt),
+                              A_COPY_VECS * 16, bar);
                 }
             };
 """
@@ -410,8 +410,8 @@ LOADER_TMA = r"""
                     mbar_wait(empty0 + 8 * stage, ((j / STAGES) & 1) ^ 1);
                     const unsigned bar = full0 + 8 * stage;
                     const unsigned sa = smem_u32(smem + stage * STAGE_WORDS);
-                    mbar_arrive_expect(bar, (A_WORDS + B_WORDS) * 4);
-                    bulk_copy(sa, wtiles.tile(kt), A_WORDS * 4, bar);
+                    mbar_arrive_expect(bar, A_COPY_VECS * 16 + B_WORDS * 4);
+                    bulk_copy(sa, wtiles.tile(kt), A_COPY_VECS * 16, bar);
                     if (copies_b) gather.load(sa + A_WORDS * 4, *im2col_map, kt, bar);
                 }
             }

@@ -56,6 +56,81 @@ __device__ __forceinline__ void wgmma_cross(float (&d)[MF][NF][4], unsigned long
     WgmmaOp<N, Bf16>::template mma<0>(d, da, db, scale_d);
 }
 
+// A_SPLIT_ON_CHIP (FILTERS_ONCE, the warp-specialised schedules' 3xTF32): the stage's A tile
+// is the float32 filters as packed, once; each MMA thread splits its own A fragments of a
+// K-tile in registers (wgmma's register-A form, an mma.sync m16n8k(8|16) A fragment of its
+// warp's 16 rows) and the products read only B from shared memory. On an H200 (2026-11-29) the
+// shipped persistent fp32 tilings ran 1.06-1.14x (3xTF32) and 1.16-1.19x (BF16 cross) slower
+// so; splitting in shared memory instead (each warpgroup its rows: a load and two stores a
+// vector, a fence and a barrier) 1.23-1.47x, and splitting the next K-tile's fragments while
+// this one's products ran (two sets of registers) 1.10-1.29x. The split is the host's
+// (packing.split_tf32, cross_bf16): the big part rounded to TF32 (cvt.rna is round_tf32), the
+// residual rounded to TF32 or, CrossBf16, both to BF16 (cvt.rn, as to_bf16_bits), so the
+// products take the operands the host's packs held, in the same order. The A tile at `sa` is
+// the warpgroup's 64 rows: row r's 16-byte chunk c lies at chunk c ^ (r % 8), and a thread's
+// rows g and g + 8 of its warp's 16 both have phase g. The first product of a partial sum
+// (`fresh`) starts it.
+__device__ __forceinline__ float a_element(unsigned row, int g, int k)
+{
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n"
+                 : "=f"(v) : "r"(row + ((((k >> 2) ^ g) << 4) | ((k & 3) << 2))));
+    return v;
+}
+
+__device__ __forceinline__ unsigned bf16_pair(float lo, float hi)
+{
+    unsigned r;  // cvt.rn.bf16x2 puts its first operand in the high half: the later element
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+template <bool CrossBf16, int MFrags, int NFrags>
+__device__ __forceinline__ void split_a_products(unsigned sa, unsigned sb,
+                                                 float (&d)[MFrags][NFrags][4], bool fresh)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const unsigned row = sa + (16 * ((threadIdx.x >> 5) & 3) + g) * 128;  // row g + 8: + 1024
+    unsigned big[KSTEPS][4], other[KSTEPS][4];  // other: the small part, or the BF16 cross row
+#pragma unroll
+    for (int s = 0; s < KSTEPS; ++s) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // (row g, k t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
+            const float a = a_element(row + (i & 1) * 1024, g, 8 * s + t + (i >> 1) * 4);
+            big[s][i] = to_tf32(a);
+            if constexpr (!CrossBf16) other[s][i] = to_tf32(a - __uint_as_float(big[s][i]));
+        }
+        if constexpr (CrossBf16) {
+            // k16 step s of the row [big | small] in BF16: elements 16s + 2t, + 1 (registers 0
+            // and 1: rows g and g + 8) and 16s + 2t + 8, + 9 (registers 2 and 3), the big part
+            // of columns 16s.. for s < 2, the residual of columns 16(s - 2).. after
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int k = 16 * (s & 1) + 2 * t + (i >> 1) * 8;
+                const unsigned r = row + (i & 1) * 1024;
+                const float a0 = a_element(r, g, k), a1 = a_element(r, g, k + 1);
+                const float b0 = __uint_as_float(to_tf32(a0)), b1 = __uint_as_float(to_tf32(a1));
+                other[s][i] = s < 2 ? bf16_pair(b0, b1) : bf16_pair(a0 - b0, a1 - b1);
+            }
+        }
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < KSTEPS; ++s) {
+        if constexpr (CrossBf16) {
+            WgmmaRegA<WGMMA_N, Bf16>::template mma<0>(
+                d, other[s], swizzle128_desc(sb + B_WORDS * 4 + s * 32), s > 0 || !fresh);
+        } else {
+            WgmmaRegA<WGMMA_N, Tf32>::template mma<0>(d, other[s], swizzle128_desc(sb + s * 32),
+                                                     s > 0 || !fresh);
+            WgmmaRegA<WGMMA_N, Tf32>::template mma<0>(
+                d, big[s], swizzle128_desc(sb + B_WORDS * 4 + s * 32), 1);
+        }
+        WgmmaRegA<WGMMA_N, Tf32>::template mma<0>(d, big[s], swizzle128_desc(sb + s * 32), 1);
+    }
+    wgmma_commit();
+}
+
 // wgmma reads a TF32 operand by dropping each float's low 13 bits. 3xTF32: the filters are
 // split on the host; B's big part is the vector as it landed (wgmma truncates it), and each
 // thread writes the exact residual, rounded to TF32, to B's small tile once its copies land.
@@ -152,6 +227,10 @@ template <int MFrags, int NFrags>
 __device__ __forceinline__ void mainloop_step(unsigned sa, unsigned sb,
                                               float (&d)[MFrags][NFrags][4], bool fresh)
 {
+    if constexpr (A_SPLIT_ON_CHIP) {
+        split_a_products<CROSS_BF16>(sa, sb, d, fresh);
+        return;
+    }
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < KSTEPS; ++s) {
