@@ -974,7 +974,7 @@ def test_the_fp32_class_holding_its_filters_once_packs_them_once(name):
                 f"A_COPY_VECS == {tile // 4 * (1 if split else 2)}, \"pack\");\n")
             options = single.compile_options(shape, "relu")
             assert jit.compile_cubin(single.name, source, options, "sm_90a")[:4] == b"\x7fELF"
-    assert once.writing(np.float32).filters_once and once.adding(np.float16).filters_once
+    assert once.writing(np.float16).filters_once and once.adding(np.float16).filters_once
     fp16 = get_variant("wgmma-fp16")
     assert fp16.holding_filters_once() is fp16
 
