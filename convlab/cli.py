@@ -18,7 +18,7 @@ from . import tuning
 from .bench import (autotune, compare, lab, records, results as results_io, saved_runs, streaming,
                     suites, tune)
 from .bench.guard import VERIFY_MODES
-from .errors import ConvlabError, GPUUnavailable
+from .errors import ConvlabError, GPUUnavailable, UnsupportedLayers
 from .gpu import gpu_available, hardware, peaks, timer, unavailable_reason
 from .gpu.isolate import DEFAULT_TIMEOUT_S
 from .kernels import VARIANTS, get_variant
@@ -195,6 +195,13 @@ def _cpu_hint(exc: GPUUnavailable) -> ConvlabError:
     return ConvlabError(f"{exc} Use --kernel cpu to run on the CPU.")
 
 
+def _fallback_hint(exc: UnsupportedLayers) -> ConvlabError:
+    """For commands with --fallback: the refused layers, plus the variant that runs them."""
+    if exc.stand_in is None:
+        return exc
+    return ConvlabError(f"{exc}. Add --fallback {exc.stand_in} to run those layers with it.")
+
+
 @main.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--wide", is_flag=True, help=WIDE_HELP)
@@ -316,8 +323,12 @@ def run(kernel, kernel_file, model, batches, weights_path, fallback, repeat, col
         _stream_run(model, kernel, batches, images, upload or "uint8", from_dir, pytorch,
                     workers, weights_path, save_dir, plot_path, as_json, wide)
         return
-    plan = lab.plan_run(model, kernel, kernel_file, batches, weights_path, fallback, repeat, cold,
-                        pytorch, not no_graph, verify, timeout, sanitize, save_dir is not None)
+    try:
+        plan = lab.plan_run(model, kernel, kernel_file, batches, weights_path, fallback, repeat,
+                            cold, pytorch, not no_graph, verify, timeout, sanitize,
+                            save_dir is not None)
+    except UnsupportedLayers as exc:
+        raise _fallback_hint(exc) from None
     apply_choice(ignore_tunings, autotune_on, autotune_budget)
     out = console(wide)
     if plan.note and not as_json:

@@ -21,6 +21,16 @@ class GPUUnavailable(ConvlabError):
     """A GPU variant was asked for where CuPy or a usable GPU is missing."""
 
 
+class UnsupportedLayers(ConvlabError):
+    """A variant refuses some of a network's conv layers and nothing stands in for it there;
+    `stand_in` names a registered variant of its precision class that runs every one of them,
+    where one does (the CLI says how to ask for it)."""
+
+    def __init__(self, message: str, stand_in: str | None = None):
+        self.stand_in = stand_in
+        super().__init__(message)
+
+
 class KernelCompileError(ConvlabError):
     """NVRTC rejected a variant's source; the message carries the compiler log."""
 

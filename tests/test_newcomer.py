@@ -479,6 +479,16 @@ def test_the_step_tables_title_keeps_its_total_on_its_line_at_80_columns():
                                 "0.750 ms")
 
 
+def test_a_run_the_kernel_cannot_finish_says_which_fallback_would():
+    """VGG-16 in the fp32 class on wgmma-split-bf16: its first three convs reduce under 1,024
+    terms; the error names them and ends with the flag that runs them on wgmma-3xtf32."""
+    out = piped("run", "--model", "vgg16", "--batch", "1", "--kernel", "wgmma-split-bf16")
+    assert out.exit_code == 1
+    line = " ".join(out.output.split())
+    assert line.startswith("Error: kernel 'wgmma-split-bf16' does not support features.0 ")
+    assert line.endswith("Add --fallback wgmma-3xtf32 to run those layers with it.")
+
+
 def test_a_fallback_note_counts_its_layers():
     from convlab.bench.lab import fallback_note
 

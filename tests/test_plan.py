@@ -7,13 +7,13 @@ from collections import Counter
 import pytest
 
 from convlab.bench import compare, lab
-from convlab.errors import ConvlabError
+from convlab.errors import ConvlabError, UnsupportedLayers
 from convlab.gpu import timer
-from convlab.kernels import RELU, Support
+from convlab.kernels import RELU, Support, get_variant
 from convlab.kernels.cpu import Cpu
 from convlab.models import get_model, load_weights
 from convlab.net.network import Network
-from convlab.net.plan import plan_network
+from convlab.net.plan import REFUSALS_SHOWN, plan_network, stand_in
 
 POLICY = timer.TimingPolicy(warmup=1, min_runs=2, max_runs=3, budget_s=0.1)
 
@@ -72,6 +72,24 @@ def test_a_refused_layer_is_named_or_goes_to_the_fallback():
     assert not covered.convs["conv2"].support  # the asked variant's verdict stays on record
     # a fallback no layer needs is not part of the plan
     assert plan_network(spec, Cpu(), 10, OneChannelOnly()).fallback is None
+
+
+def test_a_refusal_names_the_variant_of_its_class_that_would_run_the_refused_layers():
+    """wgmma-split-bf16 refuses ResNet-50's reductions under 1,024 terms (31 layers): the
+    error names the first few in full and the rest by name, and carries the registered
+    variant of the fp32 class nearest before it in the ladder that runs them all,
+    wgmma-3xtf32. A CPU variant nothing registered stands in for carries none."""
+    plan = plan_network(get_model("resnet50"), get_variant("wgmma-split-bf16"), 1)
+    with pytest.raises(UnsupportedLayers) as caught:
+        plan.check()
+    assert caught.value.stand_in == "wgmma-3xtf32"
+    message, rest = str(caught.value), plan.refused[REFUSALS_SHOWN:]
+    assert message.count("the BF16 cross products need") == REFUSALS_SHOWN
+    assert message.endswith(f"and {len(rest)} more: {', '.join(d.name for d in rest)}")
+    with pytest.raises(UnsupportedLayers) as caught:
+        plan_network(get_model("ece408"), OneChannelOnly(), 10).check()
+    assert caught.value.stand_in is None
+    assert stand_in(OneChannelOnly(), [d.shape for d in plan.refused]) is None
 
 
 def test_the_network_builds_what_the_plan_decided():

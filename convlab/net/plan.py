@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConvlabError
-from ..kernels import ADD_RELU, RELU, TANH_POOL, Support, Variant
+from ..errors import UnsupportedLayers
+from ..kernels import ADD_RELU, RELU, TANH_POOL, Support, Variant, kernel_variants
 from ..models import AddKept, Conv, Dense, MaxPool, ModelSpec, ReLU, Tanh
 from ..shapes import ConvShape
 
@@ -64,6 +64,9 @@ class LayerDecision:
         return None if self.epilogue == ADD_RELU else self.epilogue
 
 
+REFUSALS_SHOWN = 3
+
+
 @dataclass(frozen=True)
 class NetworkPlan:
     """A model at one batch size with one variant (and the fallback, where it takes layers the
@@ -94,12 +97,35 @@ class NetworkPlan:
         return None if decision is None else decision.variant
 
     def check(self) -> "NetworkPlan":
-        """The plan, or a ConvlabError naming every layer nobody runs and why."""
+        """The plan, or an UnsupportedLayers naming every layer nobody runs and why, with the
+        variant that could stand in for it there (stand_in)."""
         if self.refused:
+            # The first few in full; a deep network's dozens would bury the line's end.
+            shown, rest = self.refused[:REFUSALS_SHOWN], self.refused[REFUSALS_SHOWN:]
             detail = "; ".join(f"{d.name} ({d.shape.brief()}): {d.support.reason}"
-                               for d in self.refused)
-            raise ConvlabError(f"kernel '{self.variant.name}' does not support {detail}")
+                               for d in shown)
+            if rest:
+                detail += f"; and {len(rest)} more: {', '.join(d.name for d in rest)}"
+            found = stand_in(self.variant, [d.shape for d in self.refused])
+            raise UnsupportedLayers(f"kernel '{self.variant.name}' does not support {detail}",
+                                    found and found.name)
         return self
+
+
+def stand_in(variant: Variant, shapes: list[ConvShape]) -> Variant | None:
+    """A registered variant of `variant`'s precision class, on the same device, that supports
+    every shape, or None: the nearest to it in the registry's ladder order, those before it
+    first (a form's refusals are the newer form's: wgmma-split-bf16's short reductions go to
+    wgmma-3xtf32), the newest first for a variant outside the registry (a kernel file)."""
+    ladder = kernel_variants()
+    names = [v.name for v in ladder]
+    if variant.name in names:
+        at = names.index(variant.name)
+        order = ladder[:at][::-1] + ladder[at + 1:]
+    else:
+        order = ladder[::-1]
+    return next((v for v in order if v.precision == variant.precision
+                 and v.on_gpu == variant.on_gpu and all(v.supports(s) for s in shapes)), None)
 
 
 def plan_network(spec: ModelSpec, variant: Variant, batch: int,
