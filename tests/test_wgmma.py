@@ -899,6 +899,45 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
     assert adding[0].schedule != "pingpong"
 
 
+@pytest.mark.parametrize("name", ["wgmma", "wgmma-fp16"])
+def test_the_own_choice_halves_a_128_row_tile_into_a_pingpong_one_on_a_layer_of_one_wave(name):
+    """VGG-16's 112x112 3x3 layer at batch 1 and ResNet-50's 14x14 3x3 layer at batch 32:
+    the correction's choice is an unsplit 128-row tile of two warpgroups, and its tiles fit
+    one wave; the own choice is the pingpong tile of 64 rows and twice its N (the same area),
+    at its most stages, and the traded tiling comes second. The same VGG-16 layer at batch 4
+    (more tiles than SMs), a tile 32 wide (under ONE_WAVE_MIN_N), a 5x5 layer gathered by
+    table, an add-relu conv and a 3xTF32 variant keep the correction's choice."""
+    variant = get_variant(name)
+    for shape in (ConvShape(1, 64, 112, 112, 128, 3, pad=1, bias=True),
+                  ConvShape(32, 256, 14, 14, 256, 3, pad=1, bias=True)):
+        k = variant.kernel_shape(shape)
+        chosen, traded = variant.configs(shape, "relu")[:2]
+        assert (traded.bm, traded.warps_m, traded.split_k) == (128, 8, 1), traded
+        assert tiling.output_tiles(k, traded) <= 132
+        assert chosen.schedule == "pingpong" and (chosen.bm, chosen.split_k) == (64, 1)
+        assert (chosen.bn, chosen.gather) == (2 * traded.bn, traded.gather)
+        assert chosen.stages == max(t.stages for t in variant.ranked(shape)
+                                    if t.schedule == "pingpong" and t.split_k == 1
+                                    and (t.bn, t.gather) == (chosen.bn, chosen.gather))
+        assert variant.configs(shape, "add-relu")[0].schedule != "pingpong"
+    four = ConvShape(4, 64, 112, 112, 128, 3, pad=1, bias=True)
+    narrow = ConvShape(1, 256, 56, 56, 512, 1, stride=2, bias=True)
+    by_table = ConvShape(2, 24, 64, 64, 256, 5, pad=2, bias=True)
+    for shape, premise in ((four, lambda k, t: tiling.output_tiles(k, t) > 132),
+                           (narrow, lambda k, t: t.bn < wgmma.ONE_WAVE_MIN_N),
+                           (by_table, lambda k, t: t.gather == "table" and t.bn >= 64
+                            and tiling.output_tiles(k, t) <= 132)):
+        k = variant.kernel_shape(shape)
+        first = variant.configs(shape, "relu")[0]
+        assert (first.bm, first.warps_m, first.split_k) == (128, 8, 1), (shape, first)
+        assert premise(k, first), (shape, first)
+    fp32 = get_variant("wgmma-3xtf32")
+    shape = ConvShape(1, 64, 112, 112, 128, 3, pad=1, bias=True)
+    assert fp32.configs(shape, "relu")[0].schedule != "pingpong"
+    assert wgmma.one_wave_pingpong(fp32.kernel_shape(shape), fp32.configs(shape, "relu")[0],
+                                   fp32.maths) is None
+
+
 def test_the_pingpong_rule_leaves_3xtf32_alone():
     """3xTF32's pingpong twins were never timed: its own choice on the layer where tf32 and
     fp16 take the twin stays the correction's, and the tuner is offered the twin last."""

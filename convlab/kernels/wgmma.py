@@ -159,10 +159,12 @@ def _offered(k: ConvShape, maths: str, kept_bytes: int = 0,
     chosen = set(_spread(by_score, CLUSTER_CONFIGS))
     offered = tuple(t for t in by_score if t in chosen)
     # The pingpong schedule is outside the correction's data: the own choice takes it by rule
-    # (igemm.wgmma.preferred_pingpong), never for a conv that adds a kept activation (its
-    # store's wait for the kept read is unmeasured there), and the tuner tries the twin of the
-    # first tiling that has one.
-    preferred = None if adds else wgmma.preferred_pingpong(k, offered[0], maths)
+    # (igemm.wgmma.preferred_pingpong on layers of many tiles, igemm.wgmma.one_wave_pingpong
+    # on layers of one wave), never for a conv that adds a kept activation (its store's wait
+    # for the kept read is unmeasured there), and the tuner tries the twin of the first
+    # tiling that has one.
+    preferred = None if adds else (wgmma.preferred_pingpong(k, offered[0], maths)
+                                   or wgmma.one_wave_pingpong(k, offered[0], maths))
     base = offered[0] if preferred else next(
         (t for t in offered if wgmma.pingpong_twin(k, t, maths)), None)
     if base is None:
@@ -312,9 +314,10 @@ class Wgmma(Pipelined):
         CLUSTER_CONFIGS for two-block clusters, which the correction cannot tell from the same
         tiling a block alone: each follows its twin, the own choice is never one, and the tuner
         finds where they win. The pingpong schedule is outside the correction's data too: the
-        own choice takes a one-warpgroup tiling's pingpong twin by rule
-        (igemm.wgmma.preferred_pingpong), and otherwise the list ends with the twin of its
-        first tiling that has one. The correction once ordered only the analytic model's first
+        own choice takes a one-warpgroup tiling's pingpong twin by rule on layers of many tiles
+        (igemm.wgmma.preferred_pingpong), halves a two-warpgroup 128-row tile into a pingpong
+        one on layers of one wave (igemm.wgmma.one_wave_pingpong), and otherwise the list ends
+        with the twin of its first tiling that has one. The correction once ordered only the analytic model's first
         MAX_CONFIGS, which left out the 128x256 tilings that were fastest on large layers at
         batch 128: choosing over every candidate, the own choice changed on 61 of 200 tf32 and
         65 of 200 fp16 suite cells and ran them 1.08x and 1.07x faster (geometric means; 13 of

@@ -907,6 +907,42 @@ def pingpong_twin(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
     return max(twins, key=lambda p: p.stages) if twins else None
 
 
+# The two-warpgroup 128-row tilings the own choice trades for a pingpong tiling of 64 rows and
+# twice their N (the same tile area) where the layer's tiles fit one wave, one block an SM.
+# Found on an H200 (2026-11-30, results/h200/one-wave-pingpong-20261130/): let the fitted
+# correction rank pingpong tilings that split nothing and fit one wave, and its picks ran
+# 0.60-1.33x against the own choice (233 cells, geomean 1.03x; 64-row tiles of a narrow N
+# over K-splits of long reductions lost most), but where they halved an unsplit 128-row tile
+# at least ONE_WAVE_MIN_N wide they ran 0.98-1.20x (28 suite cells, geomean 1.11x: UNet's and
+# VGG-16's 3x3 layers at batch 1, ResNet-50's 14x14 and 7x7 layers at batch 32; 0.92-1.22x
+# where N was 32). Checked on the 33 cells of random layers (none of them in the suites) the
+# rule then took: 19 gathering by copy engine ran 0.99-1.15x (geomean 1.12x), 14 gathering by
+# table 0.76-1.01x, as the pingpong tilings of a table gather lost before (preferred_pingpong),
+# so the rule leaves those alone. As it stands, on the 47 cells it takes: 0.99-1.20x, geomean
+# 1.11x, none slower by over 3%.
+ONE_WAVE_MIN_N = 64
+
+
+def one_wave_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
+    """The pingpong tiling the own choice takes in place of `t`, or None: t an unsplit
+    two-warpgroup 128-row tiling (persistent or halo) of PINGPONG_MATHS, at least
+    ONE_WAVE_MIN_N wide and gathering otherwise than by table, whose tiles the SMs hold at
+    once; the pingpong tiling 64 rows and 2N wide, unsplit, at its most stages, gathering as t
+    does (a halo tiling's by the copy engine, else by tap)."""
+    if (maths not in PINGPONG_MATHS or (t.bm, t.warps_m, t.split_k, t.cluster) != (128, 8, 1, 1)
+            or t.schedule not in ("persistent", "halo") or t.gather == "table"
+            or t.bn < ONE_WAVE_MIN_N or output_tiles(shape, t) > cost.SMS):
+        return None
+    gathers = ("tma", "tap") if t.schedule == "halo" else (t.gather,)
+    for gather in gathers:
+        twins = [p for p in cost.ranked(shape, maths, FAMILY)
+                 if p.schedule == "pingpong" and p.split_k == 1 and p.bn == 2 * t.bn
+                 and p.gather == gather and output_tiles(shape, p) <= cost.SMS]
+        if twins:
+            return max(twins, key=lambda p: p.stages)
+    return None
+
+
 def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
     """The pingpong twin the own choice takes in place of `t`, or None: t a one-warpgroup
     persistent tiling of PINGPONG_MATHS whose K-loop is at least PINGPONG_MIN_KTILES long or

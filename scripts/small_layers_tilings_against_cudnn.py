@@ -1,0 +1,68 @@
+"""VGG-16's 28x28 and 14x14 3x3 layers and ResNet-50's 7x7 3x3 layer at batch 1, the layers the
+own choice lost most on against cuDNN: in tf32 (`wgmma`) and fp16 (`wgmma-fp16`), the own
+choice and a wide set of tilings (every tiling the variant offers, then the cost model's first
+COUNT spread over block tiles: scripts/sweep_tilings.py's candidate_configs), each timed on one
+problem (CUDA events around queued launches, timer.time_device, shipped and cached tunings
+ignored) and verified against float64 on a sampled image, beside cuDNN's two rows of the class
+(the faster of conv + ReLU and the fused kernel). Says whether a layer's loss is the choice's
+(some tiling beats cuDNN) or the kernel's (none does). One JSON line a (layer, variant).
+
+Usage: python scripts/small_layers_tilings_against_cudnn.py OUT.jsonl [COUNT]"""
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("CONVLAB_IGNORE_TUNINGS", "1")
+
+from convlab.bench import lab  # noqa: E402
+from convlab.gpu import timer  # noqa: E402
+from convlab.kernels import get_variant  # noqa: E402
+from convlab.shapes import ConvShape  # noqa: E402
+from sweep_tilings import candidate_configs, compile_tilings, time_tiling  # noqa: E402
+
+POLICY = timer.TimingPolicy(warmup=2, min_runs=10, max_runs=200, target_rse=0.01, budget_s=0.3)
+LAYERS = {"vgg16 features.17": (256, 28, 512), "vgg16 features.19": (512, 28, 512),
+          "vgg16 features.24": (512, 14, 512), "resnet50 layer4.1.conv2": (512, 7, 512)}
+REFERENCES = {"tf32": ("cudnn-tf32", "cudnn-nhwc-tf32"), "fp16": ("cudnn-fp16", "cudnn-nhwc-fp16")}
+
+
+def main():
+    out, count = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 24
+    cells = []
+    for label, (c, h, m) in LAYERS.items():
+        shape = ConvShape(1, c, h, h, m, 3, 1, 1, bias=True)
+        for name in ("wgmma", "wgmma-fp16"):
+            variant = lab.layer_variant(get_variant(name))
+            cells.append((label, shape, variant, candidate_configs(variant, shape, "relu", count)))
+    start = time.time()
+    compile_tilings([(v, c, s, "relu") for _, s, v, configs in cells for c in configs],
+                    os.cpu_count())
+    print(f"compiled {sum(len(c[3]) for c in cells)} in {time.time() - start:.0f} s", flush=True)
+    with open(out, "w") as journal:
+        for label, shape, variant, configs in cells:
+            problem = lab.LayerProblem.draw(shape, True, seed=1)
+            own = variant.config_for(shape, "relu").as_dict()
+            rows = [{"config": c, **time_tiling(variant, c, shape, "relu", problem, POLICY)}
+                    for c in configs]
+            reference = {name: lab.run_layer(shape, name, POLICY, "relu",
+                                             problem=problem).timing.median_ms
+                         for name in REFERENCES[variant.precision]}
+            best = min((r for r in rows if r.get("passed")), key=lambda r: r["median_ms"])
+            own_ms = next(r["median_ms"] for r in rows if r["config"] == own)
+            record = {"layer": label, "variant": variant.name, "own": own, "own_ms": own_ms,
+                      "best": best, "cudnn": reference, "rows": rows,
+                      "failed": [r for r in rows if not r.get("passed")]}
+            journal.write(json.dumps(record) + "\n")
+            journal.flush()
+            b = best["config"]
+            print(f"{label:26} {variant.name:11} own {own_ms * 1e3:6.1f} us  best "
+                  f"{best['median_ms'] * 1e3:6.1f} us ({b['bm']}x{b['bn']} k{b['split_k']} "
+                  f"s{b['stages']} {b['gather']} {b['schedule']} c{b.get('cluster', 1)})  cudnn "
+                  f"{min(reference.values()) * 1e3:6.1f} us  fails {len(record['failed'])}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
