@@ -77,8 +77,12 @@ def rule_cells(names):
     for name in names:
         for variant, layer, batch, shape in suite_cells(name):
             own = variant.config_for(shape, layer.epilogue)
-            if own.schedule == "pingpong":
-                traded = correction_choice(variant, shape, layer.epilogue)
+            if own.schedule != "pingpong":
+                continue
+            traded = correction_choice(variant, shape, layer.epilogue)
+            # the one-wave rule's cells (igemm.wgmma.one_wave_pingpong) are another record's
+            k = variant.kernel_shape(shape)
+            if IW.preferred_pingpong(k, traded, variant.maths) == own:
                 tasks.append((variant, layer, batch, shape, traded, [traded, own]))
     return tasks
 

@@ -49,13 +49,19 @@ def main():
             reference = {name: lab.run_layer(shape, name, POLICY, "relu",
                                              problem=problem).timing.median_ms
                          for name in REFERENCES[variant.precision]}
-            best = min((r for r in rows if r.get("passed")), key=lambda r: r["median_ms"])
-            own_ms = next(r["median_ms"] for r in rows if r["config"] == own)
+            passed = [r for r in rows if r.get("passed")]
+            if not passed or own not in configs:
+                print(f"{label} {variant.name}: no verified tiling, or the own choice not "
+                      f"among them; see {out}", flush=True)
+            best = min(passed, key=lambda r: r["median_ms"], default=None)
+            own_ms = next((r.get("median_ms") for r in rows if r["config"] == own), None)
             record = {"layer": label, "variant": variant.name, "own": own, "own_ms": own_ms,
                       "best": best, "cudnn": reference, "rows": rows,
                       "failed": [r for r in rows if not r.get("passed")]}
             journal.write(json.dumps(record) + "\n")
             journal.flush()
+            if best is None or own_ms is None:
+                continue
             b = best["config"]
             print(f"{label:26} {variant.name:11} own {own_ms * 1e3:6.1f} us  best "
                   f"{best['median_ms'] * 1e3:6.1f} us ({b['bm']}x{b['bn']} k{b['split_k']} "

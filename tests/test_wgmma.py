@@ -919,7 +919,6 @@ def test_the_own_choice_halves_a_128_row_tile_into_a_pingpong_one_on_a_layer_of_
         assert chosen.stages == max(t.stages for t in variant.ranked(shape)
                                     if t.schedule == "pingpong" and t.split_k == 1
                                     and (t.bn, t.gather) == (chosen.bn, chosen.gather))
-        assert variant.configs(shape, "add-relu")[0].schedule != "pingpong"
     four = ConvShape(4, 64, 112, 112, 128, 3, pad=1, bias=True)
     narrow = ConvShape(1, 256, 56, 56, 512, 1, stride=2, bias=True)
     by_table = ConvShape(2, 24, 64, 64, 256, 5, pad=2, bias=True)
@@ -931,6 +930,16 @@ def test_the_own_choice_halves_a_128_row_tile_into_a_pingpong_one_on_a_layer_of_
         first = variant.configs(shape, "relu")[0]
         assert (first.bm, first.warps_m, first.split_k) == (128, 8, 1), (shape, first)
         assert premise(k, first), (shape, first)
+    unet = ConvShape(1, 64, 128, 128, 128, 3, pad=1, bias=True)  # a halo tile, a row each
+    halo = tiling.Tiling(128, 128, wgmma.k_elements(variant.maths), 8, 1, 6, 1, "tap", "halo",
+                         rows=1)
+    k = variant.kernel_shape(unet)
+    assert wgmma.one_wave_pingpong(k, halo, variant.maths).bn == 256
+    assert wgmma.one_wave_pingpong(k, dataclasses.replace(halo, rows=2), variant.maths) is None
+    adding = ConvShape(4, 256, 56, 56, 128, 1, bias=True)  # the rule would take its tile
+    first = variant.configs(adding, "add-relu")[0]
+    assert wgmma.one_wave_pingpong(variant.kernel_shape(adding), first, variant.maths)
+    assert first.schedule != "pingpong"
     fp32 = get_variant("wgmma-3xtf32")
     shape = ConvShape(1, 64, 112, 112, 128, 3, pad=1, bias=True)
     assert fp32.configs(shape, "relu")[0].schedule != "pingpong"

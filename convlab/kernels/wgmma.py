@@ -317,9 +317,9 @@ class Wgmma(Pipelined):
         own choice takes a one-warpgroup tiling's pingpong twin by rule on layers of many tiles
         (igemm.wgmma.preferred_pingpong), halves a two-warpgroup 128-row tile into a pingpong
         one on layers of one wave (igemm.wgmma.one_wave_pingpong), and otherwise the list ends
-        with the twin of its first tiling that has one. The correction once ordered only the analytic model's first
-        MAX_CONFIGS, which left out the 128x256 tilings that were fastest on large layers at
-        batch 128: choosing over every candidate, the own choice changed on 61 of 200 tf32 and
+        with the twin of its first tiling that has one. The correction once ordered only the
+        analytic model's first MAX_CONFIGS, which left out the 128x256 tilings that were
+        fastest on large layers at batch 128: choosing over every candidate, the own choice changed on 61 of 200 tf32 and
         65 of 200 fp16 suite cells and ran them 1.08x and 1.07x faster (geometric means; 13 of
         the 126 slower by over 3%, the worst 0.75x; H200, 2026-11-29,
         results/h200/own-choice-20261129/). An add-relu

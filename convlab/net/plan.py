@@ -97,8 +97,9 @@ class NetworkPlan:
         return None if decision is None else decision.variant
 
     def check(self) -> "NetworkPlan":
-        """The plan, or an UnsupportedLayers naming every layer nobody runs and why, with the
-        variant that could stand in for it there (stand_in)."""
+        """The plan, or an UnsupportedLayers naming every layer nobody runs (the first
+        REFUSALS_SHOWN with why), with the variant that could stand in for it there
+        (stand_in)."""
         if self.refused:
             # The first few in full; a deep network's dozens would bury the line's end.
             shown, rest = self.refused[:REFUSALS_SHOWN], self.refused[REFUSALS_SHOWN:]

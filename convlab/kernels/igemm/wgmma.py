@@ -925,13 +925,15 @@ ONE_WAVE_MIN_N = 64
 
 def one_wave_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
     """The pingpong tiling the own choice takes in place of `t`, or None: t an unsplit
-    two-warpgroup 128-row tiling (persistent or halo) of PINGPONG_MATHS, at least
-    ONE_WAVE_MIN_N wide and gathering otherwise than by table, whose tiles the SMs hold at
-    once; the pingpong tiling 64 rows and 2N wide, unsplit, at its most stages, gathering as t
-    does (a halo tiling's by the copy engine, else by tap)."""
+    two-warpgroup 128-row tiling of PINGPONG_MATHS, persistent or a halo tiling of one row
+    (the only halo tilings timed: a taller one's N counts the padded rows' positions, so twice
+    it is no tile of the same area), at least ONE_WAVE_MIN_N wide and gathering otherwise than
+    by table, whose tiles the SMs hold at once; the pingpong tiling 64 rows and 2N wide,
+    unsplit, at its most stages, gathering as t does (a halo tiling's by the copy engine, else
+    by tap)."""
     if (maths not in PINGPONG_MATHS or (t.bm, t.warps_m, t.split_k, t.cluster) != (128, 8, 1, 1)
-            or t.schedule not in ("persistent", "halo") or t.gather == "table"
-            or t.bn < ONE_WAVE_MIN_N or output_tiles(shape, t) > cost.SMS):
+            or not (t.schedule == "persistent" or (t.schedule == "halo" and t.rows == 1))
+            or t.gather == "table" or t.bn < ONE_WAVE_MIN_N or output_tiles(shape, t) > cost.SMS):
         return None
     gathers = ("tma", "tap") if t.schedule == "halo" else (t.gather,)
     for gather in gathers:
