@@ -319,15 +319,15 @@ class Wgmma(Pipelined):
         one on layers of one wave (igemm.wgmma.one_wave_pingpong), and otherwise the list ends
         with the twin of its first tiling that has one. The correction once ordered only the
         analytic model's first MAX_CONFIGS, which left out the 128x256 tilings that were
-        fastest on large layers at batch 128: choosing over every candidate, the own choice changed on 61 of 200 tf32 and
-        65 of 200 fp16 suite cells and ran them 1.08x and 1.07x faster (geometric means; 13 of
-        the 126 slower by over 3%, the worst 0.75x; H200, 2026-11-29,
-        results/h200/own-choice-20261129/). An add-relu
-        conv that stores 16-byte vectors is ranked with its kept read
-        (igemm.wgmma.KEPT_EXPOSURE), and the correction, fitted without one, orders only the
-        first MAX_CONFIGS of that ranking, as before; one whose stores go an element at a time (3xTF32, or a
-        group's channels off 16 bytes) is ranked as the plain conv: its read is unmeasured, and
-        the vector stores' charge misranked it (ResNet-50's last expansion on an H200, whose
+        fastest on large layers at batch 128: choosing over every candidate, the own choice
+        changed on 61 of 200 tf32 and 65 of 200 fp16 suite cells and ran them 1.08x and 1.07x
+        faster (geometric means; 13 of the 126 slower by over 3%, the worst 0.75x; H200,
+        2026-11-29, results/h200/own-choice-20261129/). An add-relu conv that stores 16-byte
+        vectors is ranked with its kept read (igemm.wgmma.KEPT_EXPOSURE), and the correction,
+        fitted without one, orders only the first MAX_CONFIGS of that ranking, as before; one
+        whose stores go an element at a time (3xTF32, or a group's channels off 16 bytes) is
+        ranked as the plain conv: its read is unmeasured, and the vector stores' charge
+        misranked it (ResNet-50's last expansion on an H200, whose
         float32 output went an element at a time: 0.044 ms ranked as the plain conv, 0.065 ms
         with the charge; with float32 16-byte stores, 0.046 ms with it)."""
         k = self.kernel_shape(shape)
