@@ -199,7 +199,7 @@ def _fallback_hint(exc: UnsupportedLayers) -> ConvlabError:
     """For commands with --fallback: the refused layers, plus the variant that runs them."""
     if exc.stand_in is None:
         return exc
-    return ConvlabError(f"{exc}. Add --fallback {exc.stand_in} to run those layers with it.")
+    return ConvlabError(f"{exc}. Use --fallback {exc.stand_in} to run those layers with it.")
 
 
 @main.command("list")

@@ -486,7 +486,7 @@ def test_a_run_the_kernel_cannot_finish_says_which_fallback_would():
     assert out.exit_code == 1
     line = " ".join(out.output.split())
     assert line.startswith("Error: kernel 'wgmma-split-bf16' does not support features.0 ")
-    assert line.endswith("Add --fallback wgmma-3xtf32 to run those layers with it.")
+    assert line.endswith("Use --fallback wgmma-3xtf32 to run those layers with it.")
 
 
 def test_a_fallback_note_counts_its_layers():

@@ -107,7 +107,10 @@ class NetworkPlan:
                                for d in shown)
             if rest:
                 detail += f"; and {len(rest)} more: {', '.join(d.name for d in rest)}"
-            found = stand_in(self.variant, [d.shape for d in self.refused])
+            # --fallback takes one variant: the stand-in must run every layer the asked one
+            # refuses, those a given fallback took included
+            found = stand_in(self.variant,
+                             [d.shape for d in self.convs.values() if not d.support])
             raise UnsupportedLayers(f"kernel '{self.variant.name}' does not support {detail}",
                                     found and found.name)
         return self
