@@ -119,7 +119,7 @@ def test_copy_engine_corners_follow_each_axis():
                                                dilation=2))
     assert lower == (-4, -2) and upper == (4 - 8, 2 - 4)
     wide = ConvShape(1, 64, 300, 300, 64, 3, pad=1, dilation=70)
-    assert "outside the copy engine's [-128, 127]" in tensormap.im2col_problem(wide, 64)
+    assert "outside the copy engine's [-128, 127]" in tensormap.im2col_problem(wide, 64, 2)
 
 
 @pytest.mark.parametrize("shape", [INCEPTION_1X7, DILATED, BOTH],

@@ -299,10 +299,10 @@ def test_a_persistent_split_k_runs_again_to_the_same_bits(variant, rng):
         assert result.passed, f"{t.brief()}: {result.reason}"
 
 
-# Layers whose groups hold whole 128-byte channel chunks (64 fp16 / 32 tf32 channels), for
-# the copy engine's im2col box: strides 1-4; pad 0-3, pad beyond the filter's reach (3 on a
-# 3x3); 1x1, 3x3, 5x5, 7x7 and 11x11 filters; odd, non-square and tiny images; groups; batch
-# and channel tails; more tiles than the grid's blocks.
+# Layers for the copy engine's im2col box of 128 bytes of channels (64 fp16 / 32 tf32): strides
+# 1-4; pad 0-3, pad beyond the filter's reach (3 on a 3x3); 1x1, 3x3, 5x5, 7x7 and 11x11
+# filters; odd, non-square and tiny images; groups; batch and channel tails; more tiles than
+# the grid's blocks; and, last, layers of one group whose channels end in part of a box.
 TMA_SHAPES = [ConvShape(3, 64, 9, 11, 40, 3, pad=1, bias=True),
               ConvShape(2, 128, 13, 13, 96, 3, pad=1, groups=2),
               ConvShape(5, 64, 17, 15, 72, 5, stride=2, pad=2, bias=True),
@@ -312,7 +312,12 @@ TMA_SHAPES = [ConvShape(3, 64, 9, 11, 40, 3, pad=1, bias=True),
               ConvShape(6, 192, 8, 8, 64, 1, stride=2),
               ConvShape(1, 64, 5, 4, 24, 3, stride=3, pad=1),
               ConvShape(9, 64, 12, 12, 64, 3, bias=True),
-              MANY_TILES[1]]
+              MANY_TILES[1],
+              # 32 of a box of 64 16-bit channels; 24 of 32 TF32 ones and of 64 16-bit ones;
+              # 160 as two and a half 16-bit boxes
+              ConvShape(3, 32, 9, 11, 40, 3, pad=1, bias=True),
+              ConvShape(4, 24, 10, 10, 40, 1),
+              ConvShape(2, 160, 9, 9, 64, 1, Kw=7, pad_w=3, bias=True)]
 TMA_VARIANTS = [get_variant(n) for n in ("wgmma", "wgmma-fp16", "wgmma-bf16")]
 
 
@@ -339,8 +344,8 @@ def narrowest_and_widest(tilings):
     return chosen
 
 
-@pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.smoke) if i in (3, 9) else s
-                                   for i, s in enumerate(TMA_SHAPES)],
+@pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.smoke)
+                                   if i in (3, 9, 10) else s for i, s in enumerate(TMA_SHAPES)],
                          ids=lambda s: f"B{s.B}-{s.brief()}")
 @pytest.mark.parametrize("variant", TMA_VARIANTS, ids=lambda v: v.name)
 def test_the_tma_gather_lands_what_the_cp_async_gather_does(variant, shape, rng):

@@ -527,10 +527,12 @@ def tma(t: tiling.Tiling) -> tiling.Tiling:
     return dataclasses.replace(t, schedule="persistent", gather="tma")
 
 
-def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks():
+def test_the_tma_gather_runs_in_the_persistent_schedule_on_boxes_of_bk_channels():
     """The copy engine's im2col box brings bk channels of one group at a time, into the
     persistent schedule's stages; 3xTF32 splits B as its copies land, which a copy engine
-    cannot; the mma.sync family has no copy engine loader at all."""
+    cannot; the mma.sync family has no copy engine loader at all. A layer of one group may end
+    in a part of a box (its zero fill), one of many groups may not (it would read the next
+    group's channels), and no pixel may be a stride the copy engine cannot step."""
     t = tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tap")
     fp16 = get_variant("wgmma-fp16")
     assert not fp16.tiling_problem(tma(t))
@@ -544,6 +546,11 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks(
     part = ConvShape(8, 96, 14, 14, 64, 3, pad=1, groups=2)  # 48
     assert not fp16.shape_problem(whole, tma(t))
     assert "multiple" in fp16.shape_problem(part, tma(t))
+    for channels in (32, 96, 160):
+        assert not fp16.shape_problem(ConvShape(8, channels, 14, 14, 64, 3, pad=1), tma(t))
+    stem = ConvShape(1, 3, 33, 31, 24, 7, stride=2, pad=3)  # its channels padded to 4
+    assert "16 bytes" in fp16.shape_problem(stem, tma(t))
+    assert not get_variant("wgmma").shape_problem(stem, tma(dataclasses.replace(t, bk=32)))
     far = ConvShape(1, 64, 8, 8, 64, 3, pad=130)
     assert "corners" in fp16.shape_problem(far, tma(t))
     assert "steps at most 8" in fp16.shape_problem(ConvShape(1, 64, 40, 40, 64, 9, stride=9),
@@ -555,17 +562,23 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_whole_channel_chunks(
 def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
     """Every persistent and pingpong tap tiling of a layer with whole channel chunks has its
     "tma" twin, which packs the same filters, and each unsplit persistent one its two-block
-    cluster where the layer's m-tiles pair up; the stem's 3 channels get none."""
+    cluster where the layer's m-tiles pair up; the stem's 3 channels, padded to 8 bytes a
+    pixel in 16 bits, get none; MobileNet-v2's 32 channels into 16 filters, half a 16-bit
+    box, get their twins too."""
+    def tma_twins(shape):
+        ranked = variant.ranked(shape)
+        taps = {dataclasses.replace(t, gather="tma") for t in ranked
+                if t.schedule in ("persistent", "pingpong") and t.gather == "tap"}
+        assert taps and taps == {t for t in ranked if t.gather == "tma" and t.cluster == 1}
+        return ranked, taps
     conv3 = SHAPES[2]
-    ranked = variant.ranked(conv3)
-    taps = {dataclasses.replace(t, gather="tma") for t in ranked
-            if t.schedule in ("persistent", "pingpong") and t.gather == "tap"}
-    assert taps and taps == {t for t in ranked if t.gather == "tma" and t.cluster == 1}
+    ranked, taps = tma_twins(conv3)
     pairs = {dataclasses.replace(t, cluster=2) for t in taps if t.schedule == "persistent"
              and t.split_k == 1 and -(-conv3.M // t.bm) % 2 == 0}
     assert pairs and pairs == {t for t in ranked if t.cluster == 2}
     assert any(t.gather == "tma" for t in variant.configs(conv3))
-    assert not any(t.gather == "tma" for t in variant.ranked(SHAPES[6]))
+    assert any(t.gather == "tma" for t in variant.ranked(SHAPES[6])) == (variant.maths == "tf32")
+    tma_twins(ConvShape(128, 32, 112, 112, 16, 1, bias=True))  # MobileNet-v2's pointwise
     t = next(iter(taps))
     w = np.random.default_rng(1).standard_normal((conv3.M, conv3.Cg, 3, 3))
     assert np.array_equal(packing.gemm_weights(w, conv3, t, "NHWC"),
@@ -853,8 +866,9 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
     pingpong twin, N and gather kept, at the most stages. ResNet-50's stem (a short K-loop at
     two blocks an SM), a layer whose choice is the two-warpgroup 128-row tile, one too small
     for two tiles a block, and two whose twin would run one block an SM in place of two
-    (AlexNet's conv4, 192 filters a group; Inception-v3's 5x5, gathered by table) keep the
-    correction's choice, and the tuner is offered the twin last; so does an add-relu conv."""
+    (AlexNet's conv4, 192 filters a group; Inception-v3's 5x5, whose 48 channels fill part of a
+    K-tile, gathered by table in tf32 and by copy engine in 16 bits) keep the correction's
+    choice, and the tuner is offered the twin last; so does an add-relu conv."""
     variant = get_variant(name)
 
     def few_tiles(k, twin):  # no twin (a K-split), or under two tiles a block
@@ -886,7 +900,8 @@ def test_the_own_choice_takes_the_pingpong_twin_of_a_one_warpgroup_tiling_by_rul
         conv4: lambda k, t: (one_block_in_place_of_two(k, t)
                              and k.Mg > wgmma.PINGPONG_MAX_FILTERS and t.gather != "table"),
         inception: lambda k, t: (one_block_in_place_of_two(k, t)
-                                 and k.Mg <= wgmma.PINGPONG_MAX_FILTERS and t.gather == "table"),
+                                 and k.Mg <= wgmma.PINGPONG_MAX_FILTERS and k.Cg % t.bk != 0
+                                 and t.gather == {"tf32": "table"}.get(variant.maths, "tma")),
     }
     for shape, premise in premises.items():
         offered = variant.configs(shape, "relu")
@@ -905,8 +920,9 @@ def test_the_own_choice_halves_a_128_row_tile_into_a_pingpong_one_on_a_layer_of_
     the correction's choice is an unsplit 128-row tile of two warpgroups, and its tiles fit
     one wave; the own choice is the pingpong tile of 64 rows and twice its N (the same area),
     at its most stages, and the traded tiling comes second. The same VGG-16 layer at batch 4
-    (more tiles than SMs), a tile 32 wide (under ONE_WAVE_MIN_N), a 5x5 layer gathered by
-    table, an add-relu conv and a 3xTF32 variant keep the correction's choice."""
+    (more tiles than SMs), a tile 32 wide (under ONE_WAVE_MIN_N), a 5x5 layer whose 24
+    channels fill part of a K-tile (gathered by copy engine in tf32, by table in 16 bits), an
+    add-relu conv and a 3xTF32 variant keep the correction's choice."""
     variant = get_variant(name)
     for shape in (ConvShape(1, 64, 112, 112, 128, 3, pad=1, bias=True),
                   ConvShape(32, 256, 14, 14, 256, 3, pad=1, bias=True)):
@@ -921,10 +937,10 @@ def test_the_own_choice_halves_a_128_row_tile_into_a_pingpong_one_on_a_layer_of_
                                     and (t.bn, t.gather) == (chosen.bn, chosen.gather))
     four = ConvShape(4, 64, 112, 112, 128, 3, pad=1, bias=True)
     narrow = ConvShape(1, 256, 56, 56, 512, 1, stride=2, bias=True)
-    by_table = ConvShape(2, 24, 64, 64, 256, 5, pad=2, bias=True)
+    part = ConvShape(2, 24, 64, 64, 256, 5, pad=2, bias=True)
     for shape, premise in ((four, lambda k, t: tiling.output_tiles(k, t) > 132),
                            (narrow, lambda k, t: t.bn < wgmma.ONE_WAVE_MIN_N),
-                           (by_table, lambda k, t: t.gather == "table" and t.bn >= 64
+                           (part, lambda k, t: k.Cg % t.bk != 0 and t.bn >= 64
                             and tiling.output_tiles(k, t) <= 132)):
         k = variant.kernel_shape(shape)
         first = variant.configs(shape, "relu")[0]

@@ -49,12 +49,17 @@ def corners(shape: ConvShape) -> tuple[tuple[int, int], tuple[int, int]]:
     return lower, upper
 
 
-def im2col_problem(shape: ConvShape, channels: int) -> str:
+def im2col_problem(shape: ConvShape, channels: int, element_bytes: int) -> str:
     """Why an im2col map cannot bring `channels` channels of one group of the (channel-padded)
-    layer at a time, or ""."""
-    if shape.Cg % channels:
+    layer at a time, or "". A layer of one group may have fewer, or a last box past its
+    channels: the copy engine fills the box's channels past the tensor's with zeros, as the
+    filters are zero there, and reads only the pixels' own bytes."""
+    if shape.Cg % channels and shape.groups > 1:
         return (f"gather 'tma' copies {channels} channels at a time: a group's {shape.Cg} "
-                f"channels must be a multiple")
+                f"channels must be a multiple (a box past them would read the next group's)")
+    if shape.C * element_bytes % 16:
+        return (f"the copy engine steps from pixel to pixel in multiples of 16 bytes: "
+                f"{shape.C} channels of {element_bytes} bytes are not")
     if channels > MAX_CHANNELS:
         return f"the copy engine's im2col mode reads at most {MAX_CHANNELS} channels a pixel"
     lower, upper = corners(shape)

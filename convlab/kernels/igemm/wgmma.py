@@ -497,7 +497,7 @@ class Schedule(cost.Schedule):
         if problem:
             return problem
         if t.gather == "tma":
-            return tensormap.im2col_problem(shape, t.bk)
+            return tensormap.im2col_problem(shape, t.bk, element_bytes(maths))
         step = t.loaders // (t.bk // channel_vector(shape.Cg, maths))
         if step % 8:
             return f"the gather's row step {step} must be a multiple of 8 for the swizzle"
@@ -891,7 +891,11 @@ FAMILY = WgmmaFamily()
 # filters a group whose base gathered by tap or copy engine (24 cells, 1.03-1.18x), lost on 17
 # of the 19 cells of 160 or 192 filters (0.86-1.03x: AlexNet's conv4, Inception-v3's 17x17
 # layers) and on the one layer whose base gathered by table (Inception-v3's 5x5, 64 filters,
-# 0.76-0.77x in every class); the rule keeps the base there.
+# 0.76-0.77x in every class); the rule keeps the base there. Once the copy engine took layers
+# whose channels end in part of a box, that layer's base gathered by copy engine, and its twin
+# lost again (H200, 2026-11-30, results/h200/suite-all-20261130/partial-boxes/: 0.84x fp16,
+# 0.86x bf16): every twin of one block an SM that won had whole K-tiles of channels, so the
+# rule asks for those (the table gather is offered only where they are not).
 PINGPONG_MIN_KTILES = 8
 PINGPONG_MAX_FILTERS = 128
 PINGPONG_MATHS = ("tf32", "fp16", "bf16")
@@ -919,7 +923,9 @@ def pingpong_twin(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
 # rule then took: 19 gathering by copy engine ran 0.99-1.15x (geomean 1.12x), 14 gathering by
 # table 0.76-1.01x, as the pingpong tilings of a table gather lost before (preferred_pingpong),
 # so the rule leaves those alone. As it stands, on the 47 cells it takes: 0.99-1.20x, geomean
-# 1.11x, none slower by over 3%.
+# 1.11x, none slower by over 3%. Each table-gathered layer had channels ending in part of a
+# K-tile, and each copy-engine one whole K-tiles; since the copy engine takes the former too
+# (2026-11-30), the rule asks for whole K-tiles, as preferred_pingpong does.
 ONE_WAVE_MIN_N = 64
 
 
@@ -927,13 +933,13 @@ def one_wave_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None:
     """The pingpong tiling the own choice takes in place of `t`, or None: t an unsplit
     two-warpgroup 128-row tiling of PINGPONG_MATHS, persistent or a halo tiling of one row
     (the only halo tilings timed: a taller one's N counts the padded rows' positions, so twice
-    it is no tile of the same area), at least ONE_WAVE_MIN_N wide and gathering otherwise than
-    by table, whose tiles the SMs hold at once; the pingpong tiling 64 rows and 2N wide,
-    unsplit, at its most stages, gathering as t does (a halo tiling's by the copy engine, else
+    it is no tile of the same area), at least ONE_WAVE_MIN_N wide, on a layer whose channels
+    fill whole K-tiles and whose tiles the SMs hold at once; the pingpong tiling 64 rows and 2N
+    wide, unsplit, at its most stages, gathering as t does (a halo tiling's by the copy engine, else
     by tap)."""
     if (maths not in PINGPONG_MATHS or (t.bm, t.warps_m, t.split_k, t.cluster) != (128, 8, 1, 1)
             or not (t.schedule == "persistent" or (t.schedule == "halo" and t.rows == 1))
-            or t.gather == "table" or t.bn < ONE_WAVE_MIN_N or output_tiles(shape, t) > cost.SMS):
+            or shape.Cg % t.bk or t.bn < ONE_WAVE_MIN_N or output_tiles(shape, t) > cost.SMS):
         return None
     gathers = ("tma", "tap") if t.schedule == "halo" else (t.gather,)
     for gather in gathers:
@@ -951,7 +957,8 @@ def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None
     that runs one block an SM, and the layer at least two 64-row tiles for every block the
     twin's grid holds, so that both warpgroups of every block have tiles. A twin that runs
     fewer blocks an SM than `t` needs a layer of at most PINGPONG_MAX_FILTERS filters a group
-    and `t` a gather other than the table's."""
+    whose channels fill whole K-tiles (no table gather, nor a copy-engine box partly
+    zero-filled)."""
     if t.warps_m != 4 or maths not in PINGPONG_MATHS:
         return None
     twin = pingpong_twin(shape, t, maths)
@@ -962,6 +969,6 @@ def preferred_pingpong(shape: ConvShape, t: Tiling, maths: str) -> Tiling | None
         return None
     if k_tiles(shape, t) < PINGPONG_MIN_KTILES and base_blocks > 1:
         return None
-    if twin_blocks < base_blocks and (shape.Mg > PINGPONG_MAX_FILTERS or t.gather == "table"):
+    if twin_blocks < base_blocks and (shape.Mg > PINGPONG_MAX_FILTERS or shape.Cg % t.bk):
         return None
     return twin
