@@ -94,7 +94,7 @@ def test_the_nchw_gather_compiles_alone(variant_name, shape):
 def test_the_copy_engines_gather_compiles_alone(variant_name):
     kernel = only("im2col_gather", (
         "    const Im2colGather box(unit);\n"
-        "    box.load<false>(smem_u32(smem), map, unit.kbeg, smem_u32(smem) + 65536);\n"),
+        "    box.load(smem_u32(smem), map, unit.kbeg, smem_u32(smem) + 65536);\n"),
         ", const __grid_constant__ TensorMap map")
     assert_compiles_in_a_kernel_of_its_own(
         "im2col_gather", FOUNDATION + HOPPER + persistent.IM2COL_GATHER + kernel,

@@ -104,22 +104,24 @@ def test_residual_add_matches_float64(rng, layout, in_dtype, kept_dtype, out_dty
 def _add_relu_variants():
     """(variant, shape) for each store of the add-relu epilogue: the persistent schedule's
     16-byte paths (fp16 output; float32 output of tf32, bf16 and fp16 maths, float32 and fp16
-    kept), in both warp-specialised schedules (persistent, pingpong), 3xTF32's element stores,
-    the grid schedule's staged store; on output channels and
-    pixels that end mid-tile, and for float32 output, channels off 16 bytes (element stores)."""
+    kept), in both warp-specialised schedules (persistent, pingpong), 3xTF32's element stores
+    (its filters packed twice, and held once as a network's small batches take them), the grid
+    schedule's staged store; on output channels and pixels that end mid-tile, and for float32
+    output, channels off 16 bytes (element stores)."""
     from convlab.kernels import ADD_RELU
 
+    once = VARIANTS["wgmma-3xtf32"].holding_filters_once()
     cases = []
-    for name, out, kept in (("wgmma-fp16", F16, F16), ("wgmma-fp16", F16, np.float32),
+    for base, out, kept in (("wgmma-fp16", F16, F16), ("wgmma-fp16", F16, np.float32),
                             ("wgmma", np.float32, np.float32), ("wgmma", np.float32, F16),
                             ("wgmma-fp16", np.float32, F16), ("wgmma-bf16", np.float32, np.float32),
                             ("wgmma-bf16", BF16, BF16), ("wgmma-bf16", np.float32, BF16),
-                            ("wgmma-3xtf32", np.float32, np.float32),
+                            ("wgmma-3xtf32", np.float32, np.float32), (once, np.float32, np.float32),
                             ("channels-last-fp16", F16, F16)):
         odd = (ConvShape(2, 32, 9, 10, 66, 1, bias=True),) if out == np.float32 else ()
         for shape in (ConvShape(3, 64, 13, 11, 200, 1, bias=True),
                       ConvShape(2, 64, 12, 20, 72, 3, pad=1, bias=True), *odd):
-            v = VARIANTS[name].writing(out).adding(kept)
+            v = (VARIANTS[base] if isinstance(base, str) else base).writing(out).adding(kept)
             tilings = {t.schedule: t for t in reversed(v.configs(shape, ADD_RELU))}
             tilings.update({t.schedule: t for t in reversed(v.ranked(shape))
                             if t.schedule == "pingpong"})
@@ -131,7 +133,8 @@ ADD_RELU_CASES = _add_relu_variants()
 
 
 @pytest.mark.parametrize("variant,shape", ADD_RELU_CASES,
-                         ids=[f"{v.name}-{v.tiling.schedule}-out{v.output_dtype.itemsize * 8}-"
+                         ids=[f"{v.name}{'-filters-once' if v.filters_once else ''}-"
+                              f"{v.tiling.schedule}-out{v.output_dtype.itemsize * 8}-"
                               f"kept{v.kept_dtype.itemsize * 8}-{s.brief()}"
                               for v, s in ADD_RELU_CASES])
 def test_conv_add_relu_epilogue_matches_float64(rng, variant, shape):

@@ -562,9 +562,9 @@ def test_the_tma_gather_runs_in_the_persistent_schedule_on_boxes_of_bk_channels(
 def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
     """Every persistent and pingpong tap tiling of a layer with whole channel chunks has its
     "tma" twin, which packs the same filters, and each unsplit persistent one its two-block
-    clusters: sharing A always, sharing B where the layer's m-tiles pair up; the stem's 3
-    channels, padded to 8 bytes a pixel in 16 bits, get none; MobileNet-v2's 32 channels into
-    16 filters, half a 16-bit box, get their twins too."""
+    cluster where the layer's m-tiles pair up; the stem's 3 channels, padded to 8 bytes a
+    pixel in 16 bits, get none; MobileNet-v2's 32 channels into 16 filters, half a 16-bit
+    box, get their twins too."""
     def tma_twins(shape):
         ranked = variant.ranked(shape)
         taps = {dataclasses.replace(t, gather="tma") for t in ranked
@@ -573,11 +573,9 @@ def test_the_tuner_is_offered_the_tma_gather_beside_the_tap_one(variant):
         return ranked, taps
     conv3 = SHAPES[2]
     ranked, taps = tma_twins(conv3)
-    unsplit = [t for t in taps if t.schedule == "persistent" and t.split_k == 1]
-    pairs = ({dataclasses.replace(t, cluster=2) for t in unsplit if -(-conv3.M // t.bm) % 2 == 0}
-             | {dataclasses.replace(t, cluster=2, shares="a") for t in unsplit})
+    pairs = {dataclasses.replace(t, cluster=2) for t in taps if t.schedule == "persistent"
+             and t.split_k == 1 and -(-conv3.M // t.bm) % 2 == 0}
     assert pairs and pairs == {t for t in ranked if t.cluster == 2}
-    assert {t.shares for t in pairs} == {"a", "b"}
     assert any(t.gather == "tma" for t in variant.configs(conv3))
     assert any(t.gather == "tma" for t in variant.ranked(SHAPES[6])) == (variant.maths == "tf32")
     tma_twins(ConvShape(128, 32, 112, 112, 16, 1, bias=True))  # MobileNet-v2's pointwise
@@ -724,26 +722,19 @@ def cluster(t: tiling.Tiling) -> tiling.Tiling:
 
 
 def test_a_cluster_pairs_the_m_tiles_of_the_copy_engines_gather():
-    """Two blocks share each B copy (or each A copy): the persistent schedule with the copy
-    engine's gather, no split-K, and for B a layer whose groups make an even count of m-tiles
-    (A pairs pixel tiles, whatever their count); the mma.sync family, other cluster sizes and
-    other operands are refused with the reason."""
+    """Two blocks share each B copy: the persistent schedule with the copy engine's gather, no
+    split-K, and a layer whose groups make an even count of m-tiles; the mma.sync family and
+    other cluster sizes are refused with the reason."""
     fp16 = get_variant("wgmma-fp16")
     t = tiling.Tiling(128, 128, 64, 8, 1, 4, 1, "tap")
-    for shares in ("a", "b"):
-        assert not fp16.tiling_problem(dataclasses.replace(cluster(t), shares=shares))
-        for wrong in (dataclasses.replace(cluster(t), gather="tap", shares=shares),
-                      dataclasses.replace(cluster(t), split_k=2, shares=shares),
-                      dataclasses.replace(t, cluster=2, shares=shares)):
-            assert "shares the copy engine's copies" in fp16.tiling_problem(wrong)
+    assert not fp16.tiling_problem(cluster(t))
+    for wrong in (dataclasses.replace(cluster(t), gather="tap"),
+                  dataclasses.replace(cluster(t), split_k=2),
+                  dataclasses.replace(t, cluster=2)):
+        assert "shares the copy engine's B copy" in fp16.tiling_problem(wrong)
     assert "one of 1, 2" in fp16.tiling_problem(dataclasses.replace(cluster(t), cluster=4))
-    assert "'a' in a cluster" in fp16.tiling_problem(dataclasses.replace(
-        cluster(t), cluster=1, shares="a"))
-    assert "not 'c'" in fp16.tiling_problem(dataclasses.replace(cluster(t), shares="c"))
     assert "clusters are wgmma's" in get_variant("channels-last-fp16").tiling_problem(
         dataclasses.replace(t, cluster=2))
-    assert "clusters are wgmma's" in get_variant("channels-last-fp16").tiling_problem(
-        dataclasses.replace(t, shares="a"))
     assert not fp16.shape_problem(ConvShape(2, 64, 9, 9, 130, 3, pad=1), cluster(t))  # 2 tiles
     assert "makes" not in fp16.shape_problem(ConvShape(2, 64, 9, 9, 256, 3, pad=1), cluster(t))
     odd = fp16.shape_problem(ConvShape(2, 64, 9, 9, 128, 3, pad=1), cluster(t))
@@ -751,8 +742,6 @@ def test_a_cluster_pairs_the_m_tiles_of_the_copy_engines_gather():
     grouped = ConvShape(2, 128, 9, 9, 256, 3, pad=1, groups=2)  # 128 channels a group
     assert "make 1" in fp16.shape_problem(grouped, cluster(t))
     assert not fp16.shape_problem(grouped, cluster(dataclasses.replace(t, bm=64, warps_m=4)))
-    for shape in (ConvShape(2, 64, 9, 9, 128, 3, pad=1), grouped):
-        assert not fp16.shape_problem(shape, dataclasses.replace(cluster(t), shares="a"))
 
 
 def test_a_cluster_tiling_reads_and_launches_in_whole_clusters(monkeypatch):
@@ -765,15 +754,6 @@ def test_a_cluster_tiling_reads_and_launches_in_whole_clusters(monkeypatch):
     assert t.as_dict()["cluster"] == 2 and "cluster" not in dataclasses.replace(
         t, cluster=1).as_dict()
     assert tiling.Tiling.of(t.as_dict()) == t and t.brief().endswith(" tma ws c2")
-    assert "shares" not in t.as_dict()
-    a = dataclasses.replace(t, shares="a")
-    assert a.as_dict()["shares"] == "a" and tiling.Tiling.of(a.as_dict()) == a
-    assert a.brief().endswith(" tma ws c2a") and a.alone == t.alone == dataclasses.replace(
-        t, cluster=1)
-    assert "-DCLUSTER_SHARES_A=1" in fp16.configured(a).compile_options(
-        ConvShape(64, 64, 56, 56, 256, 3, pad=1), "relu")
-    assert "-DCLUSTER_SHARES_A=0" in fp16.configured(t).compile_options(
-        ConvShape(64, 64, 56, 56, 256, 3, pad=1), "relu")
     shape = ConvShape(64, 64, 56, 56, 256, 3, pad=1)
     assert "-DCLUSTER=2" in fp16.configured(t).compile_options(shape, "relu")
     assert "-DCLUSTER=1" in fp16.configured(dataclasses.replace(t, cluster=1)).compile_options(
@@ -783,21 +763,14 @@ def test_a_cluster_tiling_reads_and_launches_in_whole_clusters(monkeypatch):
     assert fp16.launch_grid(shape, dataclasses.replace(t, cluster=1)) == (131, 1, 1)
     few = ConvShape(1, 64, 8, 8, 256, 3, pad=1)  # 2 m-tiles x 1 pixel tile
     assert fp16.launch_grid(few, t) == (2, 1, 1)
-    # sharing A, the pixel tiles pair up: the odd one's partner is a block past the pixels
-    assert fp16.launch_grid(few, a) == (4, 1, 1)
-    assert fp16.launch_grid(ConvShape(1, 64, 16, 24, 128, 3, pad=1), a) == (4, 1, 1)  # 3 + 1
-    assert fp16.launch_grid(ConvShape(1, 64, 16, 24, 128, 3, pad=1), t.alone) == (3, 1, 1)
 
 
 @pytest.mark.parametrize("variant", [get_variant(n) for n in ("wgmma", "wgmma-fp16")],
                          ids=lambda v: v.name)
-@pytest.mark.parametrize("shares", ["a", "b"])
-def test_a_cluster_tiling_builds_as_a_cluster_without_spills(variant, shares):
-    """The widest two-warpgroup cluster tiling, sharing either operand, builds without spills
-    or serialized wgmmas."""
+def test_a_cluster_tiling_builds_as_a_cluster_without_spills(variant):
+    """The widest two-warpgroup cluster tiling builds without spills or serialized wgmmas."""
     bn = 256 if variant.maths != "tf32" else 128
-    t = dataclasses.replace(cluster(tiling.Tiling(128, bn, wgmma.k_elements(variant.maths), 8,
-                                                  1, 4, 1, "tap")), shares=shares)
+    t = cluster(tiling.Tiling(128, bn, wgmma.k_elements(variant.maths), 8, 1, 4, 1, "tap"))
     shape = ConvShape(64, 128, 56, 56, 256, 3, pad=1)
     v = variant.configured(t)
     options = v.compile_options(shape, "relu") + ("-Xptxas=-v",)
@@ -812,7 +785,7 @@ def test_the_own_choice_is_the_corrections_best_of_every_candidate():
     MAX_CONFIGS: on UNet's 256-channel 3x3 at batch 128 the analytic model ranks the 128x256
     tilings below its first 16, and the correction (and the H200) put them first. A cluster
     tiling follows its twin, a block alone, and is never the own choice; the tuner's list
-    keeps CLUSTER_CONFIGS of them, sharing A and sharing B."""
+    keeps CLUSTER_CONFIGS of them."""
     from convlab.kernels.igemm import learned
 
     shape = ConvShape(128, 256, 64, 64, 256, 3, pad=1, bias=True)
@@ -828,9 +801,9 @@ def test_the_own_choice_is_the_corrections_best_of_every_candidate():
         assert offered[0] == best and best.bn == 256
         assert best not in tiling_diverse_first(ranked)
         clusters = [t for t in offered if t.cluster == 2]
-        assert len(clusters) == W.CLUSTER_CONFIGS and {t.shares for t in clusters} == {"a", "b"}
+        assert len(clusters) == W.CLUSTER_CONFIGS
         for t in clusters:
-            assert offered.index(t.alone) < offered.index(t)
+            assert offered.index(dataclasses.replace(t, cluster=1)) < offered.index(t)
 
 
 def tiling_diverse_first(ranked):

@@ -11,8 +11,7 @@ from .igemm import epilogue, gather_nhwc, halo, mainloop, persistent, splitk, ti
 TILING_KERNEL = r"""
 // The tiling's schedule, its template instantiated with its pieces: the host's HALO and
 // PERSISTENT name the schedule, GATHER_TMA the persistent kernel's gather (the copy engine's
-// im2col, or the loader threads'), CLUSTER_SHARES_A its walk (a cluster's blocks on pixel tiles
-// sharing A, or on m-tiles sharing B). Only the template named is instantiated; the others are
+// im2col, or the loader threads'). Only the template named is instantiated; the others are
 // parsed too, which is why every build passes every schedule's switches.
 template <bool If, class Then, class Else> struct Choice { using type = Then; };
 template <class Then, class Else> struct Choice<false, Then, Else> { using type = Else; };
@@ -20,10 +19,7 @@ template <class Then, class Else> struct Choice<false, Then, Else> { using type 
 using TilingKernel = typename Choice<
     HALO != 0, HaloKernel<HALO_ROWS, PATCH_STAGES>,
     typename Choice<PERSISTENT != 0,
-                    PersistentKernel<typename Choice<CLUSTER_SHARES_A != 0,
-                                                     PixelPairWalk<MTILES, KTILES, G, BN>,
-                                                     PersistentWalk<SPLIT_K, MTILES, KTILES, G,
-                                                                    BN>>::type,
+                    PersistentKernel<PersistentWalk<SPLIT_K, MTILES, KTILES, G, BN>,
                                      typename Choice<GATHER_TMA != 0, Im2colGather,
                                                      NhwcGather<BN_ROWS>>::type>,
                     GridKernel<GridWalk<SPLIT_K, MTILES, KTILES>>>::type>::type;
@@ -100,8 +96,7 @@ KERNELS = (r"""
 // = 64 per warpgroup, BK = 128 bytes of elements, BN one of wgmma's N (32..256 step 32; under
 // HALO any multiple of 8, WGMMA_N + WGMMA_TAIL); PERSISTENT, PINGPONG (BM 64 with
 // WARPS_M 8: a tile a warpgroup), MIN_BLOCKS (blocks per SM, 0: no bound), PRODUCER_REGS and
-// CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA, CLUSTER (blocks a cluster) and
-// CLUSTER_SHARES_A (the operand its one copy fills both blocks with: A, or B);
+// CONSUMER_REGS (0: no setmaxnreg), STORE_SCRATCH, GATHER_TMA, CLUSTER (blocks a cluster);
 // HALO, HALO_ROWS and PATCH_STAGES; WGMMA_N and WGMMA_TAIL (the MMA's N, and the halo's extra
 // N); PART_KTILES (above 1 for 3xTF32 in the grid schedule) and CROSS_BF16. Every build passes
 // each of them, 0 or 1 where its schedule or maths has no use for it, so no piece defaults
@@ -133,13 +128,13 @@ import numpy as np  # noqa: E402
 from ..gpu import hardware, tensormap  # noqa: E402
 from ..gpu.elements import FLOAT32  # noqa: E402
 from ..shapes import NHWC, ConvShape  # noqa: E402
-from .base import ADD_RELU, Support, blocks  # noqa: E402
+from .base import ADD_RELU, Support  # noqa: E402
 from .channels_last import NHWC_ACTIVATIONS  # noqa: E402
 from .igemm import learned  # noqa: E402
 from .igemm.cost import diverse, estimate, ranked  # noqa: E402
 from .igemm.packing import (cross_bf16, gemm_weights, last_tile_rows, operand_parts,  # noqa: E402
                             round_tf32, trim_last_tiles)
-from .igemm.tiling import MAX_CONFIGS, Tiling, m_tiles, n_tiles, output_tiles  # noqa: E402
+from .igemm.tiling import MAX_CONFIGS, Tiling, output_tiles  # noqa: E402
 from .pipelined import Form, Pipelined  # noqa: E402
 
 HALO_CONFIGS = 4
@@ -277,7 +272,7 @@ class Wgmma(Pipelined):
         layer compared alone gets the same rounding, within the tf32 bound."""
         t = self.config_for(shape, epilogue)
         return {**super().defines(shape, epilogue), "HALO": 0, "HALO_ROWS": 0, "PATCH_STAGES": 0,
-                "GATHER_TMA": 0, "CLUSTER": 1, "CLUSTER_SHARES_A": 0, "MIN_BLOCKS": 0, "PRODUCER_REGS": 0,
+                "GATHER_TMA": 0, "CLUSTER": 1, "MIN_BLOCKS": 0, "PRODUCER_REGS": 0,
                 "CONSUMER_REGS": 0, "STORE_SCRATCH": 0, "PART_KTILES": 1, "WGMMA_N": t.bn,
                 "WGMMA_TAIL": 0, "CROSS_BF16": int(self.form.cross_bf16),
                 "FILTERS_ONCE": int(self.filters_once),
@@ -292,16 +287,11 @@ class Wgmma(Pipelined):
 
     def launch_grid(self, k: ConvShape, t: Tiling) -> tuple[int, int, int]:
         """Persistent and halo: as many blocks as the GPU holds at once (or units of work, a
-        tile's K-split each, if fewer), in whole clusters. A cluster sharing A walks the pixel
-        tiles in whole clusters: the blocks past the last one read zeros and store nothing
-        (igemm.tile_walks' PixelPairWalk)."""
+        tile's K-split each, if fewer), in whole clusters."""
         if not wgmma.schedule_of(t).warp_specialised:
             return super().launch_grid(k, t)
         slots = hardware.current().sms * wgmma.blocks_per_sm(t, self.maths, k)
-        units = output_tiles(k, t) * t.split_k
-        if t.shares == "a":
-            units = k.groups * m_tiles(k, t) * blocks(n_tiles(k, t), t.cluster) * t.cluster
-        return (min(units, slots - slots % t.cluster), 1, 1)
+        return (min(output_tiles(k, t) * t.split_k, slots - slots % t.cluster), 1, 1)
 
     def tiling_problem(self, t: Tiling) -> str:
         return wgmma.tiling_problem(t, self.maths)

@@ -55,21 +55,9 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-// bulk_copy into every block of the cluster, at the same offsets, each completing on its own
-// block's barrier there.
-__device__ __forceinline__ void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes,
-                                                    unsigned bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster [%0], [%1], %2, [%3], %4;\n"
-                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar),
-                    "h"((unsigned short)((1u << CLUSTER) - 1)) : "memory");
-}
-
 // An arrival on the barrier at the same shared-memory offset in every block of the cluster: a
 // stage of the "tma" gather's two-block clusters is written by both blocks' copies (the first
-// block's copy of the shared operand lands in both), so each block's loader waits for both
-// blocks' MMA threads.
+// block's B copy lands in both), so each block's loader waits for both blocks' MMA threads.
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar)
 {
 #pragma unroll
@@ -281,15 +269,13 @@ struct Im2colGather {
         channels = unit.group * CG;
     }
 
-    // K-tile kt's box into the B tile at shared address `tile`, completing on `bar`; under
-    // Multicast, into every block's stage of the cluster (the caller's block is the one that
-    // copies B).
-    template <bool Multicast>
+    // K-tile kt's box into the B tile at shared address `tile`, completing on `bar`: in a
+    // cluster, into every block's stage (the caller's block is the one that copies B).
     __device__ __forceinline__ void load(unsigned tile, const TensorMap& map, int kt,
                                          unsigned bar) const
     {
         const int cc = kt / KK, tap = kt - cc * KK, p = tap / KW;
-        if constexpr (Multicast)
+        if constexpr (CLUSTER > 1)
             im2col_copy_multicast(tile, map, channels + cc * BK, w0, h0, image,
                                   (tap - p * KW) * DIL, p * DIL, bar);
         else
@@ -410,12 +396,9 @@ LOADER_TMA = r"""
         // Each K-tile is two copies, A's bulk one and B's im2col box, whose bytes the stage's
         // full barrier counts: no loader waits for its copies, fences or publishes them, so
         // every free stage has its copies in flight, and one thread issues them all. In a
-        // cluster, the first block's copy of the shared operand (the walk's: A on pixel tiles
-        // of one m-tile, B on m-tiles of one pixel tile) fills both blocks' stages (its empty
-        // barrier counts both blocks' MMA warps), which halves that operand's reads from L2.
-        constexpr bool shares_a = CLUSTER > 1 && Walk::shares_filters;
-        constexpr bool shares_b = CLUSTER > 1 && !Walk::shares_filters;
-        const bool first = CLUSTER == 1 || cluster_rank() == 0;
+        // cluster, the first block's B copy fills both blocks' stages (its empty barrier
+        // counts both blocks' MMA warps), which halves B's reads from L2.
+        const bool copies_b = CLUSTER == 1 || cluster_rank() == 0;
         if (tid == 0) {
             int j = 0;
             for (int u = walk.first(); u < walk.units; u = walk.next(u)) {
@@ -428,13 +411,8 @@ LOADER_TMA = r"""
                     const unsigned bar = full0 + 8 * stage;
                     const unsigned sa = smem_u32(smem + stage * STAGE_WORDS);
                     mbar_arrive_expect(bar, A_COPY_VECS * 16 + B_WORDS * 4);
-                    if constexpr (shares_a) {
-                        if (first) bulk_copy_multicast(sa, wtiles.tile(kt), A_COPY_VECS * 16, bar);
-                    } else {
-                        bulk_copy(sa, wtiles.tile(kt), A_COPY_VECS * 16, bar);
-                    }
-                    if (first || !shares_b)
-                        gather.template load<shares_b>(sa + A_WORDS * 4, *im2col_map, kt, bar);
+                    bulk_copy(sa, wtiles.tile(kt), A_COPY_VECS * 16, bar);
+                    if (copies_b) gather.load(sa + A_WORDS * 4, *im2col_map, kt, bar);
                 }
             }
         }

@@ -61,7 +61,6 @@ struct GridWalk {
 // `tile` counts over every group.
 template <int SplitK, int MTiles, int KTiles, int Groups, int BlockN>
 struct PersistentWalk {
-    enum : bool { shares_filters = false };  // a cluster's blocks share B copies
     int ntiles, units;
 
     __device__ __forceinline__ explicit PersistentWalk(int npix)
@@ -83,44 +82,6 @@ struct PersistentWalk {
         t.group = t.tile / (MTiles * ntiles);
         t.kbeg = split_begin<SplitK, KTiles>(t.split);
         t.kend = split_begin<SplitK, KTiles>(t.split + 1);
-        t.image = t.h0 = 0;
-        return t;
-    }
-
-    __device__ __forceinline__ long long slot(const TileUnit& t) const { return t.tile; }
-};
-
-// The persistent schedule in a two-block cluster that shares A: the blocks take neighbouring
-// pixel tiles, 2i and 2i + 1, of one m-tile, so the filter tile each K-tile reads is the same
-// in both and one copy lands in both. Tiles go pixel pairs, m-tiles, then groups (neighbouring
-// pairs share their filters in L2). Where the pixel tiles are odd in number, the last one's
-// partner lies past the pixels: its copies read zeros and it stores nothing, so both blocks
-// walk the same K-tiles. No split-K; the grid is even, so a block's units keep its rank.
-template <int MTiles, int KTiles, int Groups, int BlockN>
-struct PixelPairWalk {
-    enum : bool { shares_filters = true };
-    int pairs, units;
-
-    __device__ __forceinline__ explicit PixelPairWalk(int npix)
-        : pairs((npix + 2 * BlockN - 1) / (2 * BlockN)),
-          units(Groups * MTiles * pairs * 2)  // < 2^31, checked by the host
-    {
-    }
-
-    __device__ __forceinline__ int first() const { return blockIdx.x; }
-    __device__ __forceinline__ int next(int u) const { return u + gridDim.x; }
-
-    __device__ __forceinline__ TileUnit unit(int u) const
-    {
-        TileUnit t;
-        const int pair = u >> 1, gm = pair / pairs;
-        t.split = 0;
-        t.tile = u;
-        t.ntile = 2 * (pair - gm * pairs) + (u & 1);
-        t.group = gm / MTiles;
-        t.mtile = gm - t.group * MTiles;
-        t.kbeg = 0;
-        t.kend = KTiles;
         t.image = t.h0 = 0;
         return t;
     }

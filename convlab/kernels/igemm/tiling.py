@@ -2,7 +2,7 @@
 (tiling_problem) and of a layer (shape_problem), the shared memory it takes and the tiles a
 layer splits into."""
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from ...shapes import NCHW, NHWC, ConvShape
 from ..base import Config, blocks
@@ -41,10 +41,8 @@ class Tiling(Config):
     but a tile is `rows` whole output rows whose input patch is copied once for all the taps,
     and `stages` counts A's buffers alone; "pingpong": as persistent, but each of the two MMA
     warpgroups takes a 64-row tile of its own, the block's tiles in turn). `cluster` 2 (the
-    persistent schedule with the copy engine's gather): two blocks whose one copy of an operand
-    lands in both, the operand `shares` names: "b", the input box, the blocks on neighbouring
-    m-tiles of the same pixels; "a", the filter tile, the blocks on neighbouring pixel tiles of
-    the same m-tile."""
+    persistent schedule with the copy engine's gather): two blocks on neighbouring m-tiles of
+    the same pixels, one B copy landing in both."""
 
     bm: int
     bn: int
@@ -57,7 +55,6 @@ class Tiling(Config):
     schedule: str = "grid"
     rows: int = 0
     cluster: int = 1
-    shares: str = "b"
 
     @property
     def tap_order(self) -> bool:
@@ -65,22 +62,15 @@ class Tiling(Config):
         return self.gather in ("tap", "tma")
 
     def as_dict(self) -> dict:
-        """Config's dict, less `rows` where the schedule has none (0), `cluster` where a block
-        is its own (1) and `shares` where it is B: tilings read in tables and caches as they
-        did before the halo schedule and the clusters."""
+        """Config's dict, less `rows` where the schedule has none (0) and `cluster` where a
+        block is its own (1): tilings read in tables and caches as they did before the halo
+        schedule and the clusters."""
         d = super().as_dict()
         if not self.rows:
             del d["rows"]
         if self.cluster == 1:
             del d["cluster"]
-        if self.shares == "b":
-            del d["shares"]
         return d
-
-    @property
-    def alone(self) -> "Tiling":
-        """The same tiling, a block its own cluster."""
-        return replace(self, cluster=1, shares="b")
 
     @property
     def threads(self) -> int:
@@ -120,12 +110,10 @@ class Tiling(Config):
     def brief(self) -> str:
         """'128x128x32 2x2w s3 k1 tap' (' ws' after it: the persistent, warp-specialised
         schedule; ' pp': its ping-pong form; ' halo4': the halo schedule, 4 output rows a tile;
-        ' c2' after that: two-block clusters sharing B, ' c2a' sharing A): short enough for an
-        80-column table."""
+        ' c2' after that: two-block clusters): short enough for an 80-column table."""
         ws = {"grid": "", "persistent": " ws", "pingpong": " pp"}.get(
             self.schedule, f" {self.schedule}{self.rows}")
-        cluster = (f" c{self.cluster}{'a' if self.shares == 'a' else ''}"
-                   if self.cluster != 1 else "")
+        cluster = f" c{self.cluster}" if self.cluster != 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk} {self.warps_m}x{self.warps_n}w s{self.stages} "
                 f"k{self.split_k} {self.gather}{ws}{cluster}")
 
@@ -169,7 +157,7 @@ def channel_vector(cg: int, maths: str) -> int:
 def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
     """Why `t` cannot be compiled for `maths`, or "" if it can (shape-independent rules)."""
     ints = {f.name: getattr(t, f.name) for f in fields(t)
-            if f.name not in ("gather", "schedule", "rows", "shares")}
+            if f.name not in ("gather", "schedule", "rows")}
     bad = [n for n, v in ints.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
     if bad:
         return f"{', '.join(bad)} must be positive integers"
@@ -183,8 +171,8 @@ def tiling_problem(t: Tiling, maths: str, layout: str = NCHW) -> str:
         return f"schedule must be 'grid', not {t.schedule!r}"
     if t.rows:
         return "rows must be 0 (rows are the halo schedule's, which needs wgmma)"
-    if t.cluster != 1 or t.shares != "b":
-        return "cluster must be 1 and shares 'b' (clusters are wgmma's persistent schedule's)"
+    if t.cluster != 1:
+        return "cluster must be 1 (clusters are wgmma's persistent schedule's)"
     if t.warps_m * t.warps_n not in (4, 8):
         return "the warp grid must hold 4 or 8 warps (128 or 256 threads)"
     if t.bm % (16 * t.warps_m):

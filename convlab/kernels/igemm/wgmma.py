@@ -26,11 +26,9 @@ from .tiling import (HALF_MATHS, MAX_SMEM, MAX_WGMMA_ROWS, Tiling, a_parts, chan
 
 ROW_BYTES = 128  # one swizzle atom row, BK elements: a K-tile
 SWIZZLE_ALIGN = 1024  # an atom (8 rows) is 1 KB: tiles start on 1 KB, the host asks for 1 KB more
-# Blocks a cluster of the persistent schedule may hold (Tiling.cluster): two, sharing each copy
-# of one operand (Tiling.shares; igemm.persistent): B's on neighbouring m-tiles, A's on
-# neighbouring pixel tiles.
+# Blocks a cluster of the persistent schedule may hold (Tiling.cluster): two, on neighbouring
+# m-tiles, share each B copy (igemm.persistent).
 CLUSTERS = (1, 2)
-SHARED_OPERANDS = ("a", "b")
 INSTRUCTIONS = WGMMA_PTX + r"""
 // This build's products: the tile's N (WGMMA_N; the halo schedule's tail, WGMMA_TAIL, into the
 // last fragments) in MODE's element type, and 3xTF32's cross terms in BF16 (CROSS_BF16). Each
@@ -399,11 +397,8 @@ def tiling_problem(t: Tiling, maths: str) -> str:
         return f"the {t.schedule} schedule has no split-K: split_k must be 1"
     if t.cluster not in CLUSTERS:
         return f"cluster must be one of {', '.join(map(str, CLUSTERS))}"
-    if t.shares not in SHARED_OPERANDS or (t.shares == "a" and t.cluster == 1):
-        return (f"shares must be 'b', or 'a' in a cluster (the operand a cluster's one copy "
-                f"fills both blocks with), not {t.shares!r}")
     if t.cluster > 1 and (t.schedule != "persistent" or t.gather != "tma" or t.split_k != 1):
-        return ("a cluster of blocks shares the copy engine's copies: schedule 'persistent', "
+        return ("a cluster of blocks shares the copy engine's B copy: schedule 'persistent', "
                 "gather 'tma', split_k 1")
     if t.warps_n != 1 or t.warps_m not in (4, 8):
         return "one or two warpgroups stacked along M: warps_m 4 or 8, warps_n 1"
@@ -607,12 +602,10 @@ class Persistent(Schedule):
         return waves * (k_count * k_tile + epilogue / resident) + latency
 
     def layer_problem(self, shape, t, maths):
-        """As every schedule's, and the blocks of a cluster sharing B in pairs of m-tiles of
-        one group (a cluster sharing A pairs pixel tiles, an odd last one with a tile past the
-        pixels)."""
+        """As every schedule's, and a cluster's blocks in pairs of m-tiles of one group."""
         problem = super().layer_problem(shape, t, maths)
         mtiles = -(-(shape.M // shape.groups) // t.bm)
-        if not problem and t.shares == "b" and mtiles % t.cluster:
+        if not problem and mtiles % t.cluster:
             problem = (f"a cluster of {t.cluster} blocks takes {t.cluster} m-tiles of a group: "
                        f"{shape.M // shape.groups} channels make "
                        f"{mtiles} tiles of {t.bm}")
@@ -625,16 +618,14 @@ class Persistent(Schedule):
             if base.gather == "tap":
                 found.append(replace(base, split_k=s, schedule=self.name, gather="tma"))
                 if s == 1:
-                    found += [replace(base, schedule=self.name, gather="tma", cluster=2,
-                                      shares=shares) for shares in SHARED_OPERANDS]
+                    found.append(replace(base, schedule=self.name, gather="tma", cluster=2))
         return found
 
     def defines(self, shape, k, t, maths):
         loaders, mma = register_split(k, t, maths)
         defines = {"PERSISTENT": 1, "MIN_BLOCKS": blocks_per_sm(t, maths, k),
                    "PRODUCER_REGS": loaders, "CONSUMER_REGS": mma,
-                   "STORE_SCRATCH": STORE_SCRATCH, "CLUSTER": t.cluster,
-                   "CLUSTER_SHARES_A": int(t.cluster > 1 and t.shares == "a")}
+                   "STORE_SCRATCH": STORE_SCRATCH, "CLUSTER": t.cluster}
         if t.gather == "tma":
             defines["GATHER_TMA"] = 1
         return defines
