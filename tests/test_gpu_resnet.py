@@ -110,18 +110,19 @@ def _add_relu_variants():
     output, channels off 16 bytes (element stores)."""
     from convlab.kernels import ADD_RELU
 
-    once = VARIANTS["wgmma-3xtf32"].holding_filters_once()
+    variants = {**VARIANTS, "filters-once": VARIANTS["wgmma-3xtf32"].holding_filters_once()}
     cases = []
-    for base, out, kept in (("wgmma-fp16", F16, F16), ("wgmma-fp16", F16, np.float32),
+    for name, out, kept in (("wgmma-fp16", F16, F16), ("wgmma-fp16", F16, np.float32),
                             ("wgmma", np.float32, np.float32), ("wgmma", np.float32, F16),
                             ("wgmma-fp16", np.float32, F16), ("wgmma-bf16", np.float32, np.float32),
                             ("wgmma-bf16", BF16, BF16), ("wgmma-bf16", np.float32, BF16),
-                            ("wgmma-3xtf32", np.float32, np.float32), (once, np.float32, np.float32),
+                            ("wgmma-3xtf32", np.float32, np.float32),
+                            ("filters-once", np.float32, np.float32),
                             ("channels-last-fp16", F16, F16)):
         odd = (ConvShape(2, 32, 9, 10, 66, 1, bias=True),) if out == np.float32 else ()
         for shape in (ConvShape(3, 64, 13, 11, 200, 1, bias=True),
                       ConvShape(2, 64, 12, 20, 72, 3, pad=1, bias=True), *odd):
-            v = (VARIANTS[base] if isinstance(base, str) else base).writing(out).adding(kept)
+            v = variants[name].writing(out).adding(kept)
             tilings = {t.schedule: t for t in reversed(v.configs(shape, ADD_RELU))}
             tilings.update({t.schedule: t for t in reversed(v.ranked(shape))
                             if t.schedule == "pingpong"})
